@@ -1,0 +1,59 @@
+"""Run every analyzer over a Profile and gather one :class:`Analysis`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from diagnose.findings import Finding, Result, Severity, rank_findings
+from diagnose.profile_data import Profile
+from diagnose.thresholds import Thresholds
+
+
+@dataclass
+class Analysis:
+    """What reports render: per-analyzer results, findings ranked by cost, the summary, the source."""
+
+    results: dict[str, Result] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    summary: dict[str, float] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def worst(self) -> Severity | None:
+        return max((f.severity for f in self.findings), default=None)
+
+
+def analyze(profile: Profile, thresholds: Thresholds | None = None, only: list[str] | None = None) -> Analysis:
+    from diagnose.analyzers import discover
+
+    th = thresholds or Thresholds()
+    analysis = Analysis(source=describe_source(profile), warnings=list(profile.warnings))
+    for mod in discover():
+        if only and mod.NAME not in only:
+            continue
+        result = mod.analyze(profile, th)
+        analysis.results[mod.NAME] = result
+        analysis.findings.extend(result.findings)
+        analysis.summary.update(result.summary)
+    analysis.findings = rank_findings(analysis.findings)
+    return analysis
+
+
+def describe_source(profile: Profile) -> dict[str, Any]:
+    from diagnose import __version__
+
+    m = profile.manifest
+    return {
+        "paths": list(profile.sources),
+        "gpu": profile.gpu_name,
+        "gpudiag_version": __version__,
+        "manifest": m or None,
+        "artifacts": {
+            "ncu_kernel_launches": int(len(profile.kernels)),
+            "trace_ranks": sorted(profile.traces),
+            "snapshot_ranks": sorted(profile.snapshots),
+            "memory_stats_ranks": sorted(profile.memory_stats),
+            "step_event_ranks": sorted(profile.step_events),
+            "nvml_samples": int(len(profile.nvml)),
+        },
+    }

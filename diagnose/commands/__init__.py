@@ -1,0 +1,1 @@
+"""One module per subcommand, each exporting ``command`` (a click command)."""

@@ -1,0 +1,135 @@
+"""Findings: what an analyzer concluded, with the evidence and what to do.
+
+A :class:`Finding` is the unit of the report and of the findings JSON
+(``gpudiag.findings/1``, see ``docs/findings-json.md``). Its ``id`` is stable
+(``<analyzer>.<what>``) so CI can allow-list or track it across runs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import pandas as pd
+
+
+class Severity(IntEnum):
+    INFO = 0
+    WARNING = 1
+    CRITICAL = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> "Severity":
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ValueError(f"severity must be one of info, warning, critical; got {text!r}") from None
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a finding concerns: a kernel, a source location, a segment, a step, a rank."""
+
+    kind: str  # kernel | location | segment | step | rank | collective | stream | op
+    name: str
+    severity: Severity | None = None
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        out = {"kind": self.kind, "name": self.name}
+        if self.severity is not None:
+            out["severity"] = self.severity.label
+        out.update({k: _jsonable(v) for k, v in self.figures.items()})
+        return out
+
+
+@dataclass(frozen=True)
+class Evidence:
+    metric: str
+    value: float
+    unit: str
+    threshold: float | None = None
+
+    def to_json(self) -> dict:
+        return {"metric": self.metric, "value": _jsonable(self.value), "unit": self.unit,
+                "threshold": _jsonable(self.threshold)}
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    analyzer: str
+    severity: Severity
+    title: str
+    subjects: tuple[Subject, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    cost_share: float | None = None  # estimated share of GPU/step time this costs, 0..1
+    recommendation: str = ""
+    section: str | None = None  # anchor of the report section holding the evidence
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id,
+            "analyzer": self.analyzer,
+            "severity": self.severity.label,
+            "title": self.title,
+            "cost_share": _jsonable(self.cost_share),
+            "subjects": [s.to_json() for s in self.subjects],
+            "evidence": [e.to_json() for e in self.evidence],
+            "recommendation": self.recommendation,
+        }
+
+
+@dataclass
+class Result:
+    """What one analyzer returns: findings, tables for the report, summary numbers.
+
+    ``tables`` are plain DataFrames keyed by a short name; ``summary`` holds the
+    whole-run figures that go into the findings JSON (names carry units).
+    ``meta`` holds small non-tabular facts a report section needs (e.g. a GPU's SM count).
+    """
+
+    analyzer: str
+    findings: list[Finding] = field(default_factory=list)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    summary: dict[str, float] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def not_measured(analyzer: str, what: str, how: str, section: str | None = None) -> Finding:
+    """The info finding an analyzer returns when its input is missing."""
+    return Finding(
+        id=f"{analyzer}.not_measured",
+        analyzer=analyzer,
+        severity=Severity.INFO,
+        title=f"{what} was not measured",
+        recommendation=how,
+        section=section,
+    )
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    """Most costly first: severity, then estimated cost share, then id for determinism."""
+    return sorted(findings, key=lambda f: (-int(f.severity), -(f.cost_share or 0.0), f.id))
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None:
+        return None
+    if hasattr(v, "item") and not isinstance(v, (list, tuple, dict, str)):
+        try:
+            v = v.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return v

@@ -1,0 +1,57 @@
+"""`Profile`: every table of one run (or one artifact) plus its manifest.
+
+Analyzers take a Profile and nothing else. Tables that were not captured are
+typed empty frames (or empty per-rank dicts), never None, so an analyzer only
+has to ask ``profile.has(...)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+
+@dataclass
+class Profile:
+    sources: list[str] = field(default_factory=list)  # the files that were read
+    manifest: dict[str, Any] = field(default_factory=dict)  # run manifest (empty for a single artifact)
+    kernels: pd.DataFrame | None = None  # ncu: one row per profiled kernel launch (parsers.ncu.KERNELS_SCHEMA)
+    traces: dict[int, Any] = field(default_factory=dict)  # rank → parsers.trace.Trace
+    snapshots: dict[int, Any] = field(default_factory=dict)  # rank → parsers.snapshot.MemorySnapshot
+    memory_stats: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → per-step allocator stats
+    step_events: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → per-step CUDA-event timings
+    sync_records: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → exact-line sync records
+    nvml: pd.DataFrame | None = None  # NVML samples
+    warnings: list[str] = field(default_factory=list)  # what could not be read, said in the report
+
+    def __post_init__(self) -> None:
+        if self.kernels is None:
+            from parsers.ncu import KERNELS_SCHEMA
+
+            self.kernels = KERNELS_SCHEMA.empty()
+        if self.nvml is None:
+            from parsers.nvml import NVML_SCHEMA
+
+            self.nvml = NVML_SCHEMA.empty()
+
+    def has(self, what: str) -> bool:
+        value = getattr(self, what)
+        if isinstance(value, pd.DataFrame):
+            return len(value) > 0
+        return bool(value)
+
+    @property
+    def gpu_name(self) -> str | None:
+        gpus = self.manifest.get("gpus") or []
+        if gpus:
+            return gpus[0].get("name")
+        if len(self.kernels) and "device__attribute_display_name" in self.kernels:
+            names = self.kernels["device__attribute_display_name"].dropna()
+            if len(names):
+                return str(names.iloc[0])
+        for trace in self.traces.values():
+            props = getattr(trace, "device_properties", None)
+            if props is not None and len(props):
+                return str(props["name"].iloc[0])
+        return None

@@ -1,0 +1,53 @@
+"""Plotly figures as HTML fragments, and the one inlined copy of plotly.js.
+
+Every figure is ``to_html(full_html=False, include_plotlyjs=False)``; the page
+inlines plotly.js once (see ``reports/html.py``), so the report works offline.
+"""
+from __future__ import annotations
+
+import html
+import itertools
+
+import pandas as pd
+
+_ids = itertools.count()
+
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+def figure_html(fig, div_id: str | None = None) -> str:
+    """A plotly figure as a div + script that use the page's inlined plotly.js."""
+    fig.update_layout(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50))
+    return fig.to_html(full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG,
+                       div_id=div_id or f"fig-{next(_ids)}")
+
+
+def plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def table_html(df: pd.DataFrame, table_id: str, max_rows: int = 500, float_fmt: str = "{:,.2f}",
+               sortable: bool = True) -> str:
+    """A sortable HTML table (click a header); every cell escaped."""
+    if df is None or not len(df):
+        return '<p class="muted">No rows.</p>'
+    shown = df.head(max_rows)
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
+    rows = []
+    for rec in shown.itertuples(index=False):
+        cells = []
+        for v in rec:
+            if isinstance(v, float):
+                text = "" if pd.isna(v) else float_fmt.format(v)
+                cells.append(f'<td class="num" data-v="{"" if pd.isna(v) else repr(v)}">{text}</td>')
+            elif isinstance(v, (int,)) and not isinstance(v, bool):
+                cells.append(f'<td class="num" data-v="{v}">{v:,}</td>')
+            else:
+                cells.append(f"<td>{html.escape('' if v is None else str(v))}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    more = (f'<p class="muted">Showing {max_rows:,} of {len(df):,} rows.</p>' if len(df) > max_rows else "")
+    cls = "data sortable" if sortable else "data"
+    return (f'<table id="{html.escape(table_id)}" class="{cls}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>{more}')
