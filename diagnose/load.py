@@ -7,6 +7,7 @@ sniffed again. Each kind is read by its parser in :mod:`parsers`.
 from __future__ import annotations
 
 import gzip
+import zlib
 import os
 import re
 from pathlib import Path
@@ -48,7 +49,7 @@ def sniff(path: str | os.PathLike) -> str:
         try:
             with gzip.open(path, "rb") as f:
                 head = f.read(SNIFF_BYTES)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise InputError(path, f"is gzip-compressed but cannot be decompressed: {e}") from None
         if not head:
             raise InputError(path, "is a gzip file with nothing in it")
@@ -69,6 +70,8 @@ def _sniff_bytes(path: Path, head: bytes) -> str:
             return SNAPSHOT_JSON
         if '"kind":"step"' in compact or '"kind":"sync"' in compact or '"kind":"run"' in compact:
             return EVENTS
+        if compact.startswith("[{") and '"step":' in compact and ('"elapsed_ms":' in compact or '"end_ms":' in compact):
+            return EVENTS  # a user's JSON list of step timings (docs/step-timings.md)
         if '"kind":"memory_stats"' in compact or '"allocated_bytes.all.current"' in compact or '"bytes_in_use"' in compact:
             return MEMORY_STATS
         raise InputError(path, "is JSON but not a profiler trace, memory snapshot, event log or memory-stats log gpudiag knows")

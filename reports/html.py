@@ -6,6 +6,7 @@ loaded from the network.
 """
 from __future__ import annotations
 
+import html
 import importlib
 import json
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ SECTION_TITLES = {
     "tiny_kernels": "Tiny kernels", "speed_of_light": "Speed of light", "kernels": "Kernels",
     "fragmentation": "Memory and fragmentation", "sync": "Host syncs and GPU idle time",
     "idle": "GPU idle time", "launch": "Launch statistics", "utilization": "NVML utilisation",
-    "comm": "Collectives across ranks", "steps": "Steps",
+    "comm": "Collectives across ranks", "steps": "Step timings",
 }
 
 MAX_SUBJECT_ROWS = 50
@@ -58,7 +59,7 @@ def render_section(name: str, result) -> str:
 def generic_section(result) -> str:
     parts = []
     for key, df in result.tables.items():
-        parts.append(f"<h3>{jinja2.escape(key)}</h3><div class='scroll'>{table_html(df, f'{result.analyzer}-{key}')}</div>")
+        parts.append(f"<h3>{html.escape(str(key))}</h3><div class='scroll'>{table_html(df, f'{result.analyzer}-{key}')}</div>")
     if not parts:
         parts.append('<p class="muted">Nothing to show for this input.</p>')
     return "\n".join(parts)

@@ -1,0 +1,151 @@
+"""Nsight Compute output → the kernels table: one row per profiled kernel launch, base units.
+
+``read_ncu(path)`` takes any form ncu writes — a ``.ncu-rep`` (through NVIDIA's
+``ncu_report``), ``--csv --page raw`` (human or ``--print-units base`` units),
+``--csv --page details`` (with or without rule columns), or ncu's stdout with its
+``==PROF==`` lines interleaved — gzip-compressed or not, and detects which from
+the content. The standard columns analyzers use come first (``KERNELS_SCHEMA``);
+every other metric follows as ``"<metric> [<base unit>]"``. Formats: docs/ncu-formats.md.
+"""
+from __future__ import annotations
+
+import gzip
+import zlib
+import os
+import re
+
+import numpy as np
+import pandas as pd
+
+from parsers.errors import InputError
+from parsers.schema import F64, STR, Schema, conform
+
+KERNELS_SCHEMA = Schema("ncu.kernels", {
+    "launch_id": F64, "process_id": F64, "process_name": STR, "host": STR, "device": F64, "context": F64,
+    "stream": F64, "kernel_name": STR, "kernel_short": STR, "kernel_mangled": STR,
+    "grid_x": F64, "grid_y": F64, "grid_z": F64, "block_x": F64, "block_y": F64, "block_z": F64,
+    "grid_size": F64, "block_size": F64, "cc": STR, "nvtx_range": STR,
+    "dur_ns": F64, "l2_hit_pct": F64, "l2_read_hit_pct": F64, "l2_write_hit_pct": F64,
+    "dram_throughput_pct": F64, "memory_throughput_pct": F64, "sm_throughput_pct": F64,
+    "achieved_occupancy_pct": F64, "theoretical_occupancy_pct": F64,
+    "occupancy_limit_registers": F64, "occupancy_limit_shared_mem": F64, "occupancy_limit_warps": F64,
+    "occupancy_limit_blocks": F64, "registers_per_thread": F64, "shared_mem_per_block_bytes": F64,
+    "waves_per_sm": F64, "sm_count": F64, "dram_bytes": F64,
+}, {"launch_id": "ncu's ID of the launch in the report", "grid_size": "blocks in the grid",
+    "block_size": "threads per block", "kernel_short": "function base name (no namespace, templates, args)",
+    "l2_hit_pct": "lts__t_sector_hit_rate.pct; NaN where ncu reports > 100 % (not a valid hit rate)"})
+
+# standard column ← raw metric names, first present wins (values already in base units)
+STANDARD_METRICS = {
+    "dur_ns": ["gpu__time_duration.sum"],
+    "l2_hit_pct": ["lts__t_sector_hit_rate.pct"],
+    "l2_read_hit_pct": ["lts__t_sector_op_read_hit_rate.pct"],
+    "l2_write_hit_pct": ["lts__t_sector_op_write_hit_rate.pct"],
+    "dram_throughput_pct": ["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                            "dram__throughput.avg.pct_of_peak_sustained_elapsed"],
+    "memory_throughput_pct": ["gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"],
+    "sm_throughput_pct": ["sm__throughput.avg.pct_of_peak_sustained_elapsed"],
+    "achieved_occupancy_pct": ["sm__warps_active.avg.pct_of_peak_sustained_active"],
+    "theoretical_occupancy_pct": ["sm__maximum_warps_per_active_cycle_pct"],
+    "occupancy_limit_registers": ["launch__occupancy_limit_registers"],
+    "occupancy_limit_shared_mem": ["launch__occupancy_limit_shared_mem"],
+    "occupancy_limit_warps": ["launch__occupancy_limit_warps"],
+    "occupancy_limit_blocks": ["launch__occupancy_limit_blocks"],
+    "registers_per_thread": ["launch__registers_per_thread"],
+    "shared_mem_per_block_bytes": ["launch__shared_mem_per_block"],
+    "waves_per_sm": ["launch__waves_per_multiprocessor"],
+    "sm_count": ["device__attribute_multiprocessor_count", "launch__sm_count"],
+    "dram_bytes": ["dram__bytes.sum"],
+    "grid_size": ["launch__grid_size"],
+    "block_size": ["launch__block_size"],
+}
+HIT_RATE_COLUMNS = ("l2_hit_pct", "l2_read_hit_pct", "l2_write_hit_pct")
+
+# the columns every CSV page starts with
+ID_COLUMNS = {"ID": "launch_id", "Process ID": "process_id", "Process Name": "process_name", "Host Name": "host",
+              "Kernel Name": "kernel_name", "Context": "context", "Stream": "stream", "Device": "device", "CC": "cc"}
+
+
+def read_ncu(path: str | os.PathLike) -> pd.DataFrame:
+    """Any Nsight Compute output at ``path`` → the kernels table."""
+    head = _head(path)
+    if head[:4] == b"NVR\x00":
+        from parsers.ncu_rep import read_ncu_rep
+
+        return read_ncu_rep(path)
+    from parsers.ncu_csv import read_ncu_csv
+
+    return read_ncu_csv(path)
+
+
+def open_maybe_gzip(path: str | os.PathLike):
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def _head(path) -> bytes:
+    try:
+        with open_maybe_gzip(path) as f:
+            return f.read(8)
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(path, f"cannot read as Nsight Compute output: {e}") from None
+
+
+_TEMPLATE_OR_ARGS = re.compile(r"[<(]")
+
+
+def short_name(name: str | None) -> str | None:
+    """``void at::native::(anonymous namespace)::foo<float, 4>(T1 *, int)`` → ``foo``.
+
+    Works on ncu's demangled names, including the ones whose ``<unnamed>`` lost its ``<``
+    in CSV exports (``void unnamed>::cunn_SoftMaxForward<…>``), and on plain names.
+    """
+    if name is None or (isinstance(name, float) and np.isnan(name)):
+        return None
+    s = str(name).strip()
+    s = s.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon").replace("unnamed>", "anon")
+    # drop template arguments and parameter lists, innermost first, respecting nesting
+    out, depth = [], 0
+    for ch in s:
+        if ch in "<(":
+            depth += 1
+            continue
+        if ch in ">)":
+            depth = max(0, depth - 1)
+            continue
+        if depth == 0:
+            out.append(ch)
+    base = "".join(out).strip()
+    base = base.split(" ")[-1] if " " in base else base  # drop the return type ("void ")
+    base = base.split("::")[-1]
+    return base or s
+
+
+def parse_dims(text) -> tuple[float, float, float]:
+    """``"(16, 1, 1)"`` → (16.0, 1.0, 1.0); NaNs when absent."""
+    if text is None or (isinstance(text, float) and np.isnan(text)):
+        return (np.nan, np.nan, np.nan)
+    nums = re.findall(r"\d+", str(text).replace(",", " "))
+    if len(nums) != 3:
+        return (np.nan, np.nan, np.nan)
+    return tuple(float(n) for n in nums)  # type: ignore[return-value]
+
+
+def finish(df: pd.DataFrame, path) -> pd.DataFrame:
+    """Common end of every reader: derived columns, invalid hit rates, schema order and dtypes."""
+    if not len(df):
+        raise InputError(path, "holds no profiled kernel launches (no kernel rows); "
+                               "check that ncu's window matched kernels (--launch-skip/--launch-count, --nvtx-include)")
+    if "kernel_short" not in df or df["kernel_short"].isna().all():
+        df["kernel_short"] = [short_name(n) for n in df["kernel_name"]]
+    for axis, prefix in (("grid", "grid"), ("block", "block")):
+        xs = [c for c in (f"{prefix}_x", f"{prefix}_y", f"{prefix}_z") if c in df]
+        if f"{axis}_size" not in df or df[f"{axis}_size"].isna().all():
+            if len(xs) == 3:
+                df[f"{axis}_size"] = df[xs[0]] * df[xs[1]] * df[xs[2]]
+    for col in HIT_RATE_COLUMNS:
+        if col in df:
+            v = pd.to_numeric(df[col], errors="coerce")
+            df[col] = v.where(v <= 100.0)
+    return conform(df, KERNELS_SCHEMA)

@@ -1,0 +1,148 @@
+"""``.ncu-rep`` → the kernels table, through NVIDIA's ``ncu_report`` package.
+
+The report holds every metric of every profiled launch with its unit; each is
+read once per launch (the Python API costs microseconds per call) and converted
+to the same base units as the CSV path, so a report and its raw CSV export give
+the same columns. ``ncu_report`` ships Linux x86_64 wheels only; without it a
+clear error says how to export CSV instead. A file that is not a report loads as
+a context with zero ranges: that is an error, not an empty result.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tempfile
+import zlib
+
+import numpy as np
+import pandas as pd
+
+from parsers.errors import InputError
+from parsers.ncu import STANDARD_METRICS, finish, parse_dims
+from parsers.ncu_units import column_name, to_base
+
+NEEDS_PACKAGE = (".ncu-rep needs NVIDIA's ncu-report package (pip install ncu-report; NVIDIA ships Linux x86_64 "
+                 "wheels only); CSV exports work without it: ncu --import report.ncu-rep --csv --page raw > raw.csv")
+
+
+def read_ncu_rep(path: str | os.PathLike) -> pd.DataFrame:
+    try:
+        import ncu_report
+    except ImportError:
+        raise InputError(path, NEEDS_PACKAGE) from None
+    with _plain_file(path) as plain:
+        try:
+            ctx = ncu_report.load_report(plain)
+        except Exception as e:  # the extension raises plain RuntimeErrors
+            raise InputError(path, f"ncu_report could not load it: {e}") from None
+        if ctx is None or ctx.num_ranges() == 0:
+            raise InputError(path, "is not an Nsight Compute report: it loads with zero profiled ranges")
+        rows = []
+        for r in range(ctx.num_ranges()):
+            rng = ctx.range_by_idx(r)
+            for a in range(rng.num_actions()):
+                row = _action_row(ncu_report, rng.action_by_idx(a))
+                row["launch_id"] = float(len(rows))  # ncu's CSV "ID": launches numbered in report order
+                rows.append(row)
+    if not rows:
+        raise InputError(path, "is an Nsight Compute report with no profiled kernel launches")
+    df = pd.DataFrame(rows)
+    return finish(df, path)
+
+
+class _plain_file:
+    """ncu_report needs a real, uncompressed file: gunzip to a temporary one when needed."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self.tmp = None
+
+    def __enter__(self) -> str:
+        with open(self.path, "rb") as f:
+            if f.read(2) != b"\x1f\x8b":
+                return self.path
+        fd, self.tmp = tempfile.mkstemp(suffix=".ncu-rep")
+        try:
+            with gzip.open(self.path, "rb") as src, os.fdopen(fd, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except (OSError, EOFError, zlib.error) as e:
+            raise InputError(self.path, f"gzip stream is broken: {e}") from None
+        return self.tmp
+
+    def __exit__(self, *exc):
+        if self.tmp:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+
+
+def _value(ncu_report, m):
+    kind = m.kind()
+    if kind in (ncu_report.IMetric.ValueKind_STRING,):
+        return m.as_string(), ""
+    if kind in (ncu_report.IMetric.ValueKind_UINT32, ncu_report.IMetric.ValueKind_UINT64):
+        v = float(m.as_uint64())
+    elif kind in (ncu_report.IMetric.ValueKind_DOUBLE, ncu_report.IMetric.ValueKind_FLOAT):
+        v = float(m.as_double())
+    else:
+        try:
+            v = float(m.as_double())
+        except Exception:
+            return m.as_string(), ""
+    scale, base = to_base(m.unit())
+    return v * scale, base
+
+
+def _action_row(ncu_report, action) -> dict:
+    row: dict = {}
+    metrics: dict = {}
+    for name in action.metric_names():
+        if name.startswith("breakdown:"):  # per-unit breakdowns the CSV pages do not export either
+            continue
+        m = action.metric_by_name(name)
+        if m is None or not m.has_value():
+            continue
+        try:
+            value, base = _value(ncu_report, m)
+        except Exception:
+            continue
+        metrics[name] = (value, base)
+    I = ncu_report.IAction
+    row["kernel_name"] = action.name(I.NameBase_DEMANGLED)
+    row["kernel_short"] = action.name(I.NameBase_FUNCTION)
+    row["kernel_mangled"] = action.name(I.NameBase_MANGLED)
+    for std, names in STANDARD_METRICS.items():
+        for n in names:
+            if n in metrics:
+                row[std] = metrics[n][0]
+                break
+    get = lambda n: metrics.get(n, (np.nan, ""))[0]  # noqa: E731
+    # the report's actions carry no process id through this API: process_id stays NaN here
+    row.update({"context": get("launch__context_id"), "stream": get("launch__stream_id"),
+                "device": get("launch__device_id"),
+                "grid_x": get("launch__grid_dim_x"), "grid_y": get("launch__grid_dim_y"),
+                "grid_z": get("launch__grid_dim_z"), "block_x": get("launch__block_dim_x"),
+                "block_y": get("launch__block_dim_y"), "block_z": get("launch__block_dim_z")})
+    major, minor = get("device__attribute_compute_capability_major"), get("device__attribute_compute_capability_minor")
+    row["cc"] = f"{int(major)}.{int(minor)}" if not (np.isnan(major) or np.isnan(minor)) else None
+    row["nvtx_range"] = _nvtx(action)
+    for name, (value, base) in metrics.items():
+        row[column_name(name, base)] = value
+    return row
+
+
+def _nvtx(action) -> str | None:
+    try:
+        state = action.nvtx_state()
+        if state is None:
+            return None
+        names = []
+        for d in state.domains():
+            dom = state.domain_by_id(d)
+            names.extend(dom.push_pop_ranges())
+            names.extend(dom.start_end_ranges())
+        return "/".join(names) or None
+    except Exception:
+        return None
