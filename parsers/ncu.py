@@ -138,7 +138,9 @@ def finish(df: pd.DataFrame, path) -> pd.DataFrame:
         raise InputError(path, "holds no profiled kernel launches (no kernel rows); "
                                "check that ncu's window matched kernels (--launch-skip/--launch-count, --nvtx-include)")
     if "kernel_short" not in df or df["kernel_short"].isna().all():
-        df["kernel_short"] = [short_name(n) for n in df["kernel_name"]]
+        names = df["kernel_name"].astype(object)
+        shorts = {n: short_name(n) for n in pd.unique(names)}
+        df["kernel_short"] = names.map(shorts)
     for axis, prefix in (("grid", "grid"), ("block", "block")):
         xs = [c for c in (f"{prefix}_x", f"{prefix}_y", f"{prefix}_z") if c in df]
         if f"{axis}_size" not in df or df[f"{axis}_size"].isna().all():
