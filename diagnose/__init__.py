@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 from diagnose.analysis import Analysis, analyze  # noqa: E402
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject  # noqa: E402
 from diagnose.load import load  # noqa: E402
+from diagnose.launch.api import profile  # noqa: E402
 from diagnose.profile_data import Profile  # noqa: E402
 from diagnose.thresholds import Thresholds  # noqa: E402
 from parsers.errors import InputError  # noqa: E402

@@ -1,8 +1,16 @@
 """Per-kernel aggregates of the ncu kernels table, shared by the ncu analyzers.
 
-ncu gives one row per launch; findings speak of kernels. A kernel here is its
-short name (``kernel_short``): launches of one name are summed in time and their
-metrics averaged weighted by duration, so a 2 ms launch counts 1000 times a 2 µs one.
+ncu gives one row per launch; findings speak of kernels. A kernel here is one
+demangled function instance (``kernel_name``): ``vectorized_elementwise_kernel``
+filling a buffer and the same template clamping a tensor are different kernels with
+different behaviour, so they are not merged although they share a short name.
+Launches of one kernel are summed in time and their metrics averaged weighted by
+duration, so a 2 ms launch counts 1000 times a 2 µs one. Launches without a
+reading (NaN) leave that metric's mean and its weights alone.
+
+Each aggregate row carries ``kernel`` (a label unique in the capture: the short
+name, with `` #2``, `` #3`` … for further instances sharing it, heaviest first),
+``kernel_short`` (what findings name as the subject) and ``kernel_name`` (full).
 """
 from __future__ import annotations
 
@@ -11,43 +19,116 @@ import pandas as pd
 
 from diagnose.findings import Severity
 
+KEY_COLUMNS = ["kernel", "kernel_short", "kernel_name", "launches", "gpu_time_ns", "mean_dur_ns", "share"]
+
 
 def total_gpu_time_ns(kernels: pd.DataFrame) -> float:
+    """All profiled GPU time (sum of gpu__time_duration.sum); 0 when no launch has a duration."""
     return float(kernels["dur_ns"].sum(skipna=True)) if len(kernels) else 0.0
 
 
 def weighted_mean(values: pd.Series, weights: pd.Series) -> float:
     """Duration-weighted mean ignoring NaN values (and their weights); NaN when nothing is left."""
-    v = values.to_numpy(dtype=float)
-    w = weights.to_numpy(dtype=float)
+    v = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    w = pd.to_numeric(weights, errors="coerce").to_numpy(dtype=float)
     ok = ~np.isnan(v) & ~np.isnan(w)
     if not ok.any():
-        return float("nan")
+        v_ok = v[~np.isnan(v)]
+        return float(np.mean(v_ok)) if len(v_ok) else float("nan")
     if w[ok].sum() <= 0:
         return float(np.mean(v[ok]))
     return float(np.average(v[ok], weights=w[ok]))
 
 
-def per_kernel(kernels: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    """One row per kernel_short: launches, gpu_time_ns, mean_dur_ns, share, and time-weighted metrics.
+def kernel_key(kernels: pd.DataFrame) -> pd.Series:
+    """The grouping key of each launch: the full name, else the short name, else a placeholder."""
+    key = kernels["kernel_name"].astype(object)
+    key = key.where(key.notna() & (key.astype(str) != ""), kernels["kernel_short"].astype(object))
+    return key.where(key.notna(), "<unnamed kernel>").astype(str)
 
-    Sorted by GPU time, largest first. Metrics absent from the table come out NaN.
+
+def short_names(kernels: pd.DataFrame) -> pd.Series:
+    """kernel_short of each launch, falling back to the key when the parser had none."""
+    short = kernels["kernel_short"].astype(object)
+    return short.where(short.notna() & (short.astype(str) != ""), kernel_key(kernels)).astype(str)
+
+
+def per_kernel(kernels: pd.DataFrame, metrics: list[str] = ()) -> pd.DataFrame:
+    """One row per kernel: KEY_COLUMNS, then each metric's duration-weighted mean.
+
+    ``share`` is the kernel's share of all profiled GPU time in ``kernels``. Sorted by
+    GPU time, largest first (ties by name). Metrics absent from the table come out NaN.
     """
-    cols = ["kernel", "launches", "gpu_time_ns", "mean_dur_ns", "share"] + metrics
+    metrics = list(metrics)
+    cols = KEY_COLUMNS + metrics
     if not len(kernels):
-        return pd.DataFrame({c: pd.Series([], dtype=object if c == "kernel" else float) for c in cols})
+        return pd.DataFrame({c: pd.Series([], dtype=object if c in ("kernel", "kernel_short", "kernel_name") else float)
+                             for c in cols})
+    key = kernel_key(kernels)
+    dur = pd.to_numeric(kernels["dur_ns"], errors="coerce").astype(float)
+    frame = pd.DataFrame({"key": key.to_numpy(), "short": short_names(kernels).to_numpy(), "dur": dur.to_numpy()})
+    g = frame.groupby("key", sort=False)
+    out = pd.DataFrame({
+        "kernel_short": g["short"].first(),
+        "launches": g.size().astype(int),
+        "gpu_time_ns": g["dur"].sum(min_count=1).fillna(0.0),
+        "mean_dur_ns": g["dur"].mean(),
+    })
     total = total_gpu_time_ns(kernels)
-    rows = []
-    for name, g in kernels.groupby("kernel_short", sort=False, dropna=False):
-        dur = g["dur_ns"].astype(float)
-        row = {"kernel": str(name), "launches": int(len(g)), "gpu_time_ns": float(dur.sum(skipna=True)),
-               "mean_dur_ns": float(dur.mean(skipna=True)) if dur.notna().any() else float("nan")}
-        row["share"] = row["gpu_time_ns"] / total if total > 0 else float("nan")
-        for m in metrics:
-            row[m] = weighted_mean(g[m], dur) if m in g.columns else float("nan")
-        rows.append(row)
-    out = pd.DataFrame(rows, columns=cols)
-    return out.sort_values(["gpu_time_ns", "kernel"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    out["share"] = out["gpu_time_ns"] / total if total > 0 else np.nan
+    # weights: the launch's duration; where no launch of a kernel has one, every launch counts the same
+    w = frame["dur"].fillna(0.0)
+    for m in metrics:
+        if m not in kernels.columns:
+            out[m] = np.nan
+            continue
+        v = pd.to_numeric(kernels[m], errors="coerce").astype(float).to_numpy()
+        ok = ~np.isnan(v)
+        num = pd.Series(np.where(ok, v * w, 0.0)).groupby(frame["key"]).sum()
+        den = pd.Series(np.where(ok, w, 0.0)).groupby(frame["key"]).sum()
+        plain = pd.Series(np.where(ok, v, np.nan)).groupby(frame["key"]).mean()
+        mean = (num / den).where(den > 0, plain)
+        out[m] = mean.reindex(out.index)
+    out = out.rename_axis("kernel_name").reset_index()
+    out = out.sort_values(["gpu_time_ns", "kernel_name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    out.insert(0, "kernel", unique_labels(out["kernel_short"]))
+    return out[cols]
+
+
+def unique_labels(short: pd.Series) -> list[str]:
+    """Short names made unique in order: the first keeps the name, later ones get `` #2``, `` #3`` …"""
+    seen: dict[str, int] = {}
+    labels = []
+    for name in short:
+        seen[name] = seen.get(name, 0) + 1
+        labels.append(name if seen[name] == 1 else f"{name} #{seen[name]}")
+    return labels
+
+
+def label_of_launch(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.Series:
+    """Each launch's kernel label (``stats["kernel"]``), matched through its full-name key."""
+    return kernel_key(kernels).map(dict(zip(stats["kernel_name"], stats["kernel"])))
+
+
+def per_kernel_sum(kernels: pd.DataFrame, values: pd.Series, stats: pd.DataFrame) -> pd.Series:
+    """A per-launch quantity (e.g. ns lost) summed per kernel, aligned with ``stats`` rows."""
+    summed = pd.Series(values.to_numpy(dtype=float)).groupby(kernel_key(kernels).to_numpy()).sum(min_count=1)
+    return stats["kernel_name"].map(summed).astype(float)
+
+
+def most_common(kernels: pd.DataFrame, column: str, stats: pd.DataFrame) -> pd.Series:
+    """The value of ``column`` that carries the most GPU time per kernel (its typical grid, block …)."""
+    if column not in kernels.columns:
+        return pd.Series(np.nan, index=stats.index)
+    frame = pd.DataFrame({"key": kernel_key(kernels).to_numpy(),
+                          "v": pd.to_numeric(kernels[column], errors="coerce").to_numpy(dtype=float),
+                          "w": pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0).to_numpy() + 1e-9})
+    frame = frame[frame["v"].notna()]
+    if not len(frame):
+        return pd.Series(np.nan, index=stats.index)
+    weight = frame.groupby(["key", "v"])["w"].sum().reset_index()
+    top = weight.sort_values(["key", "w", "v"], ascending=[True, False, True]).drop_duplicates("key")
+    return stats["kernel_name"].map(dict(zip(top["key"], top["v"]))).astype(float)
 
 
 def band(value: float, warning: float, critical: float, lower_is_worse: bool = True) -> Severity | None:
@@ -75,6 +156,19 @@ def sm_count(kernels: pd.DataFrame) -> float:
 
 
 def launches_figure(row: pd.Series) -> dict:
-    """The figures every kernel subject carries."""
+    """The figures every kernel subject carries (the full name tells same-named instances apart)."""
     return {"launches": int(row["launches"]), "gpu_time_ns": float(row["gpu_time_ns"]),
-            "mean_dur_ns": float(row["mean_dur_ns"]), "share": float(row["share"])}
+            "mean_dur_ns": float(row["mean_dur_ns"]), "share": float(row["share"]),
+            "kernel_name": str(row["kernel_name"])}
+
+
+def kernel_subject_name(row: pd.Series) -> str:
+    """The subject name of a kernel row: its short name (docs/contracts.md)."""
+    return str(row["kernel_short"])
+
+
+def names_list(rows: pd.DataFrame, limit: int = 3) -> str:
+    """``a, b and 2 more``: kernels named in a recommendation."""
+    names = list(rows["kernel"])
+    head = ", ".join(names[:limit])
+    return head + (f" and {len(names) - limit} more" if len(names) > limit else "")

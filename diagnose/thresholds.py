@@ -36,6 +36,7 @@ class Occupancy:
     gap_pts: float = 10.0
     critical_gap_pts: float = 30.0
     min_kernel_share: float = 0.005
+    critical_kernel_share: float = 0.1  # a gap over critical_gap_pts is critical only on a kernel this heavy
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class LaunchConfig:
     tail_waste_pct: float = 25.0  # share of the last wave left idle, for grids of few waves
     max_waves_for_tail: float = 4.0  # tails matter only when there are few waves
     min_kernel_share: float = 0.005
+    critical_idle_sm_pct: float = 75.0  # a small grid leaving this share of SMs idle ...
+    critical_kernel_share: float = 0.1  # ... on a kernel this heavy is critical
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class TinyKernels:
     min_launches: int = 20
     warning_share: float = 0.3  # tiny launches' share of all launches
     critical_share: float = 0.6
+    launch_overhead_us: float = 5.0  # host cost of one launch (cudaLaunchKernel + eager dispatch), for the cost estimate
 
 
 @dataclass(frozen=True)
@@ -65,17 +69,35 @@ class SpeedOfLight:
     bound_pct: float = 60.0
     latency_pct: float = 40.0
     min_kernel_share: float = 0.005
+    warning_kernel_share: float = 0.05  # a latency-bound kernel under this share of GPU time is info
 
 
 @dataclass(frozen=True)
 class Memory:
-    """Allocator fragmentation and churn (torch caching allocator, JAX BFC)."""
+    """Allocator fragmentation and churn (torch caching allocator, JAX BFC).
+
+    Fragmentation at the peak: the share of reserved memory that was never allocated
+    even at the peak, (peak reserved - peak allocated) / peak reserved, passes 25 %
+    (critical 50 %) while the allocator grew a segment although enough bytes were free,
+    because no free block was as large as the request. Churn: cudaMalloc/cudaFree of
+    segments (or map/unmap of expandable pages) at least once per step in the median
+    steady step, creating and releasing in at least half of them; every one synchronises
+    the device. An OOM is fragmentation's when reserved - allocated exceeds the failed
+    request. The report bins the history to at most ``max_timeline_bins`` points per curve
+    and ``max_heatmap_time_bins`` x ``max_heatmap_segment_rows`` heatmap cells, so a long
+    history stays responsive in the browser.
+    """
 
     frag_warning_share: float = 0.25  # (reserved - allocated) / reserved at the peak
     frag_critical_share: float = 0.5
     ext_frag_warning_pct: float = 50.0  # 1 - largest free block / total free
     churn_segments_per_step: float = 1.0  # segment alloc+free per step
     min_reserved_bytes: float = 64 * 2**20  # ignore tiny processes
+    churn_warmup_steps: int = 3  # first steps grow the cache by design; churn is judged after them
+    max_timeline_bins: int = 500  # points per timeline / fragmentation curve
+    max_heatmap_time_bins: int = 200  # heatmap columns (steps when there are at most this many)
+    max_heatmap_segment_rows: int = 64  # heatmap rows; neighbouring segments share a row beyond this
+    top_allocations: int = 10  # largest allocations / source lines named in findings and tables
 
 
 @dataclass(frozen=True)
@@ -89,25 +111,70 @@ class Sync:
     launch_bound_share: float = 0.5  # share of kernels shorter than their launch call
     gpu_idle_warning_pct: float = 20.0
     gpu_idle_critical_pct: float = 50.0
+    stream_kernel_wait_us: float = 30.0  # per-stream gaps under this with the work already queued: HTA's kernel_wait
+    sync_slack_us: float = 2.0  # a sync "holds" a gap when it was in progress within this of the gap's start
+    launch_bound_host_wait_pct: float = 20.0  # launch-bound when host-wait idle passes this share of the span
+    launch_top_ops: int = 10  # op names listed in the launch finding
 
 
 @dataclass(frozen=True)
 class Utilization:
-    """NVML samples: memory-bandwidth utilisation that swings widely and peaks under 50 %."""
+    """NVML samples: memory-bandwidth utilisation that swings widely and peaks under 50 %, and low GPU util.
+
+    NVML's ``memory`` utilisation is the share of time device memory was read or
+    written. A busy training step keeps it steady; a p10→p90 swing of 30 points that
+    never passes 50 % means memory traffic comes in bursts with idle gaps between
+    (a starved or fragmented workload). GPU utilisation (share of time any kernel
+    ran) under 60 % on average means the GPU waits a third of the time or more.
+    """
 
     mem_util_peak_pct: float = 50.0
-    mem_util_swing_pct: float = 30.0
+    mem_util_swing_pct: float = 30.0  # p90 - p10 of mem_util_pct, in points
     gpu_util_low_pct: float = 60.0
+    gpu_util_critical_pct: float = 30.0
+    min_samples: int = 10  # fewer samples (one GPU, in the window) say nothing reliable
+    max_timeline_points: int = 3000  # per report, all GPUs together
+    max_step_marks: int = 200
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Per-step host vs GPU time (CUDA events) and step-time stability.
+
+    The first ``warmup_steps`` steps of each rank (compilation, cuDNN autotuning,
+    allocator growth) are left out of medians, but never more than half the steps.
+    Host time 1.25x the GPU time means the GPU waits on the host for a fifth of each
+    step (data loading, Python overhead, syncs); 2x means it waits half the time.
+    A p10→p90 spread of 30 % of the median means step time is not steady.
+    """
+
+    warmup_steps: int = 3
+    host_bound_ratio: float = 1.25
+    host_bound_critical_ratio: float = 2.0
+    unstable_spread_pct: float = 30.0
+    unstable_critical_spread_pct: float = 100.0
+    outlier_factor: float = 1.5  # a step slower than 1.5x the median is an outlier
+    min_steps: int = 3  # fewer measured steps (after warm-up) give no finding
+    max_chart_steps: int = 3000
 
 
 @dataclass(frozen=True)
 class Comm:
-    """Multi-rank collectives."""
+    """Collectives across ranks: time waiting for the last rank, a persistent straggler, comm/compute overlap.
+
+    Waiting 10 % of the step in collectives is worth fixing, 30 % means the job runs at the
+    pace of its slowest rank. A rank last to arrive at more than half of the collectives is a
+    persistent straggler (with two ranks chance gives 50 %). Overlap under 50 % means most
+    communication is exposed; it matters only when communication is 5 % or more of the trace,
+    and is critical when exposed communication takes a quarter of it.
+    """
 
     wait_share_warning: float = 0.1
     wait_share_critical: float = 0.3
     overlap_low_pct: float = 50.0
     straggler_share: float = 0.5  # a rank last to arrive in more than this share of collectives
+    min_comm_share: float = 0.05  # overlap is judged only when comm kernels cover this share of the trace
+    exposed_critical_share: float = 0.25  # exposed (non-overlapped) comm time / trace span
 
 
 @dataclass(frozen=True)
@@ -120,6 +187,7 @@ class Thresholds:
     memory: Memory = field(default_factory=Memory)
     sync: Sync = field(default_factory=Sync)
     utilization: Utilization = field(default_factory=Utilization)
+    steps: Steps = field(default_factory=Steps)
     comm: Comm = field(default_factory=Comm)
 
     def with_overrides(self, overrides: dict[str, dict[str, float]], origin: str = "--threshold") -> "Thresholds":

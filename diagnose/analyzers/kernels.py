@@ -1,16 +1,20 @@
 """The per-kernel overview: every kernel of the ncu capture with its time and key metrics.
 
 No findings: this is the sortable table the other ncu analyzers' findings point into.
+Launches are summed and metrics weighted by duration (``diagnose.kernel_stats``); grid
+and block are the shape that carries most of the kernel's time.
 """
 from __future__ import annotations
 
 from diagnose.findings import Result
-from diagnose.kernel_stats import per_kernel, total_gpu_time_ns
+from diagnose.kernel_stats import most_common, per_kernel, per_kernel_sum, total_gpu_time_ns
 
 NAME = "kernels"
 ORDER = 5
-COLUMNS = ["l2_hit_pct", "dram_throughput_pct", "memory_throughput_pct", "sm_throughput_pct",
-           "achieved_occupancy_pct", "theoretical_occupancy_pct", "grid_size", "block_size", "registers_per_thread"]
+METRICS = ["l2_hit_pct", "dram_throughput_pct", "memory_throughput_pct", "sm_throughput_pct",
+           "achieved_occupancy_pct", "theoretical_occupancy_pct", "registers_per_thread",
+           "shared_mem_per_block_bytes", "waves_per_sm"]
+SHAPES = ["grid_size", "block_size"]
 
 
 def analyze(profile, th) -> Result:
@@ -18,7 +22,14 @@ def analyze(profile, th) -> Result:
     kernels = profile.kernels
     if not len(kernels):
         return result
-    result.tables["kernels"] = per_kernel(kernels, COLUMNS)
+    stats = per_kernel(kernels, METRICS)
+    for col in SHAPES:
+        stats[col] = most_common(kernels, col, stats)
+    stats["dram_bytes"] = per_kernel_sum(kernels, kernels["dram_bytes"], stats)  # summed over launches
+    front = ["kernel", "launches", "gpu_time_ns", "share", "mean_dur_ns", *SHAPES, *METRICS, "dram_bytes",
+             "kernel_short", "kernel_name"]
+    result.tables["kernels"] = stats[front]
     result.summary["ncu_kernel_launches"] = float(len(kernels))
     result.summary["ncu_gpu_time_ns"] = total_gpu_time_ns(kernels)
+    result.summary["ncu_distinct_kernels"] = float(len(stats))
     return result

@@ -1,11 +1,20 @@
-"""Occupancy: warps that could be resident but are not, and what limits how many can be.
+"""Occupancy: warp slots that could be filled but are not, and what bounds how many there are.
 
 Theoretical occupancy is set by the tightest of four per-SM limits (registers,
-shared memory, warps, blocks: ncu's ``launch__occupancy_limit_*``, in blocks per SM).
-Achieved occupancy well under theoretical means warps are not there when they
-could be: load imbalance, a partial last wave, or kernels too short to fill the
-SMs. Hopper's warp-specialised GEMMs run one large block per SM by design, so a
-low theoretical occupancy alone is not flagged: only the achieved-vs-theoretical gap.
+shared memory, warps, blocks: ncu's ``launch__occupancy_limit_*``, in blocks per SM);
+that one is the *limiter*. Achieved occupancy well under theoretical means warps are
+missing when they could be resident: load imbalance between blocks, a partial last
+wave, or kernels too short to ramp up. The finding is that gap, over ``gap_pts``.
+
+Two cases are left to other analyzers: a grid with too few blocks to fill the slots
+(achieved is then capped at ``grid_ceiling_pct``: the blocks an SM actually gets ×
+warps per block; launch_config reports the grid), and launch-bound micro-kernels
+shorter than ``tiny_kernels.max_dur_us`` (tiny_kernels reports them). Hopper's
+warp-specialised GEMMs run one large block per SM by design, so a low theoretical
+occupancy alone is not flagged; the limiter is shown so the advice fits.
+
+Cost estimate: a latency-bound kernel's time goes with its resident warps, so filling
+the slots would save ``gap / theoretical`` of its time (an upper bound).
 """
 from __future__ import annotations
 
@@ -13,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
-from diagnose.kernel_stats import launches_figure, per_kernel
+from diagnose.kernel_stats import kernel_subject_name, launches_figure, most_common, per_kernel
 
 NAME = "occupancy"
 ORDER = 15
@@ -21,14 +30,18 @@ SECTION = "section-occupancy"
 LIMITS = {"registers": "occupancy_limit_registers", "shared_mem": "occupancy_limit_shared_mem",
           "warps": "occupancy_limit_warps", "blocks": "occupancy_limit_blocks"}
 ADVICE = {
-    "registers": "registers per thread limit residency: cap them with __launch_bounds__ / -maxrregcount, "
-                 "or move per-thread arrays to shared memory",
-    "shared_mem": "shared memory per block limits residency: use smaller tiles, fewer pipeline stages, or raise "
-                  "the shared-memory carveout (cudaFuncAttributePreferredSharedMemoryCarveout)",
-    "warps": "threads per block limit residency: the SM's warp slots are full with few blocks; smaller blocks "
-             "let the scheduler balance better",
-    "blocks": "the per-SM block limit binds: blocks are too small; use larger blocks (more threads per block)",
+    "registers": "registers per thread bound residency: cap them with __launch_bounds__(threads, minBlocksPerSM) "
+                 "or -maxrregcount (watch for spills), or keep per-thread arrays in shared memory",
+    "shared_mem": "shared memory per block bounds residency: use smaller tiles or fewer pipeline stages, or raise "
+                  "the carveout (cudaFuncAttributePreferredSharedMemoryCarveout / MaxDynamicSharedMemorySize)",
+    "warps": "the SM's warp slots fill with few, large blocks: use fewer threads per block so more, smaller "
+             "blocks can be resident and balance",
+    "blocks": "the per-SM block limit binds before the warp slots fill: blocks are too small; use bigger blocks "
+              "(more threads per block)",
 }
+GAP_ADVICE = ("Achieved occupancy far under theoretical means resident-warp slots sit empty while the kernel "
+              "runs: look for load imbalance between blocks (uneven work per block or row), a partial last "
+              "wave (see the launch-configuration findings), or kernels too short for the SMs to fill.")
 
 
 def analyze(profile, th) -> Result:
@@ -38,48 +51,85 @@ def analyze(profile, th) -> Result:
     if not len(kernels) or kernels["achieved_occupancy_pct"].notna().sum() == 0:
         return result
     stats = per_kernel(kernels, ["achieved_occupancy_pct", "theoretical_occupancy_pct", "registers_per_thread",
-                                 "shared_mem_per_block_bytes", *LIMITS.values()])
-    limits = stats[list(LIMITS.values())]
-    stats["limiter"] = [
-        (min(((k, row[c]) for k, c in LIMITS.items() if not np.isnan(row[c])), key=lambda kv: kv[1])[0]
-         if row.notna().any() else None)
-        for _, row in limits.iterrows()]
+                                 "shared_mem_per_block_bytes", "waves_per_sm", "sm_count", *LIMITS.values()])
+    for col in ("grid_size", "block_size"):
+        stats[col] = most_common(kernels, col, stats)
+    stats["limiter"] = [limiter(row) for _, row in stats[list(LIMITS.values())].iterrows()]
+    stats["blocks_per_sm"] = stats[list(LIMITS.values())].min(axis=1, skipna=True)
     stats["gap_pts"] = stats["theoretical_occupancy_pct"] - stats["achieved_occupancy_pct"]
+    stats["grid_ceiling_pct"] = grid_ceiling_pct(stats)
+    stats["grid_limited"] = (stats["grid_ceiling_pct"] - stats["achieved_occupancy_pct"]) <= t.gap_pts
     result.tables["kernels"] = stats
+    weights = stats["gpu_time_ns"].where(stats["achieved_occupancy_pct"].notna(), 0.0)
+    if weights.sum() > 0:
+        result.summary["achieved_occupancy_time_weighted_pct"] = float(
+            np.average(stats["achieved_occupancy_pct"].fillna(0.0), weights=weights))
     tiny_ns = th.tiny_kernels.max_dur_us * 1000.0
     gap = stats[(stats["gap_pts"] > t.gap_pts) & (stats["share"] >= t.min_kernel_share)
-                & (stats["mean_dur_ns"] >= tiny_ns)].copy()
-    result.summary["achieved_occupancy_time_weighted_pct"] = float(
-        np.average(stats["achieved_occupancy_pct"].fillna(0), weights=stats["gpu_time_ns"].fillna(0))
-        if stats["gpu_time_ns"].sum() > 0 else np.nan)
+                & (stats["mean_dur_ns"] >= tiny_ns) & ~stats["grid_limited"]]
     if len(gap):
-        result.findings.append(_gap_finding(gap.sort_values("gpu_time_ns", ascending=False), t))
+        result.findings.append(_gap_finding(gap, t))
     return result
 
 
+def limiter(limits: pd.Series) -> str | None:
+    """The limit(s) giving the fewest blocks per SM: ``registers``, or ``registers+blocks`` on a tie."""
+    values = {name: limits[col] for name, col in LIMITS.items() if not pd.isna(limits[col])}
+    if not values:
+        return None
+    low = min(values.values())
+    return "+".join(name for name, v in values.items() if v == low)
+
+
+def grid_ceiling_pct(stats: pd.DataFrame) -> pd.Series:
+    """The occupancy the grid allows: an SM gets ceil(grid / SMs) blocks, at most the resident limit.
+
+    Equal to theoretical when the grid fills every SM's slots; lower for grids of under one wave.
+    """
+    per_sm = np.ceil(stats["grid_size"] / stats["sm_count"])
+    fill = (per_sm / stats["blocks_per_sm"]).clip(upper=1.0)
+    return (stats["theoretical_occupancy_pct"] * fill).where(fill.notna(), stats["theoretical_occupancy_pct"])
+
+
 def _gap_finding(gap: pd.DataFrame, t) -> Finding:
+    gap = gap.copy()
+    gap["est_loss_share"] = gap["share"] * (gap["gap_pts"] / gap["theoretical_occupancy_pct"].replace(0, np.nan))
+    gap = gap.sort_values(["est_loss_share", "kernel"], ascending=[False, True], kind="stable")
     subjects = []
     for _, r in gap.iterrows():
-        sev = Severity.CRITICAL if r["gap_pts"] > t.critical_gap_pts and r["share"] >= 0.1 else Severity.WARNING
+        sev = (Severity.CRITICAL if r["gap_pts"] > t.critical_gap_pts and r["share"] >= t.critical_kernel_share
+               else Severity.WARNING)
         f = launches_figure(r)
         f.update({"achieved_occupancy_pct": r["achieved_occupancy_pct"],
                   "theoretical_occupancy_pct": r["theoretical_occupancy_pct"], "gap_pts": r["gap_pts"],
-                  "limiter": r["limiter"]})
-        subjects.append(Subject("kernel", r["kernel"], sev, f))
+                  "limiter": r["limiter"], "blocks_per_sm": r["blocks_per_sm"],
+                  "registers_per_thread": r["registers_per_thread"],
+                  "shared_mem_per_block_bytes": r["shared_mem_per_block_bytes"], "est_loss_share": r["est_loss_share"]})
+        subjects.append(Subject("kernel", kernel_subject_name(r), sev, f))
     top = gap.iloc[0]
-    # the lost share: time × (1 - achieved/theoretical), an upper bound on what filling the slots could win
-    lost = float((gap["share"] * (gap["gap_pts"] / gap["theoretical_occupancy_pct"].replace(0, np.nan))).sum())
-    limiter = top["limiter"]
-    rec = ("Achieved occupancy far below theoretical means resident-warp slots sit empty: look for load imbalance "
-           "between blocks, a partial last wave (see launch configuration), or kernels too short to ramp up.")
-    if limiter in ADVICE:
-        rec += f" Theoretical occupancy itself is bounded by {limiter.replace('_', ' ')}: {ADVICE[limiter]}."
+    lost = float(gap["est_loss_share"].sum(min_count=1))
+    limiters = []
+    for lim in gap["limiter"].dropna():
+        for part in lim.split("+"):
+            if part not in limiters:
+                limiters.append(part)
+    rec = GAP_ADVICE
+    if limiters:
+        per = "; ".join(f"{name.replace('_', ' ')} ({_kernels_with(gap, name)}): {ADVICE[name]}" for name in limiters)
+        rec += f" Theoretical occupancy itself is bounded by the limiter of each kernel — {per}."
     return Finding(
         id="occupancy.gap", analyzer=NAME, severity=max(s.severity for s in subjects),
         title=(f"{top['kernel']} reaches {top['achieved_occupancy_pct']:.0f} % occupancy of a possible "
-               f"{top['theoretical_occupancy_pct']:.0f} % ({top['gap_pts']:.0f} points lost)"),
+               f"{top['theoretical_occupancy_pct']:.0f} % ({top['gap_pts']:.0f} points lost)"
+               + (f"; {len(gap) - 1} more kernel{'s' if len(gap) > 2 else ''}" if len(gap) > 1 else "")),
         subjects=tuple(subjects),
         evidence=(Evidence("sm__warps_active.avg.pct_of_peak_sustained_active", float(top["achieved_occupancy_pct"]), "%"),
                   Evidence("sm__maximum_warps_per_active_cycle_pct", float(top["theoretical_occupancy_pct"]), "%"),
-                  Evidence("occupancy_gap", float(top["gap_pts"]), "points", t.gap_pts)),
-        cost_share=lost if not np.isnan(lost) else None, recommendation=rec, section=SECTION)
+                  Evidence("occupancy_gap_pts", float(top["gap_pts"]), "points", t.gap_pts)),
+        cost_share=None if np.isnan(lost) else min(1.0, lost), recommendation=rec, section=SECTION)
+
+
+def _kernels_with(gap: pd.DataFrame, name: str) -> str:
+    rows = gap[gap["limiter"].fillna("").str.split("+").apply(lambda parts: name in parts)]
+    names = list(rows["kernel"])
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")

@@ -1,20 +1,27 @@
 """Speed of light: is each kernel bound by memory, by compute, or by neither (latency)?
 
-ncu's SOL section gives SM and memory throughput as % of peak. A kernel near the
-peak of one is bound by it; a kernel far from both is latency-bound — it neither
-moves nor computes at the rate the GPU can, usually for want of parallelism or
-because of dependent accesses — which is where the largest wins hide.
+ncu's SOL section gives SM throughput and memory throughput (the busiest of L1, L2
+and DRAM; DRAM throughput when only that was collected) as % of peak. A kernel at
+``bound_pct`` or more on one is bound by it; a kernel under ``latency_pct`` on both is
+latency-bound — it neither moves nor computes at the rate the GPU can, for want of
+parallelism or because of dependent accesses — which is where the largest wins hide.
+In between it is "balanced". Launch-bound micro-kernels (shorter than
+``tiny_kernels.max_dur_us``) are tiny_kernels' business and not flagged here.
+
+Cost estimate: brought up to ``bound_pct`` of its busier unit, a latency-bound kernel
+would take ``max(sm, memory) / bound_pct`` of its time; the rest is the estimate.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from diagnose.findings import Evidence, Finding, Result, Severity, Subject
-from diagnose.kernel_stats import launches_figure, per_kernel
+from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.kernel_stats import kernel_subject_name, launches_figure, names_list, per_kernel
 
 NAME = "speed_of_light"
 ORDER = 30
 SECTION = "section-speed_of_light"
+CLASSES = ("memory-bound", "compute-bound", "balanced", "latency-bound", "unknown")
 
 
 def classify(sm_pct: float, mem_pct: float, bound_pct: float, latency_pct: float) -> str:
@@ -31,41 +38,59 @@ def analyze(profile, th) -> Result:
     t = th.speed_of_light
     kernels = profile.kernels
     result = Result(NAME)
-    if not len(kernels) or kernels["sm_throughput_pct"].notna().sum() == 0:
+    if not len(kernels):
+        return result
+    if kernels["sm_throughput_pct"].notna().sum() == 0:
+        result.findings.append(not_measured(
+            NAME, "Speed of light (SM and memory throughput)",
+            "Collect ncu's SpeedOfLight section (`ncu --section SpeedOfLight`, metrics "
+            "sm__throughput.avg.pct_of_peak_sustained_elapsed and "
+            "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed).", SECTION))
         return result
     stats = per_kernel(kernels, ["sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct"])
+    stats["memory_source"] = np.where(stats["memory_throughput_pct"].notna(), "memory", "dram")
+    stats["memory_throughput_pct"] = stats["memory_throughput_pct"].fillna(stats["dram_throughput_pct"])
     stats["bound"] = [classify(s, m, t.bound_pct, t.latency_pct)
                       for s, m in zip(stats["sm_throughput_pct"], stats["memory_throughput_pct"])]
+    stats["peak_unit_pct"] = stats[["sm_throughput_pct", "memory_throughput_pct"]].max(axis=1)
     result.tables["kernels"] = stats
+    result.meta.update({"bound_pct": t.bound_pct, "latency_pct": t.latency_pct})
     by_class = stats.groupby("bound")["share"].sum()
-    for cls, share in by_class.items():
-        result.summary[f"sol_{cls.replace('-', '_')}_gpu_time_share"] = float(share)
+    for cls in CLASSES:
+        result.summary[f"sol_{cls.replace('-', '_')}_gpu_time_share"] = float(by_class.get(cls, 0.0))
     tiny_ns = th.tiny_kernels.max_dur_us * 1000.0
     lat = stats[(stats["bound"] == "latency-bound") & (stats["share"] >= t.min_kernel_share)
-                & (stats["mean_dur_ns"] >= tiny_ns)]
+                & (stats["mean_dur_ns"] >= tiny_ns)].copy()
     if len(lat):
-        subjects = []
-        for _, r in lat.iterrows():
-            f = launches_figure(r)
-            f.update({"sm_throughput_pct": r["sm_throughput_pct"], "memory_throughput_pct": r["memory_throughput_pct"]})
-            sev = Severity.WARNING if r["share"] >= 0.05 else Severity.INFO
-            subjects.append(Subject("kernel", r["kernel"], sev, f))
-        top = lat.iloc[0]
-        share = float(lat["share"].sum())
-        result.findings.append(Finding(
-            id="speed_of_light.latency_bound", analyzer=NAME, severity=max(s.severity for s in subjects),
-            title=(f"{len(lat)} kernel{'s' if len(lat) != 1 else ''} ({100 * share:.1f} % of GPU time) reach under "
-                   f"{t.latency_pct:g} % of both compute and memory peak; heaviest: {top['kernel']} "
-                   f"(SM {top['sm_throughput_pct']:.0f} %, memory {top['memory_throughput_pct']:.0f} %)"),
-            subjects=tuple(subjects),
-            evidence=(Evidence("sm__throughput.avg.pct_of_peak_sustained_elapsed", float(top["sm_throughput_pct"]), "%",
-                               t.latency_pct),
-                      Evidence("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-                               float(top["memory_throughput_pct"]), "%", t.latency_pct)),
-            cost_share=share,
-            recommendation=("These kernels leave both the SMs and memory mostly idle: expose more parallelism "
-                            "(more blocks, more independent work per thread), remove dependent memory accesses "
-                            "and synchronisation inside the kernel, and check the launch configuration and "
-                            "occupancy findings for the same kernels."),
-            section=SECTION))
+        result.findings.append(_latency_finding(lat, t))
     return result
+
+
+def _latency_finding(lat, t) -> Finding:
+    lat["est_loss_share"] = lat["share"] * (1.0 - lat["peak_unit_pct"] / t.bound_pct).clip(lower=0.0)
+    subjects = []
+    for _, r in lat.iterrows():
+        f = launches_figure(r)
+        f.update({"sm_throughput_pct": r["sm_throughput_pct"], "memory_throughput_pct": r["memory_throughput_pct"],
+                  "est_loss_share": r["est_loss_share"]})
+        sev = Severity.WARNING if r["share"] >= t.warning_kernel_share else Severity.INFO
+        subjects.append(Subject("kernel", kernel_subject_name(r), sev, f))
+    top = lat.iloc[0]
+    share = float(lat["share"].sum())
+    return Finding(
+        id="speed_of_light.latency_bound", analyzer=NAME, severity=max(s.severity for s in subjects),
+        title=(f"{len(lat)} kernel{'s' if len(lat) != 1 else ''} ({100 * share:.1f} % of GPU time) reach under "
+               f"{t.latency_pct:g} % of both compute and memory peak; heaviest: {top['kernel']} "
+               f"(SM {top['sm_throughput_pct']:.0f} %, memory {top['memory_throughput_pct']:.0f} %)"),
+        subjects=tuple(subjects),
+        evidence=(Evidence("sm__throughput.avg.pct_of_peak_sustained_elapsed", float(top["sm_throughput_pct"]), "%",
+                           t.latency_pct),
+                  Evidence("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+                           float(top["memory_throughput_pct"]), "%", t.latency_pct),
+                  Evidence("latency_bound_gpu_time_share", share, "share")),
+        cost_share=min(1.0, float(lat["est_loss_share"].sum())),
+        recommendation=(f"{names_list(lat)} leave both the SMs and memory mostly idle: expose more parallelism "
+                        "(more blocks, more independent work per thread), remove dependent memory accesses and "
+                        "synchronisation inside the kernel (__syncthreads in loops, atomics on one address), and "
+                        "check the occupancy and launch-configuration findings for the same kernels."),
+        section=SECTION)

@@ -1,20 +1,25 @@
 """Tiny kernels: swarms of launches so short that launching them costs as much as running them.
 
-A kernel launch costs the host a few microseconds (cudaLaunchKernel plus the
-framework's dispatch); a kernel shorter than that keeps the GPU waiting for the
-next launch. Many such launches mean the step is launch-bound, which ncu alone
-cannot see in wall time, so the cost estimate assumes ``LAUNCH_OVERHEAD_US`` per launch
-(about what a PyTorch eager op costs to dispatch on a modern CPU).
+A launch costs the host a few microseconds (cudaLaunchKernel plus the framework's
+dispatch: ``tiny_kernels.launch_overhead_us``); a kernel shorter than that keeps
+the GPU waiting for the next one, so the step is launch-bound. ncu serialises
+kernels and cannot see that wait, so the cost is estimated: on a timeline where
+each launch takes at least the launch overhead, tiny launches occupy
+``sum(max(dur, overhead))`` of ``sum over all launches of max(dur, overhead)``;
+that share is what fusing them away could win. Grouped by kernel name.
 """
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
-from diagnose.kernel_stats import launches_figure, per_kernel
+from diagnose.kernel_stats import kernel_subject_name, launches_figure, most_common, names_list, per_kernel
 
 NAME = "tiny_kernels"
 ORDER = 25
 SECTION = "section-tiny_kernels"
-LAUNCH_OVERHEAD_US = 5.0
+HISTOGRAM_BINS_PER_DECADE = 10
 
 
 def analyze(profile, th) -> Result:
@@ -23,37 +28,63 @@ def analyze(profile, th) -> Result:
     result = Result(NAME)
     if not len(kernels) or kernels["dur_ns"].notna().sum() == 0:
         return result
+    timed = kernels[kernels["dur_ns"].notna()]
     limit_ns = t.max_dur_us * 1000.0
-    tiny = kernels[kernels["dur_ns"] < limit_ns]
-    n_all, n_tiny = len(kernels), len(tiny)
+    overhead_ns = t.launch_overhead_us * 1000.0
+    tiny = timed[timed["dur_ns"] < limit_ns]
+    n_all, n_tiny = len(timed), len(tiny)
     share = n_tiny / n_all
-    stats = per_kernel(tiny, ["grid_size", "block_size"])
-    stats["tiny_launch_share"] = stats["launches"] / n_all
+    timeline_ns = float(np.maximum(timed["dur_ns"], overhead_ns).sum())
+    tiny_timeline_ns = float(np.maximum(tiny["dur_ns"], overhead_ns).sum())
+    cost = tiny_timeline_ns / timeline_ns if timeline_ns > 0 else 0.0
+    stats = per_kernel(tiny, [])
+    for col in ("grid_size", "block_size"):
+        stats[col] = most_common(tiny, col, stats)
+    stats["launch_share"] = stats["launches"] / n_all
+    stats["share_of_all_gpu_time"] = stats["gpu_time_ns"] / float(timed["dur_ns"].sum())
     result.tables["kernels"] = stats
+    result.tables["duration_histogram"] = duration_histogram(timed["dur_ns"])
+    result.meta.update({"max_dur_ns": limit_ns, "launch_overhead_ns": overhead_ns, "launches": n_all})
     result.summary["tiny_kernel_launch_share"] = share
     result.summary["tiny_kernel_launches"] = float(n_tiny)
+    result.summary["tiny_kernel_est_timeline_share"] = cost
     if n_tiny < t.min_launches or share < t.warning_share:
         return result
     severity = Severity.CRITICAL if share >= t.critical_share else Severity.WARNING
-    gpu_ns = float(tiny["dur_ns"].sum())
-    overhead_ns = n_tiny * LAUNCH_OVERHEAD_US * 1000.0
-    # GPU time the launches would leave idle if each waited LAUNCH_OVERHEAD_US for the host
-    idle_share = max(0.0, overhead_ns - gpu_ns) / (max(0.0, overhead_ns - gpu_ns) + float(kernels["dur_ns"].sum()))
-    subjects = tuple(Subject("kernel", r["kernel"], severity, {**launches_figure(r),
-                                                               "tiny_launch_share": r["tiny_launch_share"]})
-                     for _, r in stats.iterrows())
+    subjects = tuple(Subject("kernel", kernel_subject_name(r), severity,
+                             {**launches_figure(r), "launch_share": float(r["launch_share"]),
+                              "grid_blocks": None if np.isnan(r["grid_size"]) else int(r["grid_size"])})
+                     for _, r in stats.sort_values(["launches", "kernel"], ascending=[False, True]).iterrows())
     result.findings.append(Finding(
         id="tiny_kernels.launch_bound", analyzer=NAME, severity=severity,
         title=(f"{n_tiny} of {n_all} launches ({100 * share:.0f} %) run under {t.max_dur_us:g} µs "
-               f"(mean {tiny['dur_ns'].mean() / 1000:.1f} µs): launch-bound"),
+               f"(mean {tiny['dur_ns'].mean() / 1000:.1f} µs, {len(stats)} kernel{'s' if len(stats) != 1 else ''}): "
+               "launch-bound"),
         subjects=subjects,
         evidence=(Evidence("tiny_launch_share", 100 * share, "%", 100 * t.warning_share),
+                  Evidence("tiny_launches", float(n_tiny), "launches", float(t.min_launches)),
                   Evidence("gpu__time_duration.sum (mean of tiny launches)", float(tiny["dur_ns"].mean()), "ns",
                            limit_ns)),
-        cost_share=idle_share,
-        recommendation=("Launch fewer, larger kernels: use fused or foreach optimizers "
-                        "(torch.optim.AdamW(fused=True) / foreach=True), torch.compile the step so elementwise "
-                        "chains fuse, capture the steady-state step in a CUDA graph (torch.cuda.graphs / "
-                        "mode='reduce-overhead'), and batch per-parameter loops into one op over a flat buffer."),
+        cost_share=cost,
+        recommendation=(f"Launch fewer, larger kernels ({names_list(stats)}): use fused or foreach optimizers "
+                        "(torch.optim.AdamW(fused=True) or foreach=True), torch.compile the step so elementwise "
+                        "chains fuse into one kernel, capture the steady-state step in a CUDA graph "
+                        "(torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead')), and replace "
+                        "per-parameter Python loops with one op over a flat buffer (torch._foreach_*)."),
         section=SECTION))
     return result
+
+
+def duration_histogram(dur_ns: pd.Series) -> pd.DataFrame:
+    """Launch counts and GPU time per log-spaced duration bin (10 per decade), for the section's chart."""
+    d = dur_ns[dur_ns > 0].to_numpy(dtype=float)
+    if not len(d):
+        return pd.DataFrame({"bin_lo_ns": [], "bin_hi_ns": [], "launches": [], "gpu_time_ns": []})
+    lo, hi = np.floor(np.log10(d.min())), np.ceil(np.log10(d.max()) + 1e-9)
+    edges = 10 ** np.linspace(lo, hi, int(round((hi - lo) * HISTOGRAM_BINS_PER_DECADE)) + 1)
+    idx = np.clip(np.searchsorted(edges, d, side="right") - 1, 0, len(edges) - 2)
+    counts = np.bincount(idx, minlength=len(edges) - 1)
+    time_ns = np.bincount(idx, weights=d, minlength=len(edges) - 1)
+    keep = counts > 0
+    return pd.DataFrame({"bin_lo_ns": edges[:-1][keep], "bin_hi_ns": edges[1:][keep],
+                         "launches": counts[keep].astype(int), "gpu_time_ns": time_ns[keep]})

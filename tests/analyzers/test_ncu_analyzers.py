@@ -32,7 +32,9 @@ def test_random_gather_is_critical_low_l2(form):
     assert s.figures["launches"] == 3
     assert s.figures["l2_hit_pct"] == pytest.approx(17.14, abs=0.05)   # 17.12 / 17.16 / 17.13, duration-weighted
     assert s.figures["dram_bound"] is False                          # DRAM ≈ 53 % < 60 % band
-    assert f.cost_share == pytest.approx(1.0)
+    # misses removed by reaching the 85 % band: (85 - 17.13) / (100 - 17.13) of all the GPU time
+    assert f.cost_share == pytest.approx((85 - s.figures["l2_hit_pct"]) / (100 - s.figures["l2_hit_pct"]))
+    assert f.cost_share == pytest.approx(0.819, abs=0.001)
     assert a.summary["l2_hit_time_weighted_pct"] == pytest.approx(17.14, abs=0.05)
     assert a.summary["l2_low_hit_gpu_time_share"] == pytest.approx(1.0)
     assert "latency-bound scattered" in f.recommendation or "scattered" in f.recommendation
@@ -74,8 +76,11 @@ def test_matmul_has_no_launch_or_occupancy_findings():
     for fid in ("launch_config.small_grid", "launch_config.tail_effect", "launch_config.block_not_warp_multiple",
                 "occupancy.gap", "tiny_kernels.launch_bound", "speed_of_light.latency_bound"):
         assert fid not in got, fid
-    # 8192³ bf16: operands twice the L2 — a warning, not critical (PROVENANCE.md)
-    assert got["l2.low_hit_rate"].severity == Severity.WARNING
+    # 8192³ bf16: L2 hit ≈ 71.5 % but SM throughput ≈ 93 % and DRAM ≈ 20 %: misses do not limit it
+    assert "l2.low_hit_rate" not in got
+    table = a.results["l2"].tables["kernels"]
+    row = table.iloc[0]
+    assert row["compute_saturated"] and 70 < row["l2_hit_pct"] < 74
 
 
 def test_missing_l2_metric_says_not_measured():

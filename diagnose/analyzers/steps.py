@@ -1,0 +1,218 @@
+"""Step time from CUDA events: does the GPU wait on the host, and is step time steady?
+
+Each step has a host time (wall clock from its start to the next step's) and a
+GPU time (between CUDA events recorded at its start and end). When host time
+well exceeds GPU time the GPU sits waiting for the host: data loading, Python
+overhead or syncs. Warm-up steps are left out of every median (see
+``Steps.warmup_steps``); docs/step-timings.md says how the figures are made.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.profile_data import Profile
+from diagnose.thresholds import Thresholds
+
+NAME = "steps"
+ORDER = 40
+SECTION = "section-steps"
+MAX_OUTLIER_SUBJECTS = 20
+
+
+def step_table(profile: Profile, th: Thresholds) -> pd.DataFrame:
+    """Whole-step rows of every rank with ``step_ms`` and ``warmup``; other names (regions) are left out.
+
+    ``step_ms`` is the host time when it was measured (what the user waits for), else the GPU time.
+    """
+    frames = [f for f in profile.step_events.values() if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=["rank", "step", "name", "t_start_ns", "host_ms", "gpu_ms", "step_ms", "warmup"])
+    events = pd.concat(frames, ignore_index=True)
+    steps = events[events["name"] == primary_name(events)].sort_values(["rank", "step"], kind="stable")
+    steps = steps.reset_index(drop=True)
+    steps["step_ms"] = steps["host_ms"].where(steps["host_ms"].notna(), steps["gpu_ms"])
+    position = steps.groupby("rank").cumcount()
+    count = steps.groupby("rank")["step"].transform("size")
+    steps["warmup"] = position < np.minimum(th.steps.warmup_steps, count // 2)
+    if "instrumented" in steps:  # steps inside gpudiag's trace window are slow by design: not the run's own timing
+        steps["warmup"] = steps["warmup"] | steps["instrumented"].fillna(False).astype(bool)
+    return steps
+
+
+def primary_name(events: pd.DataFrame) -> str:
+    """'step' when the source has whole-step records, else the first name it gives."""
+    names = events["name"].dropna()
+    if (names == "step").any() or not len(names):
+        return "step"
+    return str(names.iloc[0])
+
+
+def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
+    result = Result(analyzer=NAME)
+    steps = step_table(profile, th)
+    if not len(steps):
+        result.findings.append(not_measured(
+            NAME, "Per-step CUDA-event timing",
+            "Run the script under `gpudiag profile` (it records CUDA events around each optimizer step), or pass "
+            "a CSV/JSON of step timings (name,step,elapsed_ms; see docs/step-timings.md).", section=SECTION))
+        return result
+    measured = steps[~steps["warmup"]]
+    medians = measured.groupby("rank")["step_ms"].transform("median")
+    steps["outlier"] = False
+    steps.loc[measured.index, "outlier"] = measured["step_ms"] > th.steps.outlier_factor * medians
+    measured = steps[~steps["warmup"]]
+
+    result.summary.update(_summary(steps, measured))
+    result.tables["per_rank"] = _per_rank(steps)
+    result.tables["steps"], stride = _chart_rows(steps, th.steps.max_chart_steps)
+    regions = _regions(profile, steps)
+    if len(regions):
+        result.tables["regions"] = regions
+    result.meta.update({"step_name": str(steps["name"].iloc[0]), "chart_stride": stride,
+                        "warmup_steps_per_rank": th.steps.warmup_steps,
+                        "warmup_excluded": int(steps["warmup"].sum()),
+                        "median_step_ms": result.summary.get("step_time_median_ms")})
+    if len(measured) >= th.steps.min_steps:
+        result.findings.extend(f for f in (_host_bound(measured, th), _unstable(steps, measured, th)) if f)
+    return result
+
+
+def _summary(steps: pd.DataFrame, measured: pd.DataFrame) -> dict[str, float]:
+    step_ms = measured["step_ms"].dropna()
+    out = {"step_count": int(len(measured)), "step_warmup_excluded": int(steps["warmup"].sum()),
+           "step_outlier_count": int(measured["outlier"].sum())}
+    if len(step_ms):
+        median = float(step_ms.median())
+        p10, p90 = (float(v) for v in step_ms.quantile([0.1, 0.9]))
+        out.update({"step_time_median_ms": median, "step_time_p10_ms": p10, "step_time_p90_ms": p90,
+                    "step_time_spread_pct": 100.0 * (p90 - p10) / median if median > 0 else float("nan")})
+    host, gpu = measured["host_ms"].dropna(), measured["gpu_ms"].dropna()
+    if len(host):
+        out["step_host_time_median_ms"] = float(host.median())
+    if len(gpu):
+        out["step_gpu_time_median_ms"] = float(gpu.median())
+    if len(host) and len(gpu) and gpu.median() > 0:
+        out["step_host_over_gpu_ratio"] = float(host.median() / gpu.median())
+    return out
+
+
+def _per_rank(steps: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for rank, group in steps.groupby("rank"):
+        measured = group[~group["warmup"]]
+        host, gpu = measured["host_ms"].median(), measured["gpu_ms"].median()
+        rows.append({"rank": int(rank), "steps": int(len(measured)), "warmup_excluded": int(group["warmup"].sum()),
+                     "step_median_ms": measured["step_ms"].median(),
+                     "step_p10_ms": measured["step_ms"].quantile(0.1), "step_p90_ms": measured["step_ms"].quantile(0.9),
+                     "host_median_ms": host, "gpu_median_ms": gpu,
+                     "host_over_gpu_ratio": host / gpu if gpu and gpu > 0 else float("nan"),
+                     "outliers": int(measured["outlier"].sum())})
+    return pd.DataFrame(rows)
+
+
+def _chart_rows(steps: pd.DataFrame, max_rows: int) -> tuple[pd.DataFrame, int]:
+    """At most about ``max_rows`` steps for the chart: every k-th, plus every warm-up step and outlier."""
+    stride = max(1, int(np.ceil(len(steps) / max_rows)))
+    position = steps.groupby("rank").cumcount()
+    keep = (position % stride == 0) | steps["warmup"] | steps["outlier"]
+    columns = ["rank", "step", "host_ms", "gpu_ms", "step_ms", "warmup", "outlier"]
+    return steps.loc[keep, columns].reset_index(drop=True), stride
+
+
+def _regions(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame:
+    """Median GPU/host time of every other timed name (forward, backward, …) next to the whole step."""
+    events = pd.concat([f for f in profile.step_events.values() if len(f)], ignore_index=True)
+    step_name = steps["name"].iloc[0]
+    others = events[events["name"] != step_name]
+    if not len(others):
+        return pd.DataFrame()
+    median_step = steps.loc[~steps["warmup"], "step_ms"].median()
+    table = others.groupby("name").agg(count=("step", "size"), gpu_median_ms=("gpu_ms", "median"),
+                                       host_median_ms=("host_ms", "median")).reset_index()
+    table["share_of_step_pct"] = 100.0 * table["gpu_median_ms"] / median_step if median_step > 0 else np.nan
+    return table.sort_values("gpu_median_ms", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _host_bound(measured: pd.DataFrame, th: Thresholds) -> Finding | None:
+    both = measured.dropna(subset=["host_ms", "gpu_ms"])
+    if len(both) < th.steps.min_steps:
+        return None
+    host, gpu = float(both["host_ms"].median()), float(both["gpu_ms"].median())
+    if gpu <= 0:
+        return None
+    ratio = host / gpu
+    if ratio < th.steps.host_bound_ratio:
+        return None
+    severity = Severity.CRITICAL if ratio >= th.steps.host_bound_critical_ratio else Severity.WARNING
+    subjects = []
+    for rank, group in both.groupby("rank"):
+        rank_ratio = float(group["host_ms"].median() / group["gpu_ms"].median())
+        subjects.append(Subject("rank", f"rank {int(rank)}", severity=_ratio_severity(rank_ratio, th),
+                                figures={"host_median_ms": float(group["host_ms"].median()),
+                                         "gpu_median_ms": float(group["gpu_ms"].median()),
+                                         "host_over_gpu_ratio": rank_ratio}))
+    return Finding(
+        id="steps.host_bound", analyzer=NAME, severity=severity,
+        title=f"The GPU waits on the host: a step takes {host:,.1f} ms on the host but {gpu:,.1f} ms on the GPU "
+              f"({ratio:.2f}x)",
+        subjects=tuple(subjects),
+        evidence=(Evidence("step_host_time_median_ms", host, "ms"),
+                  Evidence("step_gpu_time_median_ms", gpu, "ms"),
+                  Evidence("step_host_over_gpu_ratio", ratio, "x", th.steps.host_bound_ratio)),
+        cost_share=1.0 - 1.0 / ratio,
+        recommendation="Find what the host does between GPU work: load data with DataLoader(num_workers>0, "
+                       "pin_memory=True, persistent_workers=True) and prefetch the next batch; remove per-step host "
+                       "syncs (loss.item(), .cpu(), printing tensors; see the sync section); for many small kernels "
+                       "use torch.compile or CUDA graphs to cut Python and launch overhead.",
+        section=SECTION)
+
+
+def _ratio_severity(ratio: float, th: Thresholds) -> Severity:
+    if ratio >= th.steps.host_bound_critical_ratio:
+        return Severity.CRITICAL
+    return Severity.WARNING if ratio >= th.steps.host_bound_ratio else Severity.INFO
+
+
+def _unstable(steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds) -> Finding | None:
+    step_ms = measured["step_ms"].dropna()
+    median = float(step_ms.median())
+    if median <= 0:
+        return None
+    p10, p90 = (float(v) for v in step_ms.quantile([0.1, 0.9]))
+    spread_pct = 100.0 * (p90 - p10) / median
+    outliers = measured[measured["outlier"]]
+    excess_ms = float((step_ms - median).clip(lower=0).sum())
+    cost = excess_ms / float(step_ms.sum())
+    subjects = tuple(
+        Subject("step", f"step {int(r.step)}" + (f" (rank {int(r.rank)})" if steps["rank"].nunique() > 1 else ""),
+                figures={"rank": int(r.rank), "step": int(r.step), "step_ms": float(r.step_ms),
+                         "times_median": float(r.step_ms / median)})
+        for r in outliers.sort_values("step_ms", ascending=False).head(MAX_OUTLIER_SUBJECTS).itertuples())
+    evidence = (Evidence("step_time_spread_pct", spread_pct, "%", th.steps.unstable_spread_pct),
+                Evidence("step_time_median_ms", median, "ms"),
+                Evidence("step_time_p10_ms", p10, "ms"), Evidence("step_time_p90_ms", p90, "ms"),
+                Evidence("step_outlier_count", float(len(outliers)), "steps"))
+    if spread_pct >= th.steps.unstable_spread_pct:
+        severity = Severity.CRITICAL if spread_pct >= th.steps.unstable_critical_spread_pct else Severity.WARNING
+        return Finding(
+            id="steps.unstable", analyzer=NAME, severity=severity,
+            title=f"Step time varies widely: p10 {p10:,.1f} ms, p90 {p90:,.1f} ms around a median of {median:,.1f} ms",
+            subjects=subjects, evidence=evidence, cost_share=cost,
+            recommendation="Steady training steps take the same time. Look for varying input shapes (pad or bucket "
+                           "sequence lengths; with torch.compile, mark dynamic dims), periodic work inside the loop "
+                           "(evaluation, checkpointing, logging), a data loader that cannot keep up, or other jobs "
+                           "on the GPU.",
+            section=SECTION)
+    if len(outliers):
+        return Finding(
+            id="steps.outliers", analyzer=NAME, severity=Severity.INFO,
+            title=f"{len(outliers)} step(s) took over {th.steps.outlier_factor:g}x the median step time "
+                  f"({median:,.1f} ms)",
+            subjects=subjects, evidence=evidence,
+            cost_share=float((outliers["step_ms"] - median).clip(lower=0).sum()) / float(step_ms.sum()),
+            recommendation="Occasional slow steps are usually periodic work (evaluation, checkpointing, logging) or "
+                           "a data-loader stall; move it out of the timed loop or make it asynchronous.",
+            section=SECTION)
+    return None

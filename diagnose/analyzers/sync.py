@@ -1,0 +1,354 @@
+"""Host synchronisations: where they are, what they block, and how much GPU idle each causes.
+
+A sync costs the GPU the gap that follows it: the host waits until the queue drains,
+then needs time to launch more work (see :mod:`diagnose.trace_timeline`). Each sync is
+attributed to the op that issued it (the outermost CPU op around the runtime call:
+``aten::item``, ``aten::nonzero``, ``aten::to`` …) and to the user's innermost Python frame.
+Kineto names a frame by the function's *first* line, so with only a trace the location is
+the function; the exact line comes from the sync records ``gpudiag profile`` writes
+(``profile.sync_records``), matched to the trace's sync calls by time.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from diagnose import trace_timeline as tl
+from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.profile_data import Profile
+from diagnose.thresholds import Thresholds
+
+NAME = "sync"
+ORDER = 21
+SECTION = "section-sync"
+NO_FRAME = "(no Python frame in the trace)"
+MATCH_TOLERANCE_NS = 2_000_000
+
+ADVICE = [
+    (("item", "_local_scalar_dense", "is_nonzero", "tolist"),
+     "keep the value on the GPU: accumulate losses/metrics in a device tensor and read it every N steps "
+     "(or at the end of the epoch) instead of calling .item()/.tolist()/if tensor: each step"),
+    (("nonzero", "index", "masked_select", "unique", "repeat_interleave"),
+     "data-dependent shapes (boolean masking, nonzero, unique) must read the count back: use torch.where or "
+     "multiply by the mask so shapes stay static"),
+    (("to", "_to_copy", "copy_", "cpu", "Memcpy"),
+     "a device-to-host copy waits for the GPU: copy with non_blocking=True into pinned memory and read it later, "
+     "or move the metric computation onto the GPU"),
+    (("cudaDeviceSynchronize", "cudaStreamSynchronize", "synchronize"),
+     "an explicit synchronize in the loop: time with torch.cuda.Event(enable_timing=True) and read elapsed_time "
+     "after the step, or drop the call"),
+    (("cudaEventSynchronize", "Event"),
+     "an event wait on the host: query the event later (event.query()) or wait on the GPU with stream.wait_event"),
+]
+
+
+def advice_for(op: str, call: str) -> str:
+    text = f"{op} {call}"
+    for keys, advice in ADVICE:
+        if any(k in text for k in keys):
+            return advice
+    return "move the synchronising call out of the step, or do it every N steps"
+
+
+def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
+    result = Result(NAME)
+    if not profile.traces and not profile.sync_records:
+        result.findings.append(not_measured(NAME, "Host synchronisation", "Profile with `gpudiag profile` (records the "
+                                            "exact line of every sync) or pass a PyTorch profiler trace with stacks "
+                                            "(with_stack=True).", SECTION))
+        return result
+    lowest = min(list(profile.traces) + list(profile.sync_records))
+    calls_all, groups_all, subjects, meta_steps = [], [], [], {}
+    total_idle = total_span = 0.0
+    for rank in sorted(set(profile.traces) | set(profile.sync_records)):
+        records = profile.sync_records.get(rank)
+        trace = profile.traces.get(rank)
+        if trace is not None and len(trace.gpu):
+            trace = tl.analysed(trace)
+            calls, step_ns, n_steps = trace_syncs(trace, th)
+            if records is not None and len(records):
+                calls = apply_records(calls, records, trace)
+        elif records is not None and len(records):
+            calls, step_ns, n_steps = record_syncs(records, profile.step_events.get(rank))
+        else:
+            continue
+        if rank == lowest and trace is not None and len(trace.gpu):
+            result.tables.update(representative_step(trace, calls))
+        calls.insert(0, "rank", rank)
+        calls_all.append(calls)
+        groups = group_syncs(calls, n_steps, step_ns)
+        groups.insert(0, "rank", rank)
+        groups_all.append(groups)
+        meta_steps[rank] = {"steps": n_steps, "step_ns": step_ns}
+        key = (lambda k: k) if rank == lowest else (lambda k, r=rank: f"rank{r}.{k}")
+        result.summary[key("sync_count_per_step")] = float(len(calls) / n_steps)
+        result.summary[key("sync_host_blocked_ms_per_step")] = float(calls["blocked_ns"].sum() / n_steps / 1e6)
+        idle = calls["gpu_idle_ns"].sum(min_count=1)
+        if not np.isnan(idle):
+            result.summary[key("sync_gpu_idle_ms_per_step")] = float(idle / n_steps / 1e6)
+            total_idle += idle
+            total_span += step_ns * n_steps
+        for g in groups.itertuples():
+            subjects.append(subject_of(g, rank, th))
+    result.meta["steps"] = meta_steps
+    if not calls_all:
+        result.findings.append(not_measured(NAME, "Host synchronisation", "The trace has no GPU activity to relate syncs "
+                                            "to; profile a run that uses the GPU.", SECTION))
+        return result
+    result.tables["calls"] = pd.concat(calls_all, ignore_index=True)
+    if not subjects:
+        result.findings.append(Finding(
+            id="sync.none", analyzer=NAME, severity=Severity.INFO,
+            title="No host synchronisation inside the profiled steps",
+            recommendation="Nothing to do: the host never waited for the GPU in the loop.", section=SECTION))
+    result.tables["locations"] = pd.concat(groups_all, ignore_index=True)
+    if subjects:
+        subjects.sort(key=lambda s: (-int(s.severity), -(s.figures.get("gpu_idle_ms_per_step") or 0),
+                                     -(s.figures.get("blocked_ms_per_step") or 0)))
+        overall = total_idle / total_span if total_span else 0.0
+        worst = max([s.severity for s in subjects]
+                    + [Severity.CRITICAL if overall >= th.sync.critical_idle_share else
+                       Severity.WARNING if overall >= th.sync.warning_idle_share else Severity.INFO])
+        top = subjects[0]
+        exact = bool(top.figures.get("line_exact"))
+        if exact or not top.figures.get("function"):
+            where = top.name
+        else:
+            where = f"{top.figures.get('function')}() in {top.figures.get('file')}"
+        n_per_step = sum(s.figures["count_per_step"] for s in subjects)
+        title = (f"{n_per_step:.3g} host syncs per step; the costliest, {top.figures['op']} at {where}, "
+                 f"idles the GPU {fmt_ms(top.figures.get('gpu_idle_ms_per_step'))} per step")
+        if not exact and any(not s.figures.get("line_exact") for s in subjects):
+            title += " (the trace names functions, not the exact line: profile with `gpudiag profile` for lines)"
+        result.findings.append(Finding(
+            id="sync.host_sync", analyzer=NAME, severity=worst, title=title,
+            subjects=tuple(subjects),
+            evidence=(Evidence("sync_count_per_step", n_per_step, "count"),
+                      Evidence("sync_gpu_idle_share", total_idle / total_span if total_span else float("nan"), "share",
+                               th.sync.warning_idle_share)),
+            cost_share=(total_idle / total_span) if total_span else None,
+            recommendation=f"At {where}: {top.figures['advice']}.", section=SECTION))
+    return result
+
+
+def fmt_ms(v) -> str:
+    return "an unknown time" if v is None or np.isnan(v) else f"{v:.3g} ms"
+
+
+def trace_syncs(trace, th: Thresholds) -> tuple[pd.DataFrame, float, int]:
+    """One row per host-blocking sync call of the trace, with its op, frame, step and caused GPU idle."""
+    rt, ops, py = trace.runtime, trace.cpu_ops, trace.python
+    idx = tl.host_syncs(trace)
+    gaps = tl.gaps(trace, th.sync.kernel_gap_us * 1e3, th.sync.sync_slack_us * 1e3)
+    idle_by_sync = gaps[gaps["sync_index"] >= 0].groupby("sync_index")["dur_ns"].sum()
+    windows = tl.steps(trace)
+    gwin = tl.gpu_step_windows(trace, windows) if len(windows) else pd.DataFrame()
+    if len(gwin):
+        n_steps = len(gwin)
+        step_ns = float((gwin["gpu_end_ns"] - gwin["gpu_start_ns"]).mean())
+    else:
+        n_steps = 1
+        step_ns = float(tl.temporal_breakdown(trace.gpu)["span_ns"])
+    cut = trace.metadata.get("left_out_from_ns")
+    if cut is not None and idx.size:  # the last profiler step was left out of the GPU timeline: its syncs too
+        idx = idx[rt["ts_ns"].to_numpy()[idx] < cut]
+    sub = rt.iloc[idx]
+    op_i = sub["cpu_op_index"].to_numpy()
+    names = ops["name"].astype(object).to_numpy() if len(ops) else np.array([], dtype=object)
+    top_i = np.where(op_i >= 0, ops["top_index"].to_numpy()[np.maximum(op_i, 0)] if len(ops) else -1, -1)
+    call = sub["name"].astype(str).to_numpy()
+    op = np.where(top_i >= 0, names[np.maximum(top_i, 0)] if len(names) else "", call)
+    inner = np.where(op_i >= 0, names[np.maximum(op_i, 0)] if len(names) else "", call)
+    py_i = sub["python_index"].to_numpy()
+    if len(py_i) and len(ops):  # ops on threads without frames: use the op's own frame
+        op_py = np.where(top_i >= 0, ops["python_index"].to_numpy()[np.maximum(top_i, 0)], -1)
+        py_i = np.where(py_i >= 0, py_i, op_py)
+    file, line, func, where = frames(py, py_i)
+    step = step_of_times(windows, sub["ts_ns"].to_numpy())
+    calls = pd.DataFrame({
+        "ts_ns": sub["ts_ns"].to_numpy(), "blocked_ns": sub["dur_ns"].to_numpy().astype(float),
+        "gpu_idle_ns": idle_by_sync.reindex(idx).fillna(0.0).to_numpy(),
+        "call": call, "sync_kind": sub["sync_kind"].astype(str).to_numpy(), "op": op, "inner_op": inner,
+        "file": file, "line": line, "function": func, "location": where, "line_exact": False, "step": step,
+        "runtime_index": idx,
+    })
+    # one op (aten::item → cudaMemcpyAsync + cudaStreamSynchronize) is one sync, not two
+    calls["instance"] = np.where(top_i >= 0, top_i, -1 - np.arange(len(calls)))
+    if calls["instance"].duplicated().any():
+        first = calls.groupby("instance", sort=False).first()
+        first["blocked_ns"] = calls.groupby("instance", sort=False)["blocked_ns"].sum()
+        first["gpu_idle_ns"] = calls.groupby("instance", sort=False)["gpu_idle_ns"].sum()
+        first["call"] = calls.groupby("instance", sort=False)["call"].agg(lambda c: " + ".join(dict.fromkeys(c)))
+        calls = first.reset_index()
+    calls = calls.drop(columns=["instance"]).sort_values("ts_ns").reset_index(drop=True)
+    return calls, step_ns, n_steps
+
+
+def frames(py: pd.DataFrame, py_i: np.ndarray):
+    """(file, first line, function, location) of the user's innermost frame for each Python row index."""
+    n = len(py_i)
+    file = np.full(n, None, dtype=object)
+    line = np.full(n, -1, dtype=np.int64)
+    func = np.full(n, None, dtype=object)
+    where = np.full(n, NO_FRAME, dtype=object)
+    if not len(py) or not n:
+        return file, line, func, where
+    user = np.where(py_i >= 0, py["user_index"].to_numpy()[np.maximum(py_i, 0)], -1)
+    ok = user >= 0
+    f_all = py["file"].astype(object).to_numpy()
+    l_all = py["line"].to_numpy()
+    fn_all = py["function"].astype(object).to_numpy()
+    file[ok], line[ok], func[ok] = f_all[user[ok]], l_all[user[ok]], fn_all[user[ok]]
+    where[ok] = [f"{f}:{ln}" for f, ln in zip(file[ok], line[ok])]
+    lib = ~ok & (py_i >= 0)  # only library frames above it: name the innermost one
+    if lib.any():
+        nm = py["name"].astype(object).to_numpy()
+        where[lib] = [f"(library) {x}" for x in nm[py_i[lib]]]
+    return file, line, func, where
+
+
+def step_of_times(windows: pd.DataFrame, t_ns: np.ndarray) -> np.ndarray:
+    out = np.full(len(t_ns), -1, dtype=np.int64)
+    if not len(windows):
+        return out
+    k = np.searchsorted(windows["cpu_start_ns"].to_numpy(), t_ns, side="right") - 1
+    ok = k >= 0
+    ok[ok] &= t_ns[ok] < windows["cpu_end_ns"].to_numpy()[k[ok]]
+    out[ok] = windows["step"].to_numpy()[k[ok]]
+    return out
+
+
+def apply_records(calls: pd.DataFrame, records: pd.DataFrame, trace) -> pd.DataFrame:
+    """Give trace syncs the exact file:line of the sync record made at the same moment.
+
+    Records whose op is ``cuda_sync`` come from torch's sync-debug warnings, which fire for syncs
+    inside aten ops only: they are matched to trace syncs inside an op, so an explicit
+    torch.cuda.synchronize() (a bare runtime call, no enclosing op) keeps its trace attribution
+    instead of taking a neighbour's line. Records naming an explicit call match any trace sync.
+    """
+    base = trace.metadata.get("header", {}).get("baseTimeNanoseconds")
+    if not len(calls) or "t_ns" not in records:
+        return calls
+    t_trace = calls["ts_ns"].to_numpy().astype(np.int64) + (int(base) if isinstance(base, (int, float)) else 0)
+    rec_t = pd.to_numeric(records["t_ns"], errors="coerce").to_numpy()
+    good = np.isfinite(rec_t)
+    if not good.any():
+        return calls
+    recs = records[good].reset_index(drop=True)
+    rec_t = rec_t[good].astype(np.int64)
+    in_op = calls["op"].astype(str).to_numpy() != calls["call"].astype(str).to_numpy()
+    from_debug = recs["op"].astype(str).to_numpy() == "cuda_sync" if "op" in recs else np.zeros(len(recs), bool)
+
+    def nearest(t, t_sorted):
+        if len(t_sorted) == 1:
+            return np.zeros(len(t), int)
+        k = np.clip(np.searchsorted(t_sorted, t), 1, len(t_sorted) - 1)
+        left, right = t_sorted[k - 1], t_sorted[k]
+        return np.where(np.abs(t - left) <= np.abs(t - right), k - 1, k)
+
+    all_order = np.argsort(t_trace)
+    all_sorted = t_trace[all_order]
+    offset = int(np.median(rec_t - all_sorted[nearest(rec_t, all_sorted)]))  # the two clocks may differ a bit
+    best: dict[int, tuple[int, int]] = {}  # call row → (record row, error)
+    for rec_mask, cand in ((from_debug, np.flatnonzero(in_op)), (~from_debug, np.arange(len(calls)))):
+        if not rec_mask.any() or not cand.size:
+            continue
+        order = cand[np.argsort(t_trace[cand])]
+        t_sorted = t_trace[order]
+        r_idx = np.flatnonzero(rec_mask)
+        k = nearest(rec_t[r_idx] - offset, t_sorted)
+        err = np.abs(rec_t[r_idx] - offset - t_sorted[k])
+        for r, kk, e in zip(r_idx, k, err):
+            row = int(order[kk])
+            if e <= MATCH_TOLERANCE_NS and (row not in best or e < best[row][1]):
+                best[row] = (int(r), int(e))
+    calls = calls.copy()
+    cols = {c: calls.columns.get_loc(c) for c in ("location", "line", "file", "function", "line_exact")}
+    for row, (r, _) in best.items():
+        rec = recs.iloc[r]
+        calls.iat[row, cols["location"]] = str(rec.get("location") or f"{rec.get('file')}:{rec.get('line')}")
+        calls.iat[row, cols["line"]] = int(rec["line"]) if pd.notna(rec.get("line")) else -1
+        calls.iat[row, cols["file"]] = rec.get("file")
+        calls.iat[row, cols["function"]] = rec.get("function")
+        calls.iat[row, cols["line_exact"]] = True
+    return calls
+
+
+def record_syncs(records: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[pd.DataFrame, float, int]:
+    """Sync rows from gpudiag's sync records alone (no trace): host blocking known, GPU idle not."""
+    r = records.reset_index(drop=True)
+    n_steps = int(pd.to_numeric(r.get("step"), errors="coerce").nunique()) or 1
+    step_ns = float("nan")
+    if steps is not None and len(steps) and "host_ms" in steps:
+        step_ns = float(pd.to_numeric(steps["host_ms"], errors="coerce").mean() * 1e6)
+        n_steps = max(n_steps, len(steps))
+    loc = r["location"] if "location" in r else r["file"].astype(str) + ":" + r["line"].astype(str)
+    calls = pd.DataFrame({
+        "ts_ns": pd.to_numeric(r.get("t_ns"), errors="coerce"), "blocked_ns": pd.to_numeric(r["dur_ns"], errors="coerce"),
+        "gpu_idle_ns": np.nan, "call": r.get("op"), "sync_kind": None, "op": r.get("op"), "inner_op": r.get("op"),
+        "file": r.get("file"), "line": r.get("line"), "function": r.get("function"), "location": loc,
+        "line_exact": True, "step": r.get("step"), "runtime_index": -1,
+    })
+    return calls, step_ns, n_steps
+
+
+def group_syncs(calls: pd.DataFrame, n_steps: int, step_ns: float) -> pd.DataFrame:
+    """One row per (location, op): counts and costs per step, costliest first."""
+    cols = ["location", "op", "function", "file", "line", "line_exact", "calls", "count", "count_per_step",
+            "blocked_ms_per_step", "gpu_idle_ms_per_step", "share_of_step", "blocked_ms", "gpu_idle_ms"]
+    if not len(calls):
+        return pd.DataFrame(columns=cols)
+    g = calls.groupby(["location", "op"], sort=False, dropna=False)
+    out = g.agg(function=("function", "first"), file=("file", "first"), line=("line", "first"),
+                line_exact=("line_exact", "all"), calls=("call", lambda s: ", ".join(dict.fromkeys(map(str, s)))),
+                count=("call", "size"), blocked_ns=("blocked_ns", "sum"),
+                gpu_idle_ns=("gpu_idle_ns", lambda s: s.sum(min_count=1))).reset_index()
+    out["count_per_step"] = out["count"] / n_steps
+    out["blocked_ms"] = out["blocked_ns"] / 1e6
+    out["gpu_idle_ms"] = out["gpu_idle_ns"] / 1e6
+    out["blocked_ms_per_step"] = out["blocked_ms"] / n_steps
+    out["gpu_idle_ms_per_step"] = out["gpu_idle_ms"] / n_steps
+    out["share_of_step"] = out["gpu_idle_ns"] / n_steps / step_ns if step_ns and step_ns == step_ns else np.nan
+    out = out.sort_values(["gpu_idle_ms_per_step", "blocked_ms_per_step"], ascending=False, na_position="last")
+    return out[cols].reset_index(drop=True)
+
+
+def subject_of(g, rank: int, th: Thresholds) -> Subject:
+    share = g.share_of_step
+    if share != share:  # no GPU idle known (sync records without a trace): listed, not judged
+        sev = Severity.INFO
+    elif share >= th.sync.critical_idle_share:
+        sev = Severity.CRITICAL
+    elif share >= th.sync.min_idle_share:
+        sev = Severity.WARNING
+    else:
+        sev = Severity.INFO
+    return Subject("location", str(g.location), severity=sev, figures={
+        "rank": rank, "op": str(g.op), "function": g.function, "file": g.file,
+        "line_exact": bool(g.line_exact), "count_per_step": float(g.count_per_step),
+        "blocked_ms_per_step": float(g.blocked_ms_per_step),
+        "gpu_idle_ms_per_step": None if g.gpu_idle_ms_per_step != g.gpu_idle_ms_per_step else float(g.gpu_idle_ms_per_step),
+        "share_of_step": None if share != share else float(share), "calls": str(g.calls),
+        "advice": advice_for(str(g.op), str(g.calls)),
+    })
+
+
+def representative_step(trace, calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Busy intervals and sync points of the median-length step (times in ms from its start), for the timeline."""
+    windows = tl.steps(trace)
+    gwin = tl.gpu_step_windows(trace, windows) if len(windows) else pd.DataFrame()
+    if len(gwin):
+        length = (gwin["gpu_end_ns"] - gwin["gpu_start_ns"]).to_numpy()
+        pick = gwin.iloc[int(np.argsort(length)[len(length) // 2])]
+        lo, hi, step = int(pick.gpu_start_ns), int(pick.gpu_end_ns), int(pick.step)
+    else:
+        lo, hi, step = int(trace.gpu["ts_ns"].min()), int(trace.gpu["end_ns"].max()), -1
+    s, e = tl.merge(trace.gpu["ts_ns"].to_numpy(), trace.gpu["end_ns"].to_numpy())
+    keep = (e > lo) & (s < hi)
+    busy = pd.DataFrame({"start_ms": (np.maximum(s[keep], lo) - lo) / 1e6, "end_ms": (np.minimum(e[keep], hi) - lo) / 1e6})
+    busy["step"] = step
+    c = calls[(calls["ts_ns"] >= lo) & (calls["ts_ns"] < hi)] if len(calls) else calls
+    points = pd.DataFrame({"t_ms": (c["ts_ns"] - lo) / 1e6, "blocked_ms": c["blocked_ns"] / 1e6,
+                           "gpu_idle_ms": c["gpu_idle_ns"] / 1e6, "location": c["location"], "op": c["op"]})
+    points["step"] = step
+    return {"timeline_busy": busy.reset_index(drop=True), "timeline_syncs": points.reset_index(drop=True)}

@@ -1,0 +1,66 @@
+"""`gpudiag diff A B`: what changed from run A (baseline) to run B; a CI gate with --fail-on-regression."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from diagnose.commands._common import build_thresholds, threshold_options
+from parsers.errors import InputError
+
+
+@click.command("diff")
+@click.argument("run_a", type=click.Path())
+@click.argument("run_b", type=click.Path())
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the self-contained HTML comparison here.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the comparison as JSON (schema gpudiag.diff/1, docs/diff.md) here.")
+@click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(0), default=None, metavar="PCT",
+              help="Exit 1 when a metric got worse by more than PCT % and the change is significant.")
+@click.option("--include-unknown-noise", is_flag=True,
+              help="With --fail-on-regression: also fail on changes whose noise is unknown (single numbers, "
+                   "e.g. peak memory).")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.01, show_default=True,
+              help="Significance level of the Mann-Whitney U test on per-step / per-launch samples.")
+@click.option("--all", "show_all", is_flag=True, help="List unchanged metrics in the terminal too.")
+@threshold_options
+def command(run_a, run_b, output, json_path, fail_pct, include_unknown_noise, alpha, show_all, config_path, thresholds):
+    """Compare RUN_B against RUN_A (each a run folder or one artifact gpudiag reads).
+
+    \b
+    gpudiag diff runs/before runs/after -o diff.html
+    gpudiag diff before/ncu/raw.csv after/ncu/raw.csv --json diff.json --fail-on-regression 5
+
+    Exit code: 0, or 1 with --fail-on-regression when a regression exceeds PCT; 2 for bad input.
+    """
+    import diagnose
+    from diagnose.compare import DiffOptions, compare
+    from reports.diff_html import render_diff_json, render_diff_terminal
+
+    for p in (run_a, run_b):
+        if not Path(p).exists():
+            raise InputError(p, "does not exist")
+    th = build_thresholds(config_path, thresholds)
+    diff = compare(diagnose.load(run_a), diagnose.load(run_b), thresholds=th, options=DiffOptions(alpha=alpha))
+    click.echo(render_diff_terminal(diff, color=sys.stdout.isatty(), show_all=show_all), nl=False)
+    if output:
+        from diagnose._io import atomic_write_text
+        from reports.diff_html import render_diff_html
+
+        atomic_write_text(output, render_diff_html(diff))
+        click.echo(f"Wrote {output}")
+    if json_path:
+        from diagnose._io import atomic_write_text
+
+        atomic_write_text(json_path, render_diff_json(diff))
+        click.echo(f"Wrote {json_path}")
+    if fail_pct is not None:
+        hits = diff.regressions(fail_pct, include_unknown_noise=include_unknown_noise)
+        if len(hits):
+            for rec in hits.itertuples(index=False):
+                click.echo(f"REGRESSION {rec.what}: {rec.a:.6g} -> {rec.b:.6g} ({rec.change_pct:+.1f} %)")
+            click.echo(f"FAIL: {len(hits)} regression(s) over {fail_pct:g} %")
+            raise SystemExit(1)
+        click.echo(f"OK: no regression over {fail_pct:g} %")

@@ -1,0 +1,278 @@
+"""Nsight Compute mode: the ncu command line, its progress, its errors, and the CSV export.
+
+Defaults are chosen so a training job finishes in minutes: four sections (speed of
+light, memory workload incl. L2, occupancy, launch statistics: 11 replay passes per
+kernel on an H200, where ``--set full`` needs 38), ``--clock-control none`` (the GPU keeps
+the clocks training sees), kernel replay, no source import, and a bounded window: the
+kernels of one training step, found through the NVTX start/end range the bootstrap opens
+per step (``gpudiag.step_<K>``), capped at ``--ncu-max-launches``. ``--launch-skip`` /
+``--launch-count`` switch to a plain launch window. ncu's own output goes to
+ncu/ncu.log; gpudiag reads it for progress and errors and keeps the script's output clean.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diagnose.launch.child_config import nvtx_range_name
+from parsers.errors import InputError
+
+DEFAULT_SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats")
+DEFAULT_STEP = 5
+DEFAULT_MAX_LAUNCHES = 100
+REPLAY_MODES = ("kernel", "application")
+CLOCK_CONTROLS = ("none", "base")
+PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+_PROFILING_LINE = re.compile(r'==PROF== Profiling "([^"]*)"')
+
+
+@dataclass(frozen=True)
+class NcuOptions:
+    ncu_path: str | None = None
+    full_set: bool = False
+    sections: tuple[str, ...] = DEFAULT_SECTIONS
+    replay_mode: str = "kernel"
+    clock_control: str = "none"
+    step: int | None = None  # None: DEFAULT_STEP unless a launch window is given
+    max_launches: int = DEFAULT_MAX_LAUNCHES  # cap inside the step window; 0 = every kernel of the step
+    launch_skip: int | None = None
+    launch_count: int | None = None
+    kernel_name: str | None = None  # a regex (the "regex:" prefix is added)
+    nvtx_include: str | None = None  # a raw --nvtx-include expression, overrides the step's range
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        if self.replay_mode not in REPLAY_MODES:
+            raise InputError(None, f"--ncu-replay-mode must be one of {', '.join(REPLAY_MODES)}, not {self.replay_mode!r}")
+        if self.clock_control not in CLOCK_CONTROLS:
+            raise InputError(None, f"--ncu-clock-control must be one of {', '.join(CLOCK_CONTROLS)}, "
+                                   f"not {self.clock_control!r}")
+        launch_window = self.launch_skip is not None or self.launch_count is not None
+        if launch_window and (self.step is not None or self.nvtx_include is not None):
+            raise InputError(None, "choose one ncu window: --ncu-step/--ncu-nvtx-include (a training step) or "
+                                   "--launch-skip/--launch-count (kernel launches), not both")
+        for name in ("step", "launch_skip", "launch_count", "max_launches"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise InputError(None, f"--{name.replace('_', '-')} must be >= 0, not {value}")
+        if self.launch_count == 0:
+            raise InputError(None, "--launch-count must be at least 1")
+
+    @property
+    def window_kind(self) -> str:
+        return "launches" if self.launch_skip is not None or self.launch_count is not None else "step"
+
+    @property
+    def window_step(self) -> int:
+        return DEFAULT_STEP if self.step is None else self.step
+
+    @property
+    def nvtx_expression(self) -> str:
+        return self.nvtx_include or nvtx_range_name(self.window_step)
+
+    def describe_window(self) -> str:
+        if self.window_kind == "launches":
+            return f"{self.launch_count or 'all'} launches after skipping {self.launch_skip or 0}"
+        cap = f", at most {self.max_launches} launches" if self.max_launches else ""
+        if self.nvtx_include:
+            return f"kernels inside NVTX {self.nvtx_include!r}{cap}"
+        return f"kernels of step {self.window_step} (NVTX range {self.nvtx_expression}){cap}"
+
+
+def find_ncu(explicit: str | None = None) -> str:
+    """The ncu executable: ``explicit``, PATH, then the usual CUDA install places."""
+    if explicit:
+        if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
+            return explicit
+        found = shutil.which(explicit)
+        if found:
+            return found
+        raise InputError(explicit, "is not an executable ncu; pass the path of Nsight Compute's ncu to --ncu-path")
+    found = shutil.which("ncu")
+    if found:
+        return found
+    candidates = [os.path.join(os.environ.get("CUDA_HOME", "/nonexistent"), "bin", "ncu"), "/usr/local/cuda/bin/ncu"]
+    candidates += sorted(glob.glob("/usr/local/cuda-*/bin/ncu"), reverse=True)
+    candidates += sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)
+    for candidate in candidates:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise InputError(None, "ncu (Nsight Compute CLI) is not on PATH nor in /usr/local/cuda/bin: install Nsight "
+                           "Compute (it ships with the CUDA toolkit), add it to PATH, or pass --ncu-path /path/to/ncu")
+
+
+def build_command(ncu: str, options: NcuOptions, run_dir: str | os.PathLike, user_command: list[str]) -> list[str]:
+    """The full ncu command line that runs ``user_command``."""
+    run_dir = Path(run_dir)
+    cmd = [ncu, "--target-processes", "all", "--clock-control", options.clock_control]
+    if options.full_set:
+        cmd += ["--set", "full"]
+    else:
+        for section in options.sections:
+            cmd += ["--section", section]
+    cmd += ["--replay-mode", options.replay_mode, "--import-source", "no"]
+    if options.window_kind == "launches":
+        if options.launch_skip:
+            cmd += ["--launch-skip", str(options.launch_skip)]
+        if options.launch_count is not None:
+            cmd += ["--launch-count", str(options.launch_count)]
+    else:
+        cmd += ["--nvtx", "--nvtx-include", options.nvtx_expression]
+        if options.max_launches:
+            cmd += ["--launch-count", str(options.max_launches)]
+    if options.kernel_name:
+        name = options.kernel_name
+        cmd += ["--kernel-name", name if name.startswith("regex:") else f"regex:{name}"]
+    cmd += list(options.extra_args)
+    cmd += ["-f", "-o", str(run_dir / "ncu" / "report"), "--log-file", str(run_dir / "ncu" / "ncu.log")]
+    return cmd + list(user_command)
+
+
+def export_command(ncu: str, report: str | os.PathLike) -> list[str]:
+    return [ncu, "--import", os.fspath(report), "--csv", "--page", "raw", "--print-units", "base"]
+
+
+@dataclass
+class NcuLog:
+    """What ncu's log said: launches profiled, errors, warnings."""
+
+    launches: int = 0
+    last_kernel: str | None = None
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    permission_denied: bool = False
+    no_kernels: bool = False
+
+    def feed(self, line: str) -> str | None:
+        """Take one log line; return it when the user should see it now."""
+        line = line.rstrip("\n")
+        m = _PROFILING_LINE.search(line)
+        if m:
+            self.launches += 1
+            self.last_kernel = m.group(1)
+            return None
+        if "ERR_NVGPUCTRPERM" in line:
+            first = not self.permission_denied
+            self.permission_denied = True
+            return line if first else None
+        if line.startswith("==ERROR=="):
+            self.errors.append(line)
+            return line
+        if line.startswith("==WARNING=="):
+            self.warnings.append(line)
+            if "No kernels were profiled" in line:
+                self.no_kernels = True
+            return line
+        return None
+
+
+class LogFollower:
+    """Tails ncu/ncu.log while ncu runs: echoes errors, prints launches profiled every ``interval_s``."""
+
+    def __init__(self, path: str | os.PathLike, echo, interval_s: float = 10.0):
+        self.path = Path(path)
+        self.log = NcuLog()
+        self._echo = echo
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpudiag-ncu-log", daemon=True)
+        self._offset = 0
+        self._buffer = ""
+        self._reported = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            with open(self.path, encoding="utf-8", errors="replace") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+                self._offset = f.tell()
+        except OSError:
+            return
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split("\n")
+        for line in lines:
+            shown = self.log.feed(line)
+            if shown:
+                self._echo(f"gpudiag: ncu: {shown}")
+
+    def _run(self) -> None:
+        last_print = time.monotonic()
+        while not self._stop.wait(0.5):
+            self._read()
+            if time.monotonic() - last_print >= self._interval_s and self.log.launches != self._reported:
+                last_print = time.monotonic()
+                self._reported = self.log.launches
+                self._echo(f"gpudiag: ncu profiled {self.log.launches} kernel launches so far"
+                           + (f" (last: {self.log.last_kernel[:80]})" if self.log.last_kernel else ""))
+
+    def stop(self) -> NcuLog:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+        self._read()
+        if self._buffer:
+            shown = self.log.feed(self._buffer)
+            self._buffer = ""
+            if shown:
+                self._echo(f"gpudiag: ncu: {shown}")
+        return self.log
+
+
+def permission_message() -> str:
+    return ("ncu could not read the GPU performance counters (ERR_NVGPUCTRPERM): this user may not profile. "
+            "Run as root (sudo -E gpudiag profile --ncu ...), or allow all users: put "
+            "'options nvidia NVreg_RestrictProfilingToAdminUsers=0' in /etc/modprobe.d/nvidia-profiling.conf and "
+            f"reload the driver (or reboot); in a container add --cap-add=SYS_ADMIN. See {PERMISSION_URL}")
+
+
+def no_kernel_message(options: NcuOptions, steps_seen: int | None) -> str:
+    ran = "" if steps_seen is None else f" The script ran {steps_seen} step(s) under ncu."
+    if options.window_kind == "launches":
+        return (f"ncu profiled no kernel: the window ({options.describe_window()}) matched nothing.{ran} "
+                "Lower --launch-skip" + (", or loosen --kernel-name" if options.kernel_name else "") + ".")
+    fix = (f"Choose a step the script reaches with --ncu-step (now {options.window_step})"
+           if not options.nvtx_include else "Check the --ncu-nvtx-include expression")
+    if steps_seen == 0:
+        fix = ("No step boundary was seen: mark steps with `import diagnose; diagnose.step()` (JAX, or torch "
+               "without an optimizer)")
+    return (f"ncu profiled no kernel: the window ({options.describe_window()}) matched nothing.{ran} {fix}, "
+            "or profile by launches with --launch-skip N --launch-count M"
+            + (", or loosen --kernel-name" if options.kernel_name else "") + ".")
+
+
+def export_raw_csv(ncu: str, report: str | os.PathLike, target: str | os.PathLike, timeout_s: float = 600) -> str | None:
+    """``ncu --import report --csv --page raw --print-units base`` into ``target`` (whole or not at all).
+    Returns None on success, else what went wrong."""
+    target = Path(target)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            result = subprocess.run(export_command(ncu, report), stdout=out, stderr=subprocess.PIPE, timeout=timeout_s)
+        if result.returncode != 0:
+            return (result.stderr or b"").decode(errors="replace").strip()[-500:] or f"exit code {result.returncode}"
+        os.replace(tmp, target)
+        return None
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"

@@ -1,0 +1,114 @@
+"""One NVTX start/end range per training step, named ``gpudiag.step_<N>`` (plus a push/pop twin).
+
+The start/end range is what gpudiag's ncu window uses, because it is process-wide: kernels that torch's
+autograd threads or XLA's worker threads launch during the step fall inside them, which
+is what ``ncu --nvtx --nvtx-include gpudiag.step_<N>`` needs to find the step's kernels.
+The push/pop range of the same name on the stepping thread is for timelines (and for
+``--ncu-nvtx-include gpudiag.step_<N>/``, which only sees that thread's launches).
+Backends, first that works: torch.cuda.nvtx (when torch is already imported and CUDA is
+up), the ``nvtx`` package, libnvToolsExt through ctypes, and, only under ncu, torch
+imported for this purpose. Without any, ranges are off (one log line from the caller).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import sys
+
+
+class _TorchBackend:
+    name = "torch.cuda.nvtx"
+
+    def __init__(self, torch):
+        self._start = torch.cuda.nvtx.range_start
+        self._end = torch.cuda.nvtx.range_end
+        self._push = torch.cuda.nvtx.range_push
+        self._pop = torch.cuda.nvtx.range_pop
+
+    def start(self, message: str):
+        self._push(message)
+        return self._start(message)
+
+    def end(self, handle) -> None:
+        self._end(handle)
+        self._pop()
+
+
+class _NvtxPackageBackend:
+    name = "nvtx"
+
+    def __init__(self, nvtx):
+        self._nvtx = nvtx
+
+    def start(self, message: str):
+        self._nvtx.push_range(message=message)
+        return self._nvtx.start_range(message=message)
+
+    def end(self, handle) -> None:
+        self._nvtx.end_range(handle)
+        self._nvtx.pop_range()
+
+
+class _CtypesBackend:
+    name = "libnvToolsExt"
+
+    def __init__(self, lib):
+        self._start = lib.nvtxRangeStartA
+        self._start.restype = ctypes.c_uint64
+        self._start.argtypes = [ctypes.c_char_p]
+        self._end = lib.nvtxRangeEnd
+        self._end.restype = None
+        self._end.argtypes = [ctypes.c_uint64]
+        self._push = lib.nvtxRangePushA
+        self._push.argtypes = [ctypes.c_char_p]
+        self._pop = lib.nvtxRangePop
+
+    def start(self, message: str):
+        self._push(message.encode())
+        return self._start(message.encode())
+
+    def end(self, handle) -> None:
+        self._end(handle)
+        self._pop()
+
+
+def _nvtx_library_candidates() -> list[str]:
+    found = ctypes.util.find_library("nvToolsExt")
+    candidates = [found] if found else []
+    for base in sys.path:
+        candidates += glob.glob(os.path.join(base, "nvidia", "nvtx", "lib", "libnvToolsExt.so*"))
+    for cuda in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        if cuda:
+            candidates += glob.glob(os.path.join(cuda, "lib64", "libnvToolsExt.so*"))
+    return candidates
+
+
+def open_backend(allow_torch_import: bool = False):
+    """The first NVTX backend that loads, or None."""
+    torch = sys.modules.get("torch")
+    if torch is None and allow_torch_import:
+        try:
+            import torch  # noqa: F811 - only under ncu, where the range is the profiling window
+        except Exception:
+            torch = None
+    if torch is not None:
+        try:
+            if torch.cuda.is_available() and hasattr(torch._C, "_nvtx"):
+                return _TorchBackend(torch)
+        except Exception:
+            pass
+    try:
+        import nvtx
+
+        if hasattr(nvtx, "start_range"):
+            return _NvtxPackageBackend(nvtx)
+    except Exception:
+        pass
+    for path in _nvtx_library_candidates():
+        try:
+            return _CtypesBackend(ctypes.CDLL(path))
+        except (OSError, AttributeError):
+            continue
+    return None

@@ -1,0 +1,103 @@
+"""Run the user's command as a child and give back its exit status the way a shell would.
+
+The child gets its own process group; when gpudiag runs in the foreground of a terminal
+that group is handed the terminal (as a shell does for a job), so Ctrl-C reaches the
+child and its workers directly, exactly once, and the script can still read the tty.
+SIGINT, SIGTERM and SIGHUP sent to gpudiag itself are forwarded to the child. On Linux
+the child also gets SIGTERM should gpudiag die first. Exit status: the child's code, or
+128+N when a signal N killed it.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1
+
+
+def exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except Exception:
+        pass
+
+
+def _foreground_tty() -> int | None:
+    """A tty fd on which gpudiag is the foreground process group, or None."""
+    try:
+        fd = sys.stdin.fileno()
+        if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
+            return fd
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def _give_terminal(fd: int, pgid: int) -> None:
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        os.tcsetpgrp(fd, pgid)
+    except OSError:
+        pass
+    finally:
+        signal.signal(signal.SIGTTOU, previous)
+
+
+class Child:
+    """The running command: :meth:`wait` returns its exit status."""
+
+    def __init__(self, command: list[str], env: dict[str, str], cwd: str | None = None, stdout=None, stderr=None):
+        self.command = command
+        self.signals_forwarded: list[int] = []
+        tty = _foreground_tty()
+        try:
+            self.process = subprocess.Popen(command, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
+                                            process_group=0,
+                                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        except FileNotFoundError:
+            from parsers.errors import InputError
+
+            raise InputError(None, f"cannot run {command[0]!r}: no such program on PATH") from None
+        except PermissionError:
+            from parsers.errors import InputError
+
+            raise InputError(None, f"cannot run {command[0]!r}: permission denied (is it executable?)") from None
+        self._tty = tty
+        if tty is not None:
+            _give_terminal(tty, self.process.pid)
+        self._previous = {}
+        for signum in FORWARDED:
+            try:
+                self._previous[signum] = signal.signal(signum, self._forward)
+            except ValueError:  # not the main thread (e.g. a notebook's worker): nothing to forward from
+                break
+
+    def _forward(self, signum, frame) -> None:
+        self.signals_forwarded.append(signum)
+        try:
+            self.process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    def wait(self) -> int:
+        try:
+            while True:
+                try:
+                    returncode = self.process.wait()
+                    break
+                except KeyboardInterrupt:  # a SIGINT that arrived before our handler was set
+                    self._forward(signal.SIGINT, None)
+        finally:
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous)
+            if self._tty is not None:
+                _give_terminal(self._tty, os.getpgrp())
+        return exit_status(returncode)

@@ -1,0 +1,129 @@
+"""Exact source lines of synchronizing CUDA calls, inside the trace window only.
+
+``torch.cuda.set_sync_debug_mode("warn")`` makes torch warn at every call that waits
+for the GPU (``.item()``, ``.cpu()``, ``nonzero``, ``torch.cuda.synchronize`` ...).
+While the window is open this module lets those warnings through the filters
+("always", so none is deduplicated), takes them out of the normal warning output and
+records the Python stack at that moment; the innermost *user* frame (the first one
+outside torch, site-packages, the standard library and gpudiag) is the line to fix.
+Everything is put back as it was when the window closes.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import sysconfig
+import time
+import warnings
+
+SYNC_WARNING = re.compile(r"synchroniz", re.IGNORECASE)
+MAX_STACK_FRAMES = 16
+
+_GPUDIAG_DIRS = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), d) + os.sep
+    for d in ("diagnose", "parsers", "reports")
+)
+
+
+def _library_prefixes() -> tuple[str, ...]:
+    prefixes = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        try:
+            path = sysconfig.get_paths()[key]
+        except KeyError:
+            continue
+        prefixes.add(os.path.abspath(path) + os.sep)
+    return tuple(sorted(prefixes))
+
+
+_LIBRARY_PREFIXES = _library_prefixes()
+
+
+def is_user_file(filename: str) -> bool:
+    """True for the user's own code: not torch/jax, not site-packages, not the stdlib, not gpudiag."""
+    if not filename or filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    if os.sep + "site-packages" + os.sep in path or os.sep + "dist-packages" + os.sep in path:
+        return False
+    if path.startswith(_GPUDIAG_DIRS):
+        return False
+    return not path.startswith(_LIBRARY_PREFIXES)
+
+
+def user_stack(frame) -> list[tuple[str, int, str]]:
+    """(file, line, function) from the innermost user frame outwards; [] when there is none."""
+    frames = []
+    while frame is not None:
+        frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    for i, (filename, _, _) in enumerate(frames):
+        if is_user_file(filename):
+            return [(os.path.abspath(f), line, fn) for f, line, fn in frames[i:i + MAX_STACK_FRAMES]]
+    return []
+
+
+def sync_record(rank: int, step: int, stack: list[tuple[str, int, str]], t_ns: int, op: str = "cuda_sync",
+                dur_ns: int | None = None) -> dict:
+    """A ``{"kind": "sync"}`` record as docs/contracts.md defines it."""
+    file, line, function = stack[0] if stack else (None, None, None)
+    return {"kind": "sync", "rank": rank, "step": step, "t_ns": t_ns, "dur_ns": dur_ns, "op": op,
+            "file": file, "line": line, "function": function,
+            "stack": [f"{f}:{n} {fn}" for f, n, fn in stack]}
+
+
+class SyncWarningCapture:
+    """Collects sync warnings (with stacks) between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, step_of):
+        self._step_of = step_of  # () -> the current step number
+        self.captured: list[tuple[int, int, list]] = []  # (t_ns, step, stack)
+        self._previous_showwarning = None
+        self._filter = None
+        self._torch = None
+        self._previous_mode = None
+
+    def start(self, torch=None) -> bool:
+        """Turn sync debug mode on (when torch has it) and start capturing; False when unavailable."""
+        self._previous_showwarning = warnings.showwarning
+        warnings.showwarning = self._showwarning
+        warnings.filterwarnings("always", message=".*synchroniz", category=UserWarning)
+        self._filter = warnings.filters[0]
+        if torch is not None:
+            try:
+                self._previous_mode = torch.cuda.get_sync_debug_mode()
+                torch.cuda.set_sync_debug_mode("warn")
+                self._torch = torch
+            except Exception:
+                self._torch = None
+        return self._torch is not None
+
+    def stop(self) -> None:
+        if self._torch is not None:
+            try:
+                self._torch.cuda.set_sync_debug_mode(self._previous_mode or 0)
+            except Exception:
+                pass
+            self._torch = None
+        if self._previous_showwarning is not None:
+            if warnings.showwarning == self._showwarning:
+                warnings.showwarning = self._previous_showwarning
+            self._previous_showwarning = None
+        if self._filter is not None:
+            try:
+                warnings.filters.remove(self._filter)
+                warnings._filters_mutated()
+            except (ValueError, AttributeError):
+                pass
+            self._filter = None
+
+    def _showwarning(self, message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and SYNC_WARNING.search(str(message)):
+            try:
+                self.captured.append((time.time_ns(), self._step_of(), user_stack(sys._getframe(1))))
+            except Exception:
+                pass
+            return
+        previous = self._previous_showwarning or warnings._showwarning_orig
+        previous(message, category, filename, lineno, file, line)

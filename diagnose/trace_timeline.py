@@ -1,0 +1,280 @@
+"""The GPU timeline of one trace: busy intervals, gaps and why, steps. Shared by sync, idle and launch.
+
+Definitions (same as HTA's temporal and idle-time breakdowns, so numbers compare):
+the span runs from the first GPU activity's start to the last one's end; GPU
+activity is kernels, memcpy and memset (not ``cuda_sync`` records); busy time is
+the union of their intervals, compute time the union of compute kernels, and
+communication and memory work is non-compute.
+
+A gap of the merged timeline gets one cause:
+``short``  under ``kernel_gap_us``: back-to-back launch latency;
+``sync``   the host was blocked in a synchronising call when the GPU ran dry, so the
+           queue stayed empty until the host came back and launched more;
+``host``   the next work's launch call began after the gap opened: the GPU waited for
+           the CPU (launch-bound Python, data loading, CPU work);
+``other``  the next work was queued yet did not start (cross-stream or event waits).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+HOST_BLOCKING_SYNCS = ("stream", "event", "device", "memcpy")
+GAP_CAUSES = ("sync", "host", "short", "other")
+PROFILER_FILES = ("torch/profiler/", "torch/autograd/profiler")
+
+
+def analysed(trace):
+    """The trace as analysed: with two or more ProfilerStep annotations, the last step is left out.
+
+    HTA does the same (``include_last_profiler_step=False``): Kineto's last step usually ends
+    while the profiler stops and flushes. Only GPU work launched before the last step's start
+    is kept (work with no launch call is dropped then, as HTA drops it). Cached on the trace.
+    """
+    cached = getattr(trace, "_gpudiag_analysed", None)
+    if cached is not None:
+        return cached
+    out = trace
+    ann = trace.annotations
+    prof = ann[ann["step"].notna() & (ann["cat"].astype(str) == "user_annotation")] if len(ann) else ann
+    if len(prof) >= 2 and len(trace.gpu) and len(trace.runtime):
+        cut = int(prof["ts_ns"].max())
+        ri = trace.gpu["runtime_index"].to_numpy()
+        launch = np.where(ri >= 0, trace.runtime["ts_ns"].to_numpy()[np.maximum(ri, 0)], np.iinfo(np.int64).max)
+        keep = (ri >= 0) & (launch < cut)
+        new_row = np.full(len(keep), -1, dtype=np.int64)
+        new_row[keep] = np.arange(int(keep.sum()))
+        rt = trace.runtime.copy()
+        gi = rt["gpu_index"].to_numpy()
+        rt["gpu_index"] = np.where(gi >= 0, new_row[np.maximum(gi, 0)], -1)
+        steps_kept = trace.annotations[~(trace.annotations["step"].notna()
+                                         & (trace.annotations["cat"].astype(str) == "user_annotation")
+                                         & (trace.annotations["ts_ns"] >= cut))].reset_index(drop=True)
+        out = dataclasses.replace(trace, gpu=trace.gpu[keep].reset_index(drop=True), runtime=rt,
+                                  annotations=steps_kept)
+        out.metadata = {**trace.metadata, "left_out_from_ns": cut,
+                        "left_out": "the last profiler step, as HTA does"}
+    try:
+        object.__setattr__(trace, "_gpudiag_analysed", out)
+        object.__setattr__(out, "_gpudiag_analysed", out)
+    except AttributeError:
+        pass
+    return out
+
+
+def merge(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted, disjoint (starts, ends)."""
+    if not len(ts):
+        return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
+    order = np.argsort(ts, kind="stable")
+    s, e = ts[order], end[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    starts = s[new]
+    group = np.cumsum(new) - 1
+    ends = np.zeros(len(starts), dtype=np.int64)
+    np.maximum.at(ends, group, e)
+    return starts, ends
+
+
+def temporal_breakdown(gpu: pd.DataFrame) -> dict[str, float]:
+    """span, busy, compute, non-compute and idle ns over the span of GPU activity."""
+    if not len(gpu):
+        return {"span_ns": 0.0, "busy_ns": 0.0, "compute_ns": 0.0, "non_compute_ns": 0.0, "idle_ns": 0.0}
+    ts, end = gpu["ts_ns"].to_numpy(), gpu["end_ns"].to_numpy()
+    s, e = merge(ts, end)
+    comp = (gpu["kind"] == "compute").to_numpy()
+    cs, ce = merge(ts[comp], end[comp])
+    span = float(e.max() - s.min())
+    busy = float((e - s).sum())
+    compute = float((ce - cs).sum())
+    return {"span_ns": span, "busy_ns": busy, "compute_ns": compute, "non_compute_ns": busy - compute,
+            "idle_ns": span - busy}
+
+
+def stream_idle(trace, kernel_wait_ns: float) -> pd.DataFrame:
+    """Per stream, idle time before each kernel split as HTA does: host_wait, kernel_wait, other."""
+    gpu = trace.gpu
+    rows = []
+    if not len(gpu):
+        return pd.DataFrame(columns=["stream", "idle_category", "idle_ns", "idle_ratio"])
+    rt_ts = trace.runtime["ts_ns"].to_numpy()
+    ri = gpu["runtime_index"].to_numpy()
+    launch_ts = np.where(ri >= 0, rt_ts[np.maximum(ri, 0)] if len(rt_ts) else 0, -1).astype(np.float64)
+    launch_ts[ri < 0] = np.nan
+    for stream, idx in gpu.groupby("stream", sort=True).indices.items():
+        idx = idx[np.argsort(gpu["ts_ns"].to_numpy()[idx], kind="stable")]
+        ts = gpu["ts_ns"].to_numpy()[idx].astype(np.float64)
+        prev_end = np.r_[np.nan, gpu["end_ns"].to_numpy()[idx][:-1].astype(np.float64)]
+        gap = ts - prev_end
+        host = launch_ts[idx] > prev_end
+        kernel = ~host & (gap < kernel_wait_ns)
+        total = np.nansum(gap)
+        for cat, mask in (("host_wait", host), ("kernel_wait", kernel), ("other", ~host & ~kernel)):
+            ns = float(np.nansum(gap[mask]))
+            rows.append({"stream": int(stream), "idle_category": cat, "idle_ns": ns,
+                         "idle_ratio": ns / total if total > 0 else np.nan})
+    return pd.DataFrame(rows)
+
+
+def gaps(trace, kernel_gap_ns: float, sync_slack_ns: float = 2000.0) -> pd.DataFrame:
+    """Every gap of the merged GPU timeline with its cause, the step it falls in and the sync behind it."""
+    cols = ["start_ns", "end_ns", "dur_ns", "cause", "next_gpu_index", "sync_index"]
+    gpu = trace.gpu
+    if len(gpu) < 2:
+        return pd.DataFrame({c: pd.Series([], dtype="int64" if c != "cause" else object) for c in cols})
+    ts, end = gpu["ts_ns"].to_numpy(), gpu["end_ns"].to_numpy()
+    s, e = merge(ts, end)
+    g_start, g_end = e[:-1], s[1:]
+    # the GPU work that closes each gap: the first one starting at the next busy interval
+    first_at = np.searchsorted(ts, g_end, side="left")  # gpu is sorted by ts
+    ri = gpu["runtime_index"].to_numpy()[first_at]
+    rt = trace.runtime
+    launch = np.where(ri >= 0, rt["ts_ns"].to_numpy()[np.maximum(ri, 0)] if len(rt) else -1, -1)
+    cause = np.full(len(g_start), "other", dtype=object)
+    host = (ri >= 0) & (launch > g_start)
+    cause[host] = "host"
+    sync_index = host_sync_covering(trace, g_start, int(sync_slack_ns))
+    cause[sync_index >= 0] = "sync"
+    dur = g_end - g_start
+    cause[dur < kernel_gap_ns] = "short"
+    sync_index[dur < kernel_gap_ns] = -1
+    return pd.DataFrame({"start_ns": g_start, "end_ns": g_end, "dur_ns": dur, "cause": cause,
+                         "next_gpu_index": first_at, "sync_index": sync_index})
+
+
+def host_syncs(trace) -> np.ndarray:
+    """Rows of runtime that block the host (not the profiler's own), in time order."""
+    rt = trace.runtime
+    if not len(rt):
+        return np.array([], dtype=np.int64)
+    kind = rt["sync_kind"].astype(object).to_numpy()
+    mask = np.isin(kind, HOST_BLOCKING_SYNCS)
+    py = rt["python_index"].to_numpy()
+    if mask.any() and len(trace.python):
+        mask &= ~profiler_internal(trace, py)
+    idx = np.nonzero(mask)[0]
+    return idx[np.argsort(rt["ts_ns"].to_numpy()[idx], kind="stable")]
+
+
+def profiler_internal(trace, python_index: np.ndarray) -> np.ndarray:
+    """True where the Python stack passes through the profiler itself (its start/stop syncs)."""
+    files = trace.python["file"].astype(object).to_numpy()
+    parent = trace.python["parent_index"].to_numpy()
+    is_prof = np.array([isinstance(f, str) and any(p in f for p in PROFILER_FILES) for f in files], dtype=bool)
+    hit = np.zeros(len(python_index), dtype=bool)
+    cur = python_index.copy()
+    for _ in range(256):
+        live = cur >= 0
+        if not live.any():
+            break
+        hit[live] |= is_prof[cur[live]]
+        cur[live] = parent[cur[live]]
+    return hit
+
+
+def host_sync_covering(trace, t_ns: np.ndarray, slack_ns: int = 2000) -> np.ndarray:
+    """For each time, the host-blocking sync call in progress then (row of runtime), or -1."""
+    out = np.full(len(t_ns), -1, dtype=np.int64)
+    idx = host_syncs(trace)
+    if not idx.size:
+        return out
+    rt = trace.runtime
+    s = rt["ts_ns"].to_numpy()[idx]
+    e = rt["end_ns"].to_numpy()[idx]
+    k = np.searchsorted(s, t_ns + slack_ns, side="right") - 1
+    ok = k >= 0
+    ok[ok] &= e[k[ok]] + slack_ns >= t_ns[ok]
+    out[ok] = idx[k[ok]]
+    return out
+
+
+def steps(trace) -> pd.DataFrame:
+    """Step windows on the host: ProfilerStep#N, else one step per top-level ``Optimizer.step``, else the whole trace."""
+    ann = trace.annotations
+    cols = {"step": [], "cpu_start_ns": [], "cpu_end_ns": []}
+    source = "whole trace"
+    if len(ann):
+        prof = ann[ann["step"].notna() & (ann["cat"].astype(str) == "user_annotation")]
+        if len(prof):
+            prof = prof.sort_values("ts_ns")
+            cols = {"step": prof["step"].astype(int).tolist(), "cpu_start_ns": prof["ts_ns"].tolist(),
+                    "cpu_end_ns": prof["end_ns"].tolist()}
+            source = "ProfilerStep annotations"
+        else:
+            opt = ann[ann["name"].astype(str).str.startswith("Optimizer.step#")
+                      & (ann["cat"].astype(str) == "user_annotation")].sort_values("ts_ns")
+            opt = _outermost(opt)
+            if len(opt) >= 2:
+                ends = opt["end_ns"].to_numpy()
+                starts = np.r_[_first_host_ns(trace), ends[:-1]]
+                cols = {"step": list(range(len(opt))), "cpu_start_ns": starts.tolist(), "cpu_end_ns": ends.tolist()}
+                source = "Optimizer.step annotations (no ProfilerStep in the trace)"
+    df = pd.DataFrame(cols, dtype="int64") if cols["step"] else pd.DataFrame(
+        {"step": pd.Series([], dtype="int64"), "cpu_start_ns": pd.Series([], dtype="int64"),
+         "cpu_end_ns": pd.Series([], dtype="int64")})
+    df.attrs["source"] = source
+    return df
+
+
+def _outermost(df: pd.DataFrame) -> pd.DataFrame:
+    if not len(df):
+        return df
+    run_end = np.maximum.accumulate(df["end_ns"].to_numpy())
+    keep = np.ones(len(df), dtype=bool)
+    keep[1:] = df["ts_ns"].to_numpy()[1:] >= run_end[:-1]
+    return df[keep]
+
+
+def _first_host_ns(trace) -> int:
+    firsts = [int(t["ts_ns"].min()) for t in (trace.cpu_ops, trace.runtime) if len(t)]
+    return min(firsts) if firsts else 0
+
+
+def gpu_step_of(trace, step_windows: pd.DataFrame) -> np.ndarray:
+    """Step of each GPU row: the host step whose window holds its launch call (-1 when outside or unlaunched)."""
+    gpu = trace.gpu
+    out = np.full(len(gpu), -1, dtype=np.int64)
+    if not len(step_windows) or not len(gpu) or not len(trace.runtime):
+        return out
+    ri = gpu["runtime_index"].to_numpy()
+    launch = np.where(ri >= 0, trace.runtime["ts_ns"].to_numpy()[np.maximum(ri, 0)], -1)
+    starts = step_windows["cpu_start_ns"].to_numpy()
+    ends = step_windows["cpu_end_ns"].to_numpy()
+    k = np.searchsorted(starts, launch, side="right") - 1
+    ok = (ri >= 0) & (k >= 0)
+    ok[ok] &= launch[ok] < ends[k[ok]]
+    out[ok] = step_windows["step"].to_numpy()[k[ok]]
+    return out
+
+
+def gpu_step_windows(trace, step_windows: pd.DataFrame) -> pd.DataFrame:
+    """GPU window of each step: from the end of the previous step's last GPU work to the end of its own.
+
+    A gap is charged to the step whose work it delays (the work after it), as HTA charges idle
+    time to the kernel that follows it.
+    """
+    step_of = gpu_step_of(trace, step_windows)
+    gpu = trace.gpu
+    rows = []
+    prev_end = None
+    for step in step_windows["step"].tolist():
+        mine = step_of == step
+        if not mine.any():
+            continue
+        first = int(gpu["ts_ns"].to_numpy()[mine].min())
+        last = int(gpu["end_ns"].to_numpy()[mine].max())
+        start = first if prev_end is None else min(prev_end, first)
+        rows.append({"step": step, "gpu_start_ns": start, "gpu_end_ns": last, "kernels": int(mine.sum())})
+        prev_end = last
+    return pd.DataFrame(rows, columns=["step", "gpu_start_ns", "gpu_end_ns", "kernels"])
+
+
+def clip_sum(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> float:
+    """Total length of intervals clipped to [lo, hi)."""
+    s = np.clip(starts, lo, hi)
+    e = np.clip(ends, lo, hi)
+    return float(np.maximum(e - s, 0).sum())

@@ -1,0 +1,325 @@
+"""Per-step CUDA-event timings and exact-line sync records → two typed tables.
+
+Two sources (docs/step-timings.md describes both):
+
+* ``events/rank<N>.jsonl`` written by ``gpudiag profile``: one JSON object a line,
+  ``"kind"`` = ``step`` | ``sync`` | ``run``; other kinds are skipped so newer
+  writers stay readable. A run killed mid-write leaves a last line without its
+  newline: it is dropped with a warning. Any other bad line is an error naming it.
+* step timings a user wrote themselves: CSV with header ``name,step,elapsed_ms`` or
+  ``name,step,start_ms,end_ms`` (optional ``rank``, ``host_ms``, ``t_start_ns``),
+  or a JSON list of objects with the same keys. ``elapsed_ms`` is the GPU time
+  (``cudaEventElapsedTime``) and lands in ``gpu_ms``.
+
+Warnings (lines dropped) go through :mod:`warnings` and into ``steps.attrs["warnings"]``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import warnings
+from typing import Any
+
+from parsers.trace_stream import JSONDecodeError, _loads as json_loads
+import pandas as pd
+
+from parsers.errors import InputError
+from parsers.schema import BOOL, F64, I64, STR, Schema, conform
+
+STEPS_SCHEMA = Schema(
+    name="step_events",
+    columns={"rank": I64, "step": I64, "name": STR, "t_start_ns": F64, "host_ms": F64, "gpu_ms": F64,
+             "instrumented": BOOL},
+    docs={
+        "rank": "process rank (0 for a single process)",
+        "step": "training step number as the script counts it",
+        "name": "what was timed: 'step' for a whole step, else a region name the user chose",
+        "t_start_ns": "step start, unix epoch ns (NaN when the source has only relative times)",
+        "host_ms": "wall-clock time on the host from this step's start to the next's",
+        "gpu_ms": "GPU time between the step's CUDA start and end events (cudaEventElapsedTime)",
+        "instrumented": "the step ran inside gpudiag's profiler/sync-debug window (slower by design)",
+    },
+)
+
+SYNCS_SCHEMA = Schema(
+    name="sync_records",
+    columns={"rank": I64, "step": I64, "t_ns": F64, "dur_ns": F64, "op": STR, "file": STR, "line": F64,
+             "function": STR, "location": STR, "stack": STR},
+    docs={
+        "t_ns": "when the host began to wait, unix epoch ns",
+        "dur_ns": "how long the host was blocked (NaN when not measured)",
+        "op": "the op that synchronised (aten::item, cudaStreamSynchronize, …)",
+        "file": "absolute path of the user's innermost frame",
+        "line": "line number in that file (NaN when there was no user frame)",
+        "function": "function of that frame",
+        "location": "'file:line', the key sync findings group by",
+        "stack": "tuple of 'file:line function', innermost user frame first",
+    },
+)
+
+STEP_NAME = "step"  # the name of a whole-step record
+_RUN_KINDS = ("step", "sync", "run")
+
+
+def read_events(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read a gpudiag event log or a user step-timing CSV/JSON into ``(steps, syncs)``."""
+    text = _read_text(path)
+    body = text.lstrip("\ufeff").lstrip()
+    if not body:
+        raise InputError(path, "is empty; expected step timings (gpudiag events JSONL, or CSV/JSON "
+                               "with name,step,elapsed_ms — see docs/step-timings.md)")
+    if body.startswith("["):
+        steps, syncs, dropped = _user_records(path, _json_list(path, text), "entry"), [], []
+    elif body.startswith("{"):
+        steps, syncs, dropped = _jsonl(path, text)
+    else:
+        rows, dropped = _csv_rows(path, text)
+        steps, syncs = _user_records(path, rows, "line"), []
+    steps_frame = _steps_frame(steps)
+    syncs_frame = _syncs_frame(syncs)
+    for message in dropped:
+        warnings.warn(message, stacklevel=2)
+    steps_frame.attrs["warnings"] = dropped
+    return steps_frame, syncs_frame
+
+
+# --- gpudiag's own JSONL -------------------------------------------------------------------------
+
+def _lines(text: str) -> tuple[list[str], bool]:
+    """Lines split on newlines only (a JSON string may hold other line separators); True when it ends in one."""
+    lines = text.split("\n")
+    ends_cleanly = lines[-1] == ""
+    if ends_cleanly:
+        lines.pop()
+    return [line.rstrip("\r") for line in lines], ends_cleanly
+
+
+def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str]]:
+    lines, ends_cleanly = _lines(text)
+    steps: list[dict] = []
+    syncs: list[dict] = []
+    dropped: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json_loads(line)
+        except JSONDecodeError as e:
+            if number == len(lines) and not ends_cleanly:
+                dropped.append(f"{os.fspath(path)}: line {number} is cut short (the run stopped mid-write); ignored")
+                continue
+            raise InputError(path, f"line {number}: expected one JSON object per line, found invalid JSON ({e})") from None
+        if not isinstance(record, dict):
+            raise InputError(path, f"line {number}: expected a JSON object, found {type(record).__name__}")
+        kind = record.get("kind")
+        try:
+            if kind == "step":
+                steps.append(_step_record(record))
+            elif kind == "sync":
+                syncs.append(_sync_record(record))
+            # "run" headers and kinds newer than this reader are skipped
+        except ValueError as e:
+            raise InputError(path, f"line {number}: {e}") from None
+    if not steps and not syncs and not any(
+            _is_record_line(line) for line in lines):
+        raise InputError(path, "has no complete event record; expected JSON lines with \"kind\": \"step\" or \"sync\"")
+    return steps, syncs, dropped
+
+
+def _is_record_line(line: str) -> bool:
+    try:
+        record = json_loads(line)
+    except JSONDecodeError:
+        return False
+    return isinstance(record, dict) and "kind" in record
+
+
+def _step_record(r: dict) -> dict:
+    host_ms = _duration(r, "host_ms")
+    gpu_ms = _duration(r, "gpu_ms")
+    if math.isnan(host_ms) and math.isnan(gpu_ms):
+        raise ValueError("a step record needs host_ms or gpu_ms; found neither")
+    name = r.get("name", STEP_NAME)
+    return {"rank": _index(r, "rank", default=0), "step": _index(r, "step"),
+            "name": STEP_NAME if name is None else str(name),
+            "t_start_ns": _number(r, "t_start_ns"), "host_ms": host_ms, "gpu_ms": gpu_ms,
+            "instrumented": bool(r.get("instrumented", False))}
+
+
+def _sync_record(r: dict) -> dict:
+    file = r.get("file")
+    line = _number(r, "line")
+    if not math.isnan(line) and (line < 0 or line != int(line)):
+        raise ValueError(f"line should be a source line number, found {r.get('line')!r}")
+    stack = r.get("stack") or []
+    if not isinstance(stack, list) or not all(isinstance(s, str) for s in stack):
+        raise ValueError("stack should be a list of 'file:line function' strings")
+    has_location = file is not None and not math.isnan(line)
+    return {"rank": _index(r, "rank", default=0), "step": _index(r, "step", default=-1),
+            "t_ns": _number(r, "t_ns"), "dur_ns": _duration(r, "dur_ns"),
+            "op": None if r.get("op") is None else str(r["op"]),
+            "file": None if file is None else str(file), "line": line,
+            "function": None if r.get("function") is None else str(r["function"]),
+            "location": f"{file}:{int(line)}" if has_location else None,
+            "stack": tuple(stack)}
+
+
+# --- the user format (CSV or JSON list) ----------------------------------------------------------
+
+def _csv_rows(path, text: str) -> tuple[list[tuple[int, dict]], list[str]]:
+    lines, ends_cleanly = _lines(text.lstrip("\ufeff"))
+    header = [h.strip() for h in _cells(path, lines[0], 1)]
+    _check_user_keys(path, header, "line 1: the CSV header")
+    rows = []
+    dropped = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        cells = _cells(path, line, number)
+        if len(cells) != len(header):
+            if number == len(lines) and not ends_cleanly:
+                dropped.append(f"{os.fspath(path)}: line {number} is cut short; ignored")
+                continue
+            raise InputError(path, f"line {number}: expected {len(header)} comma-separated values "
+                                   f"({','.join(header)}), found {len(cells)}")
+        rows.append((number, {k: (v.strip() or None) for k, v in zip(header, cells)}))
+    if not rows:
+        raise InputError(path, "has a header but no step rows")
+    return rows, dropped
+
+
+def _cells(path, line: str, number: int) -> list[str]:
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error as e:
+        raise InputError(path, f"line {number}: not a CSV row ({e})") from None
+
+
+def _json_list(path, text: str) -> list[tuple[int, dict]]:
+    try:
+        items = json.loads(text.lstrip("\ufeff"), parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise InputError(path, f"line {e.lineno}: expected a JSON list of step objects, found invalid JSON ({e.msg})") from None
+    except ValueError as e:
+        raise InputError(path, f"{e}") from None
+    if not items:
+        raise InputError(path, "is an empty JSON list; expected step objects with name, step, elapsed_ms")
+    rows = []
+    for index, item in enumerate(items, start=1):
+        if not isinstance(item, dict):
+            raise InputError(path, f"entry {index}: expected an object with name, step, elapsed_ms, "
+                                   f"found {type(item).__name__}")
+        rows.append((index, item))
+    _check_user_keys(path, list(items[0]), "entry 1")
+    return rows
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"expected finite numbers, found {name}")
+
+
+def _check_user_keys(path, keys: list[str], where: str) -> None:
+    has_elapsed = "elapsed_ms" in keys
+    has_span = "start_ms" in keys and "end_ms" in keys
+    missing = [k for k in ("name", "step") if k not in keys]
+    if missing or not (has_elapsed or has_span):
+        if not (has_elapsed or has_span):
+            missing.append("elapsed_ms (or start_ms and end_ms)")
+        raise InputError(path, f"{where} lacks {', '.join(missing)}; expected name,step,elapsed_ms or "
+                               f"name,step,start_ms,end_ms, found {','.join(map(str, keys))[:200]!r}")
+
+
+def _user_records(path, rows: list[tuple[int, dict]], label: str) -> list[dict]:
+    out = []
+    for number, row in rows:
+        try:
+            gpu_ms = _duration(row, "elapsed_ms")
+            if math.isnan(gpu_ms) and ("start_ms" in row or "end_ms" in row):
+                start, end = _number(row, "start_ms"), _number(row, "end_ms")
+                if math.isnan(start) or math.isnan(end):
+                    raise ValueError("start_ms and end_ms should both be numbers")
+                if end < start:
+                    raise ValueError(f"end_ms ({end}) is before start_ms ({start}); durations cannot be negative")
+                gpu_ms = end - start
+            host_ms = _duration(row, "host_ms")
+            if math.isnan(gpu_ms):
+                raise ValueError("elapsed_ms is missing")
+            name = row.get("name")
+            if name is None or str(name) == "":
+                raise ValueError("name is empty")
+            out.append({"rank": _index(row, "rank", default=0), "step": _index(row, "step"), "name": str(name),
+                        "t_start_ns": _number(row, "t_start_ns"), "host_ms": host_ms, "gpu_ms": gpu_ms})
+        except ValueError as e:
+            raise InputError(path, f"{label} {number}: {e}") from None
+    return out
+
+
+# --- values ---------------------------------------------------------------------------------------
+
+def _number(record: dict, key: str) -> float:
+    """A finite number, NaN when absent/null; text that is not a number is an error."""
+    value = record.get(key)
+    if value is None:
+        return math.nan
+    if isinstance(value, bool):
+        raise ValueError(f"{key} should be a number, found {value!r}")
+    if isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        try:
+            number = float(str(value).strip())
+        except ValueError:
+            raise ValueError(f"{key} should be a number, found {str(value)[:40]!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{key} should be a finite number, found {value!r}")
+    return number
+
+
+def _duration(record: dict, key: str) -> float:
+    number = _number(record, key)
+    if number < 0:
+        raise ValueError(f"{key} should be a duration ≥ 0, found {record.get(key)!r}")
+    return number
+
+
+def _index(record: dict, key: str, default: int | None = None) -> int:
+    if record.get(key) is None:
+        if default is None:
+            raise ValueError(f"{key} is missing")
+        return default
+    number = _number(record, key)
+    if number != int(number) or number < (-1 if key == "step" else 0):
+        raise ValueError(f"{key} should be a whole number ≥ 0, found {record.get(key)!r}")
+    return int(number)
+
+
+def _steps_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    if not records:
+        return STEPS_SCHEMA.empty()
+    frame = pd.DataFrame.from_records(records)
+    frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    return conform(frame, STEPS_SCHEMA)
+
+
+def _syncs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    if not records:
+        return SYNCS_SCHEMA.empty()
+    frame = pd.DataFrame.from_records(records)
+    frame = frame.sort_values(["rank", "t_ns"], kind="stable", na_position="last").reset_index(drop=True)
+    return conform(frame, SYNCS_SCHEMA)
+
+
+def _read_text(path) -> str:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise InputError(path, f"cannot read: {e.strerror}") from None
+    if b"\x00" in raw[:4096]:
+        raise InputError(path, "is binary; expected step timings as JSON lines, CSV or JSON")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(path, f"is not UTF-8 text (byte {e.start}); expected step timings") from None

@@ -1,0 +1,128 @@
+"""Per-step allocator statistics (``memory/rank<N>.stats.jsonl``) → one row per record.
+
+Each line is ``{"kind": "memory_stats", "rank", "step", "t_ns", "framework": "torch"|"jax",
+"stats": {...}}`` with ``stats`` as ``torch.cuda.memory_stats()`` or JAX's
+``device.memory_stats()`` returned it. Both land in one table whose columns carry
+units; a key the framework did not report is NaN (JAX has no requested or active
+bytes, torch has no largest free block), never a guess.
+
+The log may be gzip-compressed (fixtures are). A crashed run can leave a partial last line: it is dropped with a warning in
+``df.attrs["warnings"]``; a bad line anywhere else is an :class:`InputError`.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zlib
+
+import numpy as np
+import pandas as pd
+
+from parsers.errors import InputError
+from parsers.schema import F64, I64, STR, Schema, conform
+
+# output column → key in torch.cuda.memory_stats()
+TORCH_KEYS = {
+    "allocated_bytes": "allocated_bytes.all.current", "allocated_peak_bytes": "allocated_bytes.all.peak",
+    "reserved_bytes": "reserved_bytes.all.current", "reserved_peak_bytes": "reserved_bytes.all.peak",
+    "active_bytes": "active_bytes.all.current", "active_peak_bytes": "active_bytes.all.peak",
+    "requested_bytes": "requested_bytes.all.current", "requested_peak_bytes": "requested_bytes.all.peak",
+    "inactive_split_bytes": "inactive_split_bytes.all.current", "inactive_split_blocks": "inactive_split.all.current",
+    "reserved_large_pool_bytes": "reserved_bytes.large_pool.current",
+    "reserved_small_pool_bytes": "reserved_bytes.small_pool.current",
+    "allocated_large_pool_bytes": "allocated_bytes.large_pool.current",
+    "allocated_small_pool_bytes": "allocated_bytes.small_pool.current",
+    "segments": "segment.all.current", "segments_allocated_total": "segment.all.allocated",
+    "segments_freed_total": "segment.all.freed", "allocations": "allocation.all.current",
+    "num_alloc_retries": "num_alloc_retries", "num_ooms": "num_ooms",
+    "num_device_alloc": "num_device_alloc", "num_device_free": "num_device_free",
+    "oversize_segments": "oversize_segments.current", "max_split_size_bytes": "max_split_size",
+}
+# output column → key in JAX's device.memory_stats()
+JAX_KEYS = {
+    "allocated_bytes": "bytes_in_use", "allocated_peak_bytes": "peak_bytes_in_use",
+    "reserved_bytes": "bytes_reserved", "reserved_peak_bytes": "peak_bytes_reserved",
+    "pool_bytes": "pool_bytes", "pool_peak_bytes": "peak_pool_bytes",
+    "largest_free_block_bytes": "largest_free_block_bytes", "limit_bytes": "bytes_limit",
+    "largest_alloc_bytes": "largest_alloc_size", "num_allocs": "num_allocs",
+}
+
+MEMORY_STATS_SCHEMA = Schema("memory_stats", {
+    "rank": I64, "step": I64, "t_ns": F64, "framework": STR, "device": F64,
+    **{c: F64 for c in dict.fromkeys([*TORCH_KEYS, *JAX_KEYS])},
+}, docs={"t_ns": "unix epoch ns when the stats were read (the step's end)",
+         "allocated_bytes": "torch allocated_bytes.all.current / JAX bytes_in_use",
+         "reserved_bytes": "torch reserved_bytes.all.current / JAX bytes_reserved (0 when JAX preallocates)",
+         "pool_bytes": "JAX: the preallocated BFC pool", "largest_free_block_bytes": "JAX only"})
+
+
+def read_memory_stats(path: str | os.PathLike) -> pd.DataFrame:
+    """One row per memory_stats record, sorted by (rank, step); ``attrs["warnings"]`` lists what was skipped."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise InputError(path, f"cannot read memory stats log: {e.strerror}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise InputError(path, f"is gzip-compressed but cannot be decompressed ({e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(path, f"expected a UTF-8 JSON-lines memory stats log; byte {e.start} is not UTF-8") from None
+    lines = text.split("\n")
+    ends_cleanly = text.endswith("\n")
+    warnings: list[str] = []
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        last = number == len(lines) or (number == len(lines) - 1 and not lines[-1])
+        try:
+            record = json.loads(line)
+        except ValueError as e:
+            if last and not ends_cleanly:
+                warnings.append(f"{os.fspath(path)}: ignored the partial last line {number} (the run stopped mid-write)")
+                continue
+            raise InputError(path, f"line {number}: expected a JSON object, found {line[:60]!r} ({e})") from None
+        if not isinstance(record, dict):
+            raise InputError(path, f"line {number}: expected a JSON object, found {type(record).__name__}")
+        if record.get("kind", "memory_stats") != "memory_stats":
+            continue
+        rows.append(_row(record, path, number))
+    if not rows:
+        if not text.strip():
+            raise InputError(path, "is empty; expected JSON lines of {\"kind\": \"memory_stats\", ...}")
+        raise InputError(path, "has no memory_stats records (lines with \"kind\": \"memory_stats\")")
+    df = conform(pd.DataFrame(rows), MEMORY_STATS_SCHEMA)
+    df = df.sort_values(["rank", "step", "t_ns"], kind="stable").reset_index(drop=True)
+    df.attrs["warnings"] = warnings
+    return df
+
+
+def _row(record: dict, path, number: int) -> dict:
+    stats = record.get("stats")
+    if not isinstance(stats, dict):
+        raise InputError(path, f"line {number}: expected \"stats\" to be an object, found {type(stats).__name__}")
+    framework = record.get("framework") or ("jax" if "bytes_in_use" in stats else "torch")
+    if framework not in ("torch", "jax"):
+        raise InputError(path, f"line {number}: expected framework 'torch' or 'jax', found {framework!r}")
+    keys = TORCH_KEYS if framework == "torch" else JAX_KEYS
+    try:
+        row = {"rank": int(record.get("rank", 0)), "step": int(record["step"]),
+               "t_ns": float(record["t_ns"]) if record.get("t_ns") is not None else np.nan,
+               "framework": framework, "device": record.get("device", np.nan)}
+    except (KeyError, TypeError, ValueError):
+        raise InputError(path, f"line {number}: expected integer \"step\" and \"rank\" and a number \"t_ns\", "
+                               f"found step={record.get('step')!r} rank={record.get('rank')!r} t_ns={record.get('t_ns')!r}") from None
+    for column, key in keys.items():
+        value = stats.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(path, f"line {number}: stats[{key!r}] must be a number, found {value!r}")
+        row[column] = float(value)
+    return row

@@ -1,0 +1,638 @@
+"""PyTorch profiler (Kineto) and JAX perfetto traces → typed tables (:class:`Trace`).
+
+One pass over the events sorts them into buckets by category; each bucket becomes
+columns in bulk (numpy arrays, names as category codes), so a 1 GB trace never
+exists as one list of Python dicts (see :mod:`parsers.trace_stream`). After the
+pass the tables are linked: GPU work to the runtime call that launched it (the
+CUPTI correlation id), runtime calls to the CPU op and the Python frame that
+enclose them on their thread (:mod:`parsers.trace_nesting`), and each Python
+frame to the nearest frame of the user's own code. Times are int64 ns
+(``ts_ns``, ``dur_ns``, ``end_ns``); ids absent from the trace are -1.
+Tables and columns are documented in ``docs/traces.md``.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from parsers.errors import InputError
+from parsers.schema import BOOL, CAT, F64, I64, Schema, conform
+from parsers.trace_nesting import enclosing, parents, thread_key
+from parsers.trace_stream import read_chunks
+
+KINETO = "kineto"
+PERFETTO = "perfetto"
+
+_TIMES = {"ts_ns": I64, "dur_ns": I64, "end_ns": I64}
+
+GPU_SCHEMA = Schema("trace.gpu", {
+    **_TIMES, "pid": I64, "tid": I64, "device": I64, "stream": I64, "correlation": I64, "external_id": I64,
+    "name": CAT, "cat": CAT, "kind": CAT, "bytes": F64, "memcpy_kind": CAT, "host_memory": CAT,
+    "runtime_index": I64,
+}, {"kind": "compute | comm | memcpy | memset", "memcpy_kind": "HtoD | DtoH | DtoD | HtoH | PtoP",
+    "host_memory": "pageable | pinned (host side of a HtoD/DtoH copy)",
+    "runtime_index": "row in runtime of the call that launched it, or -1"})
+
+RUNTIME_SCHEMA = Schema("trace.runtime", {
+    **_TIMES, "pid": I64, "tid": I64, "name": CAT, "cat": CAT, "correlation": I64, "external_id": I64,
+    "sync_kind": CAT, "memcpy_kind": CAT, "host_memory": CAT, "gpu_index": I64, "cpu_op_index": I64,
+    "python_index": I64,
+}, {"sync_kind": "stream | event | device | memcpy | wait_event, when the call synchronises",
+    "gpu_index": "row in gpu of the work it launched (first one), or -1",
+    "cpu_op_index": "innermost enclosing cpu op, or -1", "python_index": "innermost enclosing Python frame, or -1"})
+
+CUDA_SYNC_SCHEMA = Schema("trace.cuda_sync", {
+    **_TIMES, "device": I64, "stream": I64, "correlation": I64, "kind": CAT, "wait_on_stream": I64})
+
+CPU_OP_SCHEMA = Schema("trace.cpu_ops", {
+    **_TIMES, "pid": I64, "tid": I64, "name": CAT, "external_id": I64, "parent_index": I64,
+    "top_index": I64, "python_index": I64,
+}, {"parent_index": "enclosing cpu op", "top_index": "outermost enclosing cpu op (itself when top level)"})
+
+PYTHON_SCHEMA = Schema("trace.python", {
+    **_TIMES, "pid": I64, "tid": I64, "name": CAT, "python_id": I64, "parent_index": I64, "file": CAT,
+    "line": I64, "function": CAT, "is_user": BOOL, "user_index": I64,
+}, {"line": "the function's FIRST line (Kineto names frames so), -1 when unknown",
+    "user_index": "nearest frame at or above that is the user's own code, or -1"})
+
+ANNOTATION_SCHEMA = Schema("trace.annotations", {
+    **_TIMES, "pid": I64, "tid": I64, "name": CAT, "cat": CAT, "step": F64})
+
+FLOW_SCHEMA = Schema("trace.flows", {"ts_ns": I64, "pid": I64, "tid": I64, "id": I64, "ph": CAT, "cat": CAT})
+
+OTHER_SCHEMA = Schema("trace.other", {**_TIMES, "pid": I64, "tid": I64, "name": CAT, "cat": CAT})
+
+GPU_CATS = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "Memcpy": "gpu_memcpy",
+            "gpu_memset": "gpu_memset", "Memset": "gpu_memset"}
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver", "runtime", "driver"}
+CPU_OP_CATS = {"cpu_op", "Operator", "operator"}
+ANNOTATION_CATS = {"user_annotation", "gpu_user_annotation"}
+# categories Kineto writes that gpudiag does not need (not reported as unknown)
+IGNORED_CATS = {"Trace", "overhead", "cuda_profiler_range", "python_function", "cpu_instant_event",
+                "ac2g", "fwdbwd", "async_cpu_to_gpu", "gpu_mem_op", "mtia_ccp_events", "kernel_memcpy",
+                "Trace Span"}
+
+SYNC_CALLS = {
+    "cudaStreamSynchronize": "stream", "cuStreamSynchronize": "stream",
+    "cudaDeviceSynchronize": "device", "cuCtxSynchronize": "device",
+    "cudaEventSynchronize": "event", "cuEventSynchronize": "event",
+    "cudaMemcpy": "memcpy", "cuMemcpyDtoH": "memcpy", "cuMemcpyDtoH_v2": "memcpy", "cuMemcpyHtoD_v2": "memcpy",
+    "cudaStreamWaitEvent": "wait_event", "cuStreamWaitEvent": "wait_event",
+}
+_MEMCPY_NAME = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
+_PY_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_GPU_PROCESS = re.compile(r"^/device:GPU:(\d+)")
+_JAX_STREAM = re.compile(r"Stream #(\d+)")
+_COMM = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|collective", re.I)
+LIBRARY_DIRS = ("site-packages/", "dist-packages/", "/lib/python3", "/lib64/python3")
+LIBRARY_PACKAGES = {"torch", "jax", "jaxlib", "flax", "optax", "numpy", "triton", "transformers", "accelerate",
+                    "deepspeed", "lightning", "pytorch_lightning", "torchvision", "apex", "megatron", "nn.Module: "}
+
+
+@dataclass
+class Trace:
+    """Every table of one profiler trace. Rows of one table refer to rows of another by index."""
+
+    path: str
+    format: str  # kineto | perfetto
+    rank: int | None
+    gpu: pd.DataFrame
+    runtime: pd.DataFrame
+    cuda_sync: pd.DataFrame
+    cpu_ops: pd.DataFrame
+    python: pd.DataFrame
+    annotations: pd.DataFrame
+    flows: pd.DataFrame
+    other: pd.DataFrame
+    device_properties: pd.DataFrame
+    metadata: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def stack(self, python_index: int) -> list[str]:
+        """The Python frames from ``python_index`` outwards, as Kineto names them."""
+        out = []
+        names, parent = self.python["name"], self.python["parent_index"].to_numpy()
+        i = int(python_index)
+        while i >= 0 and len(out) < 200:
+            out.append(str(names.iat[i]))
+            i = int(parent[i])
+        return out
+
+
+class _Columns:
+    """Growing columns of one table: numpy pieces per chunk, names kept as codes."""
+
+    def __init__(self):
+        self.pieces: dict[str, list[np.ndarray]] = defaultdict(list)
+        self.codes: dict[str, dict] = defaultdict(dict)
+
+    def add(self, col: str, values: np.ndarray) -> None:
+        self.pieces[col].append(values)
+
+    def frame(self) -> pd.DataFrame:
+        out = {}
+        for col, parts in self.pieces.items():
+            arr = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            if col in self.codes:
+                out[col] = _categorical(arr, list(self.codes[col]))
+            else:
+                out[col] = arr
+        return pd.DataFrame(out)
+
+
+def _categorical(codes: np.ndarray, categories: list) -> pd.Categorical:
+    cats = [None if c is None else str(c) for c in categories]
+    if None in cats or len(set(cats)) != len(cats):
+        return pd.Categorical(np.array(cats, dtype=object)[codes])
+    return pd.Categorical.from_codes(codes, categories=cats)
+
+
+class _Pending:
+    """Columns of one bucket, committed to the table only once all of them were built."""
+
+    def __init__(self):
+        self.arrays: list[tuple[str, np.ndarray]] = []
+        self.coded: list[tuple[str, list]] = []
+
+    def add(self, col: str, values: np.ndarray) -> None:
+        self.arrays.append((col, values))
+
+    def add_codes(self, col: str, values: list) -> None:
+        self.coded.append((col, values))
+
+    def commit(self, table: _Columns) -> None:
+        coded = []
+        for col, values in self.coded:  # may raise (an unhashable name): before anything is added
+            index = table.codes[col]
+            coded.append((col, np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int32)))
+        for col, values in self.arrays + coded:
+            table.add(col, values)
+
+
+class _Builder:
+    """Receives chunks of events, keeps columns, counts what it skipped."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.tables = {k: _Columns() for k in ("gpu", "runtime", "cuda_sync", "cpu_ops", "python", "annotations",
+                                               "flows", "other")}
+        self.meta: list[dict] = []
+        self.bad_duration = 0
+        self.bad_events = 0
+        self.unknown_cats: Counter = Counter()
+        self.other_phases: Counter = Counter()
+        self.n_events = 0
+
+    def on_events(self, events: list) -> None:
+        self.n_events += len(events)
+        buckets: dict[Any, list] = defaultdict(list)
+        flows, meta = [], self.meta
+        for e in events:
+            if e.__class__ is not dict:
+                self.bad_events += 1
+                continue
+            ph = e.get("ph")
+            if ph == "X":
+                buckets[e.get("cat")].append(e)
+            elif ph == "s" or ph == "f" or ph == "t":
+                flows.append(e)
+            elif ph == "M":
+                meta.append(e)
+            else:
+                self.other_phases[ph] += 1
+        for cat, evs in buckets.items():
+            try:
+                self._bucket(cat, evs)
+            except (TypeError, ValueError, AttributeError, OverflowError):
+                good = [e for e in evs if _plausible(e)]
+                self.bad_events += len(evs) - len(good)
+                if good:
+                    self._bucket(cat, good)
+        if flows:
+            try:
+                self._flows(flows)
+            except (TypeError, ValueError, AttributeError, OverflowError):
+                self.bad_events += len(flows)
+
+    def _times(self, evs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        ts = np.array([e.get("ts") for e in evs], dtype=np.float64)
+        dur = np.array([e.get("dur") for e in evs], dtype=np.float64)
+        ok = (dur >= 0) & np.isfinite(ts) & np.isfinite(dur)
+        self.bad_duration += int(len(evs) - ok.sum())
+        ts_ns = us_to_ns(ts[ok])
+        dur_ns = us_to_ns(dur[ok])
+        return ok, ts_ns, dur_ns, ts_ns + dur_ns
+
+    def _bucket(self, cat, evs: list) -> None:
+        if cat in GPU_CATS:
+            kind = GPU_CATS[cat]
+            table = "gpu"
+        elif cat in RUNTIME_CATS:
+            table = "runtime"
+        elif cat == "cuda_sync":
+            table = "cuda_sync"
+        elif cat in CPU_OP_CATS:
+            table = "cpu_ops"
+        elif cat == "python_function":
+            table = "python"
+        elif cat in ANNOTATION_CATS:
+            table = "annotations"
+        else:
+            table = "other"
+            if cat is not None and cat not in IGNORED_CATS:
+                self.unknown_cats[str(cat)] += len(evs)
+        ok, ts_ns, dur_ns, end_ns = self._times(evs)
+        if not ok.all():
+            evs = [e for e, k in zip(evs, ok) if k]
+        if not evs:
+            return
+        t = _Pending()
+        t.add("ts_ns", ts_ns)
+        t.add("dur_ns", dur_ns)
+        t.add("end_ns", end_ns)
+        t.add("pid", _ints([e.get("pid") for e in evs]))
+        t.add("tid", _ints([e.get("tid") for e in evs]))
+        t.add_codes("name", [e.get("name") for e in evs])
+        args = [e.get("args") or _EMPTY for e in evs]
+        if table == "gpu":
+            t.add_codes("cat", [kind] * len(evs))
+            t.add("device", _ints([a.get("device") for a in args]))
+            t.add("stream", _ints([a.get("stream") for a in args]))
+            t.add("correlation", _ints([a.get("correlation") for a in args]))
+            t.add("external_id", _ints([a.get("External id") for a in args]))
+            t.add("bytes", np.array([a.get("bytes") for a in args], dtype=np.float64))
+        elif table == "runtime":
+            t.add_codes("cat", [cat] * len(evs))
+            t.add("correlation", _ints([a.get("correlation") for a in args]))
+            t.add("external_id", _ints([a.get("External id") for a in args]))
+        elif table == "cuda_sync":
+            t.add("device", _ints([a.get("device") for a in args]))
+            t.add("stream", _ints([a.get("stream") for a in args]))
+            t.add("correlation", _ints([a.get("correlation") for a in args]))
+            t.add_codes("kind", [a.get("cuda_sync_kind") for a in args])
+            t.add("wait_on_stream", _ints([a.get("wait_on_stream") for a in args]))
+        elif table == "cpu_ops":
+            t.add("external_id", _ints([a.get("External id") for a in args]))
+        elif table == "python":
+            t.add("python_id", _ints([a.get("Python id") for a in args]))
+            t.add("parent_id", _ints([a.get("Python parent id") for a in args]))
+        elif table in ("annotations", "other"):
+            t.add_codes("cat", [cat] * len(evs))
+        t.commit(self.tables[table])
+
+    def _flows(self, evs: list) -> None:
+        ts = np.array([e.get("ts") for e in evs], dtype=np.float64)
+        ok = np.isfinite(ts)
+        if not ok.all():
+            evs = [e for e, k in zip(evs, ok) if k]
+            ts = ts[ok]
+        t = _Pending()
+        t.add("ts_ns", us_to_ns(ts))
+        t.add("pid", _ints([e.get("pid") for e in evs]))
+        t.add("tid", _ints([e.get("tid") for e in evs]))
+        t.add("id", _ints([e.get("id") for e in evs]))
+        t.add_codes("ph", [e.get("ph") for e in evs])
+        t.add_codes("cat", [e.get("cat") for e in evs])
+        t.commit(self.tables["flows"])
+
+
+_EMPTY: dict = {}
+
+
+def us_to_ns(us: np.ndarray) -> np.ndarray:
+    """Microseconds (float) → int64 ns without the rounding of ``us * 1000`` past 2**53 (unix-epoch µs)."""
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+
+
+def _plausible(e: dict) -> bool:
+    args = e.get("args")
+    return (isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur", 0), (int, float))
+            and (args is None or isinstance(args, dict)))
+
+
+def _ints(values: list) -> np.ndarray:
+    """Ids as int64, -1 where absent or not a number (Kineto writes pid "Spans" for its own spans)."""
+    try:
+        arr = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool) else None for v in values],
+                       dtype=np.float64)
+    arr[~np.isfinite(arr)] = -1
+    return arr.astype(np.int64)
+
+
+def read_trace(path: str | os.PathLike) -> Trace:
+    """Read a Kineto ``.json``/``.json.gz`` or JAX ``*.trace.json.gz`` into a :class:`Trace`."""
+    path = os.fspath(path)
+    b = _Builder()
+    header = read_chunks(path, b.on_events, b.reset)
+    if not isinstance(header, dict):
+        header = {}
+    if b.n_events == 0 and not header:
+        raise InputError(path, "expected a chrome trace with 'traceEvents'; found an empty event list and no metadata")
+    frames = {k: t.frame() if t.pieces else pd.DataFrame() for k, t in b.tables.items()}
+    procs, threads = _metadata_names(b.meta)
+    fmt = PERFETTO if any(_GPU_PROCESS.match(n or "") for n in procs.values()) and not frames["gpu"].shape[0] else KINETO
+    warnings = _warnings(b)
+    if fmt == PERFETTO:
+        frames = _from_perfetto(frames, procs, threads)
+    trace = Trace(
+        path=path, format=fmt, rank=_rank(header),
+        gpu=_gpu(frames["gpu"]),
+        runtime=conform(frames["runtime"], RUNTIME_SCHEMA),
+        cuda_sync=conform(frames["cuda_sync"], CUDA_SYNC_SCHEMA),
+        cpu_ops=conform(frames["cpu_ops"], CPU_OP_SCHEMA),
+        python=_python(frames["python"]),
+        annotations=_annotations(frames["annotations"]),
+        flows=conform(frames["flows"], FLOW_SCHEMA),
+        other=conform(frames["other"], OTHER_SCHEMA),
+        device_properties=_device_properties(header),
+        metadata={"header": {k: v for k, v in header.items() if k not in ("deviceProperties",)},
+                  "process_names": procs, "events": b.n_events},
+        warnings=warnings,
+    )
+    _link(trace)
+    return trace
+
+
+def _warnings(b: _Builder) -> list[str]:
+    out = []
+    if b.bad_duration:
+        out.append(f"{b.bad_duration:,} complete events had a missing or negative duration and were skipped")
+    if b.bad_events:
+        out.append(f"{b.bad_events:,} events were not well-formed (not an object, or non-numeric ts/dur/args) and were skipped")
+    if b.unknown_cats:
+        listed = ", ".join(f"{c!r} ({n:,})" for c, n in b.unknown_cats.most_common(8))
+        out.append(f"events of unknown categories were kept in trace.other, not analysed: {listed}")
+    return out
+
+
+def _metadata_names(meta: list[dict]) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
+    procs, threads = {}, {}
+    for e in meta:
+        args = e.get("args")
+        if not isinstance(args, dict):
+            continue
+        name = args.get("name")
+        pid, tid = e.get("pid"), e.get("tid")
+        if not isinstance(pid, int):
+            continue
+        if e.get("name") == "process_name":
+            procs[pid] = str(name)
+        elif e.get("name") == "thread_name" and isinstance(tid, int):
+            threads[(pid, tid)] = str(name)
+    return procs, threads
+
+
+def _from_perfetto(frames: dict, procs: dict, threads: dict) -> dict:
+    """JAX: GPU work sits on processes named /device:GPU:N, one thread per "Stream #K(...)" line."""
+    other = frames["other"]
+    if not len(other):
+        return frames
+    gpu_pids = {pid: int(m.group(1)) for pid, n in procs.items() if (m := _GPU_PROCESS.match(n))}
+    stream_of = {}
+    for (pid, tid), n in threads.items():
+        m = _JAX_STREAM.search(n)
+        if pid in gpu_pids and m:
+            stream_of[(pid, tid)] = int(m.group(1))
+    pid, tid = other["pid"].to_numpy(), other["tid"].to_numpy()
+    keys = list(zip(pid.tolist(), tid.tolist()))
+    stream = np.array([stream_of.get(k, -1) for k in keys], dtype=np.int64)
+    on_gpu = stream >= 0
+    gpu = other[on_gpu].reset_index(drop=True).copy()
+    gpu["stream"] = stream[on_gpu]
+    gpu["device"] = [gpu_pids[p] for p in gpu["pid"]]
+    names = gpu["name"].astype(str)
+    lower = names.str.lower()
+    gpu["cat"] = np.where(lower.str.contains("memcpy|memcpyd2h|memcpyh2d|copy_start|transfer"), "gpu_memcpy",
+                          np.where(lower.str.contains("memset"), "gpu_memset", "kernel"))
+    host_pids = [p for p, n in procs.items() if n.startswith("/host:")]
+    host = other[~on_gpu & other["pid"].isin(host_pids)]
+    is_api = host["name"].astype(str).str.match(r"^cu[A-Z]|^cuda[A-Z]")
+    # correlation ids of perfetto events are not read yet (strings in args, shared by CUDA-graph nodes)
+    gpu["correlation"] = -1
+    gpu["external_id"] = -1
+    frames = dict(frames)
+    frames["gpu"] = gpu
+    frames["runtime"] = host[is_api].reset_index(drop=True).assign(correlation=-1, external_id=-1)
+    frames["cpu_ops"] = host[~is_api].reset_index(drop=True)
+    frames["other"] = other[~on_gpu & ~other["pid"].isin(host_pids)].reset_index(drop=True)
+    return frames
+
+
+def _gpu(df: pd.DataFrame) -> pd.DataFrame:
+    if len(df):
+        names = df["name"].astype("category")
+        cats = pd.Series(names.cat.categories.astype(str))
+        kinds = np.where(cats.str.match(r"^(?:Memcpy|dma)"), "memcpy",
+                         np.where(cats.str.match(r"^Memset"), "memset",
+                                  np.where(cats.str.contains(_COMM), "comm", "compute")))
+        codes = names.cat.codes.to_numpy()
+        cat_kind = df["cat"].astype(str).to_numpy()
+        kind = np.asarray(kinds, dtype=object)[codes]
+        kind = np.where(cat_kind == "gpu_memcpy", "memcpy", np.where(cat_kind == "gpu_memset", "memset", kind))
+        parsed = [_MEMCPY_NAME.search(c) for c in cats]
+        mk = np.array([m.group(1) if m else None for m in parsed], dtype=object)[codes]
+        host = np.array([_host_side(m) for m in parsed], dtype=object)[codes]
+        df = df.assign(kind=pd.Categorical(kind), memcpy_kind=pd.Categorical(mk), host_memory=pd.Categorical(host))
+    out = conform(df, GPU_SCHEMA)
+    if len(out):
+        out = out.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+    out["runtime_index"] = -1
+    return out
+
+
+def _host_side(m) -> str | None:
+    if m is None:
+        return None
+    direction, src, dst = m.groups()
+    side = dst if direction.endswith("toH") else src if direction.startswith("Hto") else None
+    return side.lower() if side and side.lower() in ("pageable", "pinned") else None
+
+
+def _python(df: pd.DataFrame) -> pd.DataFrame:
+    if len(df):
+        names = df["name"].astype("category")
+        cats = list(names.cat.categories.astype(str))
+        parsed = [_PY_FRAME.match(c) for c in cats]
+        codes = names.cat.codes.to_numpy()
+        files = np.array([m.group(1) if m else None for m in parsed], dtype=object)
+        lines = np.array([int(m.group(2)) if m else -1 for m in parsed], dtype=np.int64)
+        funcs = np.array([m.group(3) if m else c for m, c in zip(parsed, cats)], dtype=object)
+        user = np.array([bool(m) and is_user_file(m.group(1)) for m in parsed], dtype=bool)
+        df = df.assign(file=pd.Categorical(files[codes]), line=lines[codes], function=pd.Categorical(funcs[codes]),
+                       is_user=user[codes])
+    out = conform(df, PYTHON_SCHEMA)
+    if len(out):
+        out = out.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+    return out
+
+
+def is_user_file(file: str) -> bool:
+    """False for frames of torch, installed packages, the standard library and built-ins.
+
+    Kineto strips the ``sys.path`` prefix, so library files look like ``torch/nn/modules/module.py``
+    and standard-library ones like ``typing.py``; a user's script keeps its own (relative or absolute) path.
+    """
+    f = file.replace("\\", "/")
+    if f.startswith("<") or any(p in f for p in LIBRARY_DIRS):
+        return False
+    if f.startswith("/"):
+        return True
+    first = f.lstrip("./").split("/")[0]
+    stem = first[:-3] if first.endswith(".py") else first
+    return stem not in sys.stdlib_module_names and stem not in LIBRARY_PACKAGES
+
+
+def _annotations(df: pd.DataFrame) -> pd.DataFrame:
+    if len(df):
+        names = df["name"].astype("category")
+        steps = np.array([float(m.group(1)) if (m := _STEP.match(str(c))) else np.nan for c in names.cat.categories])
+        df = df.assign(step=steps[names.cat.codes.to_numpy()])
+    out = conform(df, ANNOTATION_SCHEMA)
+    if len(out):
+        out = out.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+    return out
+
+
+def _device_properties(header: dict) -> pd.DataFrame:
+    props = header.get("deviceProperties")
+    if isinstance(props, str):  # some exporters wrote Python's repr of the list
+        try:
+            props = ast.literal_eval(props)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            props = None
+    if not isinstance(props, list) or not all(isinstance(p, dict) for p in props):
+        return pd.DataFrame({"id": pd.Series([], dtype=I64), "name": pd.Series([], dtype=object)})
+    df = pd.DataFrame(props)
+    if "name" not in df:
+        df["name"] = None
+    return df
+
+
+def _rank(header: dict) -> int | None:
+    info = header.get("distributedInfo")
+    if isinstance(info, str):
+        try:
+            info = ast.literal_eval(info)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            info = None
+    if isinstance(info, dict) and isinstance(info.get("rank"), int) and not isinstance(info.get("rank"), bool):
+        return int(info["rank"])
+    return None
+
+
+def _integral_us(*cols: np.ndarray) -> bool:
+    return all(not len(c) or not (c % 1000).any() for c in cols)
+
+
+def _link(t: Trace) -> None:
+    """Fill the index columns that tie the tables together."""
+    gpu, rt, ops, py = t.gpu, t.runtime, t.cpu_ops, t.python
+    tol = 1000 if _integral_us(ops["ts_ns"].to_numpy(), rt["ts_ns"].to_numpy()) else 1
+
+    # GPU work ↔ the runtime call that launched it (same CUPTI correlation id)
+    if len(gpu) and len(rt):
+        corr = rt["correlation"].to_numpy()
+        valid = corr >= 0
+        rt_rows = pd.Series(np.nonzero(valid)[0], index=corr[valid])
+        rt_rows = rt_rows[~rt_rows.index.duplicated()]
+        gpu_corr = gpu["correlation"].to_numpy()
+        idx = rt_rows.reindex(gpu_corr).to_numpy()
+        gpu["runtime_index"] = np.where(np.isnan(idx), -1, idx).astype(np.int64)
+        first_gpu = pd.Series(np.arange(len(gpu)), index=gpu_corr)
+        first_gpu = first_gpu[(first_gpu.index >= 0) & ~first_gpu.index.duplicated()]
+        gi = first_gpu.reindex(corr).to_numpy()
+        rt["gpu_index"] = np.where(np.isnan(gi), -1, gi).astype(np.int64)
+        has = rt["gpu_index"].to_numpy() >= 0
+        g = rt["gpu_index"].to_numpy()[has]
+        mk = np.array(gpu["memcpy_kind"].astype(object))[g]
+        hm = np.array(gpu["host_memory"].astype(object))[g]
+        mk_all = np.full(len(rt), None, dtype=object)
+        hm_all = np.full(len(rt), None, dtype=object)
+        mk_all[has], hm_all[has] = mk, hm
+        rt["memcpy_kind"] = pd.Categorical(mk_all)
+        rt["host_memory"] = pd.Categorical(hm_all)
+    if len(rt):
+        rt["sync_kind"] = _sync_kind(rt)
+
+    # cpu op tree on each thread
+    if len(ops):
+        o_ts, o_end = ops["ts_ns"].to_numpy(), ops["end_ns"].to_numpy()
+        o_g = thread_key(ops["pid"].to_numpy(), ops["tid"].to_numpy())
+        parent = parents(o_ts, o_end, o_g, tol)
+        ops["parent_index"] = parent
+        ops["top_index"] = _roots(parent)
+        if len(rt):
+            rt["cpu_op_index"] = enclosing(o_ts, o_end, o_g, parent, rt["ts_ns"].to_numpy(), rt["end_ns"].to_numpy(),
+                                           thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy()), tol)
+    # Python frames: parent by id where given, else by time; then the nearest user frame
+    if len(py):
+        p_ts, p_end = py["ts_ns"].to_numpy(), py["end_ns"].to_numpy()
+        p_g = thread_key(py["pid"].to_numpy(), py["tid"].to_numpy())
+        pids = py["python_id"].to_numpy()
+        if (pids >= 0).all() and len(np.unique(pids)) == len(pids) and "parent_id" in py:
+            row_of = pd.Series(np.arange(len(py)), index=pids)
+            pi = row_of.reindex(py["parent_id"].to_numpy()).to_numpy()
+            parent = np.where(np.isnan(pi), -1, pi).astype(np.int64)
+        else:
+            parent = parents(p_ts, p_end, p_g, tol)
+        py["parent_index"] = parent
+        py["user_index"] = _nearest_marked(parent, py["is_user"].to_numpy())
+        if len(ops):
+            ops["python_index"] = enclosing(p_ts, p_end, p_g, parent, ops["ts_ns"].to_numpy(), ops["end_ns"].to_numpy(),
+                                            thread_key(ops["pid"].to_numpy(), ops["tid"].to_numpy()), tol)
+        if len(rt):
+            rt["python_index"] = enclosing(p_ts, p_end, p_g, parent, rt["ts_ns"].to_numpy(), rt["end_ns"].to_numpy(),
+                                           thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy()), tol)
+        if "parent_id" in py:
+            t.python = py.drop(columns=["parent_id"])
+
+
+def _sync_kind(rt: pd.DataFrame) -> pd.Categorical:
+    names = rt["name"].astype("category")
+    kinds = np.array([SYNC_CALLS.get(str(c)) for c in names.cat.categories], dtype=object)
+    kind = kinds[names.cat.codes.to_numpy()] if len(kinds) else np.full(len(rt), None, dtype=object)
+    # a DtoH copy into pageable memory (or any cudaMemcpy without Async) blocks the host until it is done
+    blocking_copy = (rt["name"].astype(str).str.startswith("cudaMemcpyAsync").to_numpy()
+                     & (rt["host_memory"].astype(object) == "pageable").to_numpy()
+                     & (rt["memcpy_kind"].astype(object) == "DtoH").to_numpy())
+    kind = np.where(blocking_copy & (kind == None), "memcpy", kind)  # noqa: E711
+    return pd.Categorical(kind)
+
+
+def _roots(parent: np.ndarray) -> np.ndarray:
+    root = np.where(parent >= 0, parent, np.arange(len(parent)))
+    while True:
+        nxt = np.where(parent[root] >= 0, parent[root], root)
+        if (nxt == root).all():
+            return root
+        root = nxt
+
+
+def _nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
+    """For each node, the nearest node at or above it (following ``parent``) that is marked, or -1."""
+    n = len(parent)
+    out = np.where(marked, np.arange(n), -1)
+    hop = parent.copy()
+    todo = np.nonzero(~marked & (hop >= 0))[0]
+    while todo.size:
+        h = hop[todo]
+        got = out[h]
+        out[todo] = got
+        still = todo[got < 0]
+        hop[still] = hop[hop[still]]
+        todo = still[hop[still] >= 0]
+    return out

@@ -1,0 +1,83 @@
+"""Mann-Whitney U, direction of metrics, and the verdict of one number (tiny hand-made samples)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from diagnose.compare import (HIGHER, LOWER, NEUTRAL, DiffOptions, change_pct, direction_of, judge,
+                              mann_whitney_u)
+
+
+def test_exact_p_fully_separated_small_samples():
+    t = mann_whitney_u([1, 2, 3], [4, 5, 6])
+    assert t.exact and t.u == 0
+    assert t.p_value == pytest.approx(0.1)          # 2 / C(6, 3)
+    assert t.min_p_value == pytest.approx(0.1)
+    t = mann_whitney_u([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
+    assert t.p_value == pytest.approx(2 / 252)
+
+
+def test_exact_p_partial_overlap():
+    # a=[1,3,5], b=[2,4,6]: U_a = 3; P(U <= 3) = 7/20 for n=3,3 → two-sided 0.7
+    t = mann_whitney_u([1, 3, 5], [2, 4, 6])
+    assert t.u == 3 and t.p_value == pytest.approx(0.7)
+
+
+def test_symmetric_and_identical():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(10, 1, 40), rng.normal(10.5, 1, 40)
+    assert mann_whitney_u(a, b).p_value == pytest.approx(mann_whitney_u(b, a).p_value)
+    same = mann_whitney_u([5.0] * 10, [5.0] * 10)
+    assert same.p_value == 1.0
+    assert mann_whitney_u(a, a).p_value > 0.9
+
+
+def test_normal_approximation_close_to_exact():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(0, 1, 20), rng.normal(0.8, 1, 20)
+    exact = mann_whitney_u(a, b)
+    approx = mann_whitney_u(np.round(a, 1), np.round(b, 1))  # rounding makes ties → normal approximation
+    assert exact.exact and not approx.exact
+    assert abs(exact.p_value - approx.p_value) < 0.03
+    assert exact.p_value < 0.05
+
+
+def test_empty_sample_gives_no_test():
+    assert mann_whitney_u([], [1.0, 2.0]) is None
+    assert mann_whitney_u([float("nan")], [1.0]) is None
+
+
+@pytest.mark.parametrize("key,expected", [
+    ("step_time_median_ms", LOWER), ("gpu_idle_pct", LOWER), ("peak_reserved_bytes", LOWER),
+    ("sync_gpu_idle_ms_per_step", LOWER), ("sync_count_per_step", LOWER), ("step_host_over_gpu_ratio", LOWER),
+    ("l2_hit_time_weighted_pct", HIGHER), ("nvml_gpu_util_mean_pct", HIGHER), ("samples_per_s", HIGHER),
+    ("achieved_occupancy_pct", HIGHER), ("step_count", NEUTRAL), ("nvml_sm_clock_median_mhz", NEUTRAL),
+    ("nvml_mem_util_mean_pct", NEUTRAL), ("nvml_sample_count", NEUTRAL), ("something_new", NEUTRAL)])
+def test_direction_of(key, expected):
+    assert direction_of(key) == expected
+
+
+def test_change_pct():
+    assert change_pct(100.0, 110.0) == pytest.approx(10.0)
+    assert change_pct(-2.0, -1.0) == pytest.approx(50.0)
+    assert change_pct(0.0, 0.0) == 0.0
+    assert math.isinf(change_pct(0.0, 3.0))
+    assert math.isnan(change_pct(float("nan"), 1.0))
+
+
+def test_judge_outcomes():
+    opt = DiffOptions(alpha=0.01)
+    sep = mann_whitney_u(np.arange(10.0), np.arange(10.0) + 100)
+    assert judge(5.0, 105.0, LOWER, sep, opt, True)[:2] == ("worse", True)
+    assert judge(5.0, 105.0, HIGHER, sep, opt, True)[:2] == ("better", True)
+    overlap = mann_whitney_u([1, 3, 5, 7, 9, 11], [2, 4, 6, 8, 10, 12])
+    assert judge(6.0, 7.0, LOWER, overlap, opt, True)[:2] == ("within_noise", False)
+    tiny = mann_whitney_u([1, 2, 3], [4, 5, 6])  # min p 0.1 > alpha: cannot tell
+    verdict, sig, noise = judge(2.0, 5.0, LOWER, tiny, opt, True)
+    assert (verdict, sig) == ("worse", None) and "too few samples" in noise
+    verdict, sig, noise = judge(2.0, 5.0, LOWER, None, opt, False)
+    assert (verdict, sig, noise) == ("worse", None, "unknown (single numbers)")
+    assert judge(2.0, 2.0, LOWER, None, opt, False)[0] == "unchanged"
+    assert judge(2.0, 3.0, NEUTRAL, None, opt, False)[0] == "changed"

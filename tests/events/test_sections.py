@@ -1,0 +1,70 @@
+"""reports.sections.steps / utilization: draw what the analyzers computed; empty results draw a note."""
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from diagnose.analyzers import steps, utilization
+from diagnose.findings import Result
+from diagnose.thresholds import Thresholds
+from parsers.nvml import read_nvml
+from reports.sections import steps as steps_section
+from reports.sections import utilization as utilization_section
+from tests.events.conftest import NVML_CAPTURE, fake_profile, fake_steps
+
+
+def plotly_data(fragment: str) -> list[dict]:
+    """The trace list passed to Plotly.newPlot in a figure fragment."""
+    match = re.search(r'Plotly\.newPlot\(\s*"[^"]+",\s*(\[.*?\]),\s*\{', fragment, re.S)
+    assert match, "no Plotly.newPlot call in the fragment"
+    return json.loads(match.group(1))
+
+
+@pytest.mark.parametrize("section, analyzer", [(steps_section, "steps"), (utilization_section, "utilization")])
+def test_empty_result_renders_a_note(section, analyzer):
+    html = section.render(Result(analyzer=analyzer))
+    assert "muted" in html and "Plotly" not in html
+
+
+def test_nvml_timeline_has_five_series_on_four_rows_and_step_marks():
+    samples = read_nvml(NVML_CAPTURE)
+    events = fake_steps([500.0] * 10, [400.0] * 10, t0_ns=float(samples["t_ns"].iloc[0]) + 5e9)
+    result = utilization.analyze(fake_profile(nvml=samples, step_events={0: events}), Thresholds())
+    html = utilization_section.render(result)
+    traces = plotly_data(html)
+    assert [t["name"] for t in traces] == ["GPU 0 GPU util", "GPU 0 memory util", "GPU 0 memory used",
+                                           "GPU 0 SM clock", "GPU 0 power"]
+    assert {t["xaxis"] for t in traces} == {"x", "x2", "x3", "x4"}
+    assert html.count('"type":"line"') == 10  # one dotted line per step start
+    assert 'id="utilization-per-gpu"' in html and "<script src=" not in html
+
+
+def test_step_chart_draws_host_gpu_and_warmup():
+    events = fake_steps([90, 80, 70] + [30] * 10, [85, 75, 65] + [10] * 10)
+    result = steps.analyze(fake_profile(step_events={0: events}), Thresholds())
+    html = steps_section.render(result)
+    names = [t["name"] for t in plotly_data(html)]
+    assert names == ["host ms", "GPU ms", "warm-up"]
+    assert "median 30.00 ms" in html and "3 step(s) here" in html
+    assert 'id="steps-per_rank"' in html
+
+
+def test_user_text_is_escaped_in_region_table():
+    events = fake_steps([30] * 6, [10] * 6)
+    events = pd.concat([events, fake_steps([5] * 6, [5] * 6, name="</td><script>x</script>")], ignore_index=True)
+    html = steps_section.render(steps.analyze(fake_profile(step_events={0: events}), Thresholds()))
+    assert "<script>x</script>" not in html and "&lt;script&gt;" in html
+
+
+def test_load_routes_both_formats(tmp_path):
+    pytest.importorskip("parsers.ncu")  # Profile() builds the empty ncu table; that parser is another package
+    from diagnose.load import load
+
+    profile = load(NVML_CAPTURE)
+    assert len(profile.nvml) == 239
+    user = tmp_path / "fake_rank2_steps.json"
+    user.write_text(json.dumps([{"name": "step", "step": i, "elapsed_ms": 10.0} for i in range(5)]))
+    assert len(load(user).step_events[2]) == 5

@@ -1,0 +1,116 @@
+"""diagnose.analyzers.steps on hand-made step frames (no real step timings captured yet)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from diagnose.analyzers import steps
+from diagnose.findings import Severity
+from diagnose.thresholds import Thresholds
+from tests.events.conftest import fake_profile, fake_steps
+
+TH = Thresholds()
+
+
+def ids(result):
+    return {f.id: f for f in result.findings}
+
+
+def test_absent_step_events_say_not_measured():
+    result = steps.analyze(fake_profile(), TH)
+    assert [f.id for f in result.findings] == ["steps.not_measured"]
+    assert result.findings[0].severity == Severity.INFO and result.summary == {}
+
+
+def test_host_bound_critical_with_warmup_excluded():
+    # 3 warm-up steps far slower; then 10 steps of 30 ms host for 10 ms GPU
+    profile = fake_profile(step_events={0: fake_steps([900, 500, 400] + [30] * 10, [800, 450, 390] + [10] * 10)})
+    result = steps.analyze(profile, TH)
+    s = result.summary
+    assert s["step_warmup_excluded"] == 3 and s["step_count"] == 10
+    assert s["step_time_median_ms"] == 30.0 and s["step_gpu_time_median_ms"] == 10.0
+    assert s["step_host_over_gpu_ratio"] == 3.0 and s["step_time_spread_pct"] == 0.0
+    found = ids(result)
+    assert set(found) == {"steps.host_bound"}
+    bound = found["steps.host_bound"]
+    assert bound.severity == Severity.CRITICAL
+    assert bound.cost_share == pytest.approx(2 / 3)
+    assert bound.subjects[0].name == "rank 0" and bound.subjects[0].figures["host_over_gpu_ratio"] == 3.0
+    table = result.tables["steps"]
+    assert table["warmup"].tolist() == [True] * 3 + [False] * 10
+
+
+def test_balanced_steady_steps_give_no_finding():
+    profile = fake_profile(step_events={0: fake_steps([10.5, 10.2, 10.0] * 5, [10.0, 10.0, 9.9] * 5)})
+    result = steps.analyze(profile, TH)
+    assert result.findings == []
+    assert result.summary["step_host_over_gpu_ratio"] == pytest.approx(10.2 / 10.0)
+
+
+def test_host_bound_warning_band():
+    profile = fake_profile(step_events={0: fake_steps([15.0] * 8, [10.0] * 8)})
+    finding = ids(steps.analyze(profile, TH))["steps.host_bound"]
+    assert finding.severity == Severity.WARNING and finding.cost_share == pytest.approx(1 / 3)
+
+
+def test_unstable_steps_list_outliers():
+    host = [50, 50, 50] + [10, 11, 10, 30, 10, 12, 10, 25, 10, 11]
+    profile = fake_profile(step_events={0: fake_steps(host, host)})
+    result = steps.analyze(profile, TH)
+    finding = ids(result)["steps.unstable"]
+    assert result.summary["step_time_median_ms"] == 10.5
+    p10, p90 = result.summary["step_time_p10_ms"], result.summary["step_time_p90_ms"]
+    assert (p10, p90) == (10.0, pytest.approx(25.5))
+    assert result.summary["step_time_spread_pct"] == pytest.approx(100 * 15.5 / 10.5)
+    assert finding.severity == Severity.CRITICAL  # spread 148 % ≥ 100 %
+    assert [s.figures["step"] for s in finding.subjects] == [6, 10]  # 30 ms and 25 ms, slowest first
+    assert result.summary["step_outlier_count"] == 2
+    assert finding.cost_share == pytest.approx((0.5 + 19.5 + 1.5 + 14.5 + 0.5) / 139)  # time above the median
+
+
+def test_single_outlier_in_steady_run_is_info():
+    host = [10.0] * 20
+    host[12] = 40.0
+    result = steps.analyze(fake_profile(step_events={0: fake_steps(host, [9.5] * 20)}), TH)
+    finding = ids(result)["steps.outliers"]
+    assert finding.severity == Severity.INFO and finding.subjects[0].figures["step"] == 12
+    assert finding.cost_share == pytest.approx(30 / sum(host[3:]))
+
+
+def test_gpu_only_user_timings_use_gpu_time():
+    profile = fake_profile(step_events={0: fake_steps([float("nan")] * 6, [20, 20, 20, 20, 21, 19])})
+    result = steps.analyze(profile, TH)
+    assert result.summary["step_time_median_ms"] == 20.0
+    assert "step_host_over_gpu_ratio" not in result.summary
+    assert result.findings == []
+
+
+def test_warmup_never_more_than_half_and_threshold_override():
+    short = fake_profile(step_events={0: fake_steps([30, 30, 30, 30], [10, 10, 10, 10])})
+    assert steps.analyze(short, TH).summary["step_warmup_excluded"] == 2
+    th = dataclasses.replace(TH, steps=dataclasses.replace(TH.steps, warmup_steps=0, host_bound_ratio=5.0,
+                                                           host_bound_critical_ratio=9.0))
+    result = steps.analyze(fake_profile(step_events={0: fake_steps([30] * 6, [10] * 6)}), th)
+    assert result.summary["step_warmup_excluded"] == 0 and result.findings == []
+
+
+def test_two_ranks_each_a_subject_and_regions_table():
+    events = {0: fake_steps([30] * 6, [10] * 6, rank=0), 1: fake_steps([12] * 6, [10] * 6, rank=1)}
+    events[1] = pd.concat([events[1], fake_steps([4] * 6, [4] * 6, rank=1, name="forward")], ignore_index=True)
+    result = steps.analyze(fake_profile(step_events=events), TH)
+    finding = ids(result)["steps.host_bound"]
+    severities = {s.name: s.severity for s in finding.subjects}
+    assert severities == {"rank 0": Severity.CRITICAL, "rank 1": Severity.INFO}
+    regions = result.tables["regions"]
+    assert regions["name"].tolist() == ["forward"] and regions["share_of_step_pct"].iloc[0] == pytest.approx(
+        100 * 4 / result.summary["step_time_median_ms"])
+    assert result.tables["per_rank"]["host_over_gpu_ratio"].tolist() == [3.0, 1.2]
+
+
+def test_chart_rows_are_bounded():
+    n = 10_000
+    result = steps.analyze(fake_profile(step_events={0: fake_steps([10.0] * n, [10.0] * n)}), TH)
+    assert len(result.tables["steps"]) <= TH.steps.max_chart_steps + 3
+    assert result.meta["chart_stride"] == 4

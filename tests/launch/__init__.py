@@ -1,0 +1,1 @@
+"""CPU tests of `gpudiag profile` (diagnose/launch)."""

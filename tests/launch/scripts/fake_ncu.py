@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Hand-made stand-in for Nsight Compute's ncu, for CPU tests of the --ncu flow only.
+
+It parses the options gpudiag passes, runs the application, writes ==PROF== lines to the
+--log-file as ncu does, and writes a fake report. FAKE_NCU_MODE: ok | perm | none.
+`--import REPORT --csv ...` prints a two-line CSV.
+"""
+import os
+import subprocess
+import sys
+
+VALUED = {"--target-processes", "--clock-control", "--section", "--set", "--replay-mode", "--import-source",
+          "--nvtx-include", "--launch-count", "--launch-skip", "--kernel-name", "-o", "--log-file", "--metrics"}
+args = sys.argv[1:]
+if args and args[0] == "--import":
+    print('"ID","Process ID","Kernel Name","gpu__time_duration.sum"')
+    print('"","","","ns"')
+    print('"0","1","fake_kernel","1000"')
+    sys.exit(0)
+opts, i = {}, 0
+while i < len(args) and args[i].startswith("-"):
+    if args[i] in VALUED:
+        opts.setdefault(args[i], []).append(args[i + 1])
+        i += 2
+    else:
+        opts.setdefault(args[i], []).append(True)
+        i += 1
+app = args[i:]
+mode = os.environ.get("FAKE_NCU_MODE", "ok")
+log = open(opts["--log-file"][0], "w")
+log.write(f"==PROF== Connected to process {os.getpid()} ({sys.executable})\n")
+log.flush()
+rc = subprocess.call(app)
+if mode == "perm":
+    log.write("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
+              "Counters on the target device 0.\n")
+elif mode == "none":
+    log.write("==WARNING== No kernels were profiled.\n")
+else:
+    for k in range(3):
+        log.write(f'==PROF== Profiling "fake_kernel_{k}" - {k}: 0%....50%....100% - 11 passes\n')
+    with open(opts["-o"][0] + ".ncu-rep", "wb") as f:
+        f.write(b"NVR\x00fake report")
+    log.write(f"==PROF== Report: {opts['-o'][0]}.ncu-rep\n")
+log.write(f"==PROF== Disconnected from process {os.getpid()}\n")
+log.close()
+sys.exit(rc)

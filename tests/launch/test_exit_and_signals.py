@@ -1,0 +1,73 @@
+"""The script's exit code comes back through `gpudiag profile`; SIGINT/SIGTERM reach it and leave a valid run."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from diagnose.launch.supervisor import exit_status
+from tests.launch.launch_helpers import SCRIPTS, base_env, gpudiag, manifest, records
+
+
+@pytest.mark.parametrize("how, code", [("0", 0), ("3", 3), ("raise", 1), ("sigterm", 128 + 15)])
+def test_exit_code_is_passed_through(tmp_path, how, code):
+    run = tmp_path / "r"
+    r = gpudiag("profile", "-q", "--no-nvml", "-o", run, "--", sys.executable, SCRIPTS / "exit_with.py", how)
+    assert r.returncode == code
+    m = manifest(run)
+    assert m["exit_code"] == code
+    assert m["status"] == {0: "ok", 3: "failed", 1: "failed", 143: "signal"}[code]
+    if code == 143:
+        assert m["signal"] == "SIGTERM"
+    if how == "raise":
+        assert "ValueError: planted failure" in r.stderr
+
+
+def test_exit_status_maps_signals_like_a_shell():
+    assert [exit_status(c) for c in (0, 1, 255, -2, -9, -15)] == [0, 1, 255, 130, 137, 143]
+
+
+def test_missing_program_is_bad_usage(tmp_path):
+    r = gpudiag("profile", "-o", tmp_path / "r", "--", "no-such-program-gpudiag")
+    assert r.returncode == 2 and "no such program" in r.stderr and "Traceback" not in r.stderr
+    r = gpudiag("profile")
+    assert r.returncode == 2 and "no command to profile" in r.stderr
+
+
+def _wait_for_steps(run, n, proc, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if sum(1 for rec in records(run) if rec["kind"] == "step") >= n:
+                return
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        if proc.poll() is not None:
+            raise AssertionError(f"gpudiag ended early: {proc.communicate()}")
+        time.sleep(0.05)
+    raise AssertionError("no steps appeared")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_gpudiag_is_forwarded_and_the_run_stays_valid(tmp_path, signum):
+    run = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "profile", "-q", "--no-nvml", "-o", str(run), "--",
+                             sys.executable, str(SCRIPTS / "marker_loop.py"), "100000", "0.02"],
+                            env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_steps(run, 3, proc)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signum
+    m = manifest(run)
+    assert m["exit_code"] == 128 + signum and m["signal"] == signal.Signals(signum).name
+    recs = records(run)
+    steps = [rec for rec in recs if rec["kind"] == "step"]
+    assert len(steps) >= 3 and [s["step"] for s in steps] == list(range(len(steps)))
+    assert recs[-1]["kind"] == "run" and recs[-1]["event"] == "end"  # flushed on the way out
+    assert m["missing"] == [] and m["ranks"] == [0]
+    if signum == signal.SIGINT:
+        assert "KeyboardInterrupt" in err

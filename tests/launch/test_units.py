@@ -1,0 +1,127 @@
+"""Tiny unit tests of the launch pieces: env config, names, JSONL, manifest reading, frame filtering."""
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+import pytest
+
+from diagnose.launch import child_config, run_folder, sync_capture
+from diagnose.launch.event_log import JsonlAppender
+from parsers.errors import InputError
+from parsers.manifest import read_manifest
+
+
+def test_child_config_round_trips_through_the_environment(tmp_path):
+    config = child_config.ChildConfig(run_dir=str(tmp_path), trace_start=7, trace_steps=2, snapshot_at="12",
+                                      history_max_entries=5, memory_stats_interval_ms=0.5, sync_debug=False)
+    assert child_config.from_env(config.to_env()) == config
+    assert config.trace_stop == 9 and config.snapshot_step == 12
+    assert child_config.ChildConfig(run_dir="x", trace_start=10, trace_steps=3).snapshot_step == 12
+    assert child_config.ChildConfig(run_dir="x", snapshot_at="exit").snapshot_step is None
+    assert child_config.from_env({}) is None
+    assert child_config.from_env({**config.to_env(), "GPUDIAG_DISABLE": "1"}) is None
+    bad = child_config.from_env({**config.to_env(), "GPUDIAG_TRACE_START": "soon", "GPUDIAG_MODE": "odd"})
+    assert bad.trace_start == 10 and bad.mode == "light"  # bad values fall back to defaults, never raise
+
+
+def test_rank_comes_from_the_launcher_env():
+    assert child_config.rank_from_env({"RANK": "3"}) == 3
+    assert child_config.rank_from_env({"OMPI_COMM_WORLD_RANK": "5"}) == 5
+    assert child_config.rank_from_env({}) is None
+    assert child_config.world_size_from_env({"WORLD_SIZE": "8"}) == 8
+
+
+@pytest.mark.parametrize("command, name", [
+    (["python", "train.py", "--lr", "3"], "train"),
+    (["python3", "-m", "mypkg.train"], "mypkg.train"),
+    (["torchrun", "--nproc-per-node", "2", "scripts/pretrain.py"], "pretrain"),
+    (["/usr/bin/python3.12", "-u", "a/b/c.py"], "c"),
+    (["./run_training.sh", "--fast"], "run_training.sh"),
+])
+def test_run_folder_name_from_the_command(command, name):
+    assert run_folder.script_name(command) == name
+
+
+def test_new_run_folder_refuses_a_non_empty_out(tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("1")
+    with pytest.raises(InputError, match="not empty"):
+        run_folder.new_run_folder(["python", "t.py"], tmp_path / "taken")
+    a = run_folder.new_run_folder(["python", "t.py"], parent=str(tmp_path / "runs"))
+    b = run_folder.new_run_folder(["python", "t.py"], parent=str(tmp_path / "runs"))
+    assert a != b and a.name.endswith("-t") and b.name.startswith(a.name)
+
+
+def test_jsonl_appender_writes_whole_lines_and_refuses_a_second_writer(tmp_path):
+    path = tmp_path / "events" / "rank0.jsonl"
+    log = JsonlAppender(str(path))
+    log.append({"kind": "step", "host_ms": float("nan"), "step": 1})
+    assert path.read_text() == '{"kind":"step","host_ms":null,"step":1}\n'  # flushed at once, NaN as null
+    with pytest.raises(FileExistsError):
+        JsonlAppender(str(path)).append({"kind": "step"})
+    log.close()
+
+
+def test_expected_artifacts_cover_every_rank_of_the_world():
+    recs = [{"kind": "run", "event": "start", "rank": 1, "world_size": 3},
+            {"kind": "run", "event": "expect", "rank": 1, "artifact": "trace/rank1.json.gz"}]
+    assert run_folder.expected_artifacts(recs, ["nvml.csv"]) == [
+        "events/rank0.jsonl", "events/rank1.jsonl", "events/rank2.jsonl", "nvml.csv", "trace/rank1.json.gz"]
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "expected a JSON object"),
+    (b'{"schema": "gpudiag.findings/1"}', "expected schema gpudiag.run/1"),
+    (b'{"schema": "gpudiag.run/2"}', "not supported"),
+    (b'{"schema": "gpudiag.run/1", "missing": "trace"}', "'missing' should be a list"),
+    (b'{"schema": "gpudiag.run/1", "exit_code": "0"}', "exit_code"),
+    (b"\xff\xfe\x00", "not UTF-8"),
+])
+def test_read_manifest_rejects_bad_input_hand_made(tmp_path, content, words):
+    path = tmp_path / "manifest.json"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=words) as e:
+        read_manifest(path)
+    assert e.value.path == str(path)
+
+
+def test_read_manifest_fills_the_optional_lists(tmp_path):
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"schema": "gpudiag.run/1", "exit_code": 0}))
+    m = read_manifest(path)
+    assert m["missing"] == [] and m["gpus"] == [] and m["artifacts"] == {} and m["ranks"] == []
+    with pytest.raises(InputError, match="no manifest.json"):
+        read_manifest(tmp_path / "nope" / "manifest.json")
+
+
+def test_user_frames_skip_library_and_gpudiag_frames():
+    assert sync_capture.is_user_file(__file__)
+    assert not sync_capture.is_user_file(json.__file__)
+    assert not sync_capture.is_user_file(sync_capture.__file__)
+    assert not sync_capture.is_user_file("/x/lib/python3.11/site-packages/torch/_tensor.py")
+    assert not sync_capture.is_user_file("<frozen runpy>")
+    stack = sync_capture.user_stack(sys._getframe())
+    assert stack[0][0] == __file__ and stack[0][2] == "test_user_frames_skip_library_and_gpudiag_frames"
+
+
+def test_sync_capture_takes_only_sync_warnings_and_restores_the_filters_hand_made():
+    filters_before = list(warnings.filters)
+    show_before = warnings.showwarning
+    capture = sync_capture.SyncWarningCapture(lambda: 7)
+    assert capture.start(torch=None) is False  # no torch: capture only, no sync debug mode
+    try:
+        with warnings.catch_warnings(record=True) as other:
+            warnings.simplefilter("default")
+            warnings.filters.insert(0, capture._filter)
+            warnings.showwarning = capture._showwarning
+            for _ in range(3):
+                warnings.warn("called a synchronizing CUDA operation", UserWarning)  # the line recorded
+            warnings.warn("something else", UserWarning)
+    finally:
+        capture.stop()
+    assert [(step, stack[0][0]) for _, step, stack in capture.captured] == [(7, __file__)] * 3
+    assert [str(w.message) for w in other] == ["something else"]
+    assert warnings.filters == filters_before and warnings.showwarning == show_before

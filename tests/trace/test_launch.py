@@ -1,0 +1,52 @@
+"""launch analyzer: kernels per step, kernels shorter than their launch, queues, the ops to fuse."""
+from __future__ import annotations
+
+import pytest
+
+from diagnose.analyzers import launch
+from diagnose.findings import Severity
+from tests.paths import shared
+from tests.trace.helpers import BAD, EVENT_SYNC, SAMPLED_RANK0, SYNC_PLANTED, TRACE, profile_of
+
+
+def test_event_sync_trace_exact():
+    result = launch.analyze(profile_of(EVENT_SYNC))
+    s = result.summary
+    assert s["launch_kernels_per_step"] == 4.0
+    assert s["launch_shorter_than_launch_pct"] == 50.0  # fill (1 µs vs 36 µs launch) and gt (1 vs 12)
+    ops = result.tables["ops"].set_index("op")
+    assert ops.loc["aten::ones", "short_kernels_per_step"] == 1.0
+    assert ops.loc["aten::gt", "short_kernels_per_step"] == 1.0
+    assert ops.loc["aten::sum", "short_kernels_per_step"] == 0.0
+    f = next(f for f in result.findings if f.id == "launch.launch_bound")
+    assert f.severity == Severity.WARNING and {s.name for s in f.subjects} == {"aten::ones", "aten::gt"}
+
+
+def test_convnet_is_launch_bound_and_names_ops():
+    result = launch.analyze(profile_of(shared("torch", "convnet.trace.json.gz")))
+    assert result.summary["launch_kernels_per_step"] == pytest.approx(498 / 12)
+    assert result.summary["launch_shorter_than_launch_pct"] == pytest.approx(57.2, abs=0.1)
+    f = next(f for f in result.findings if f.id == "launch.launch_bound")
+    assert f.severity == Severity.WARNING
+    assert f.subjects[0].name == "autograd::engine::evaluate_function: ConvolutionBackward0"
+    assert "torch.compile" in f.recommendation
+
+
+def test_sampled_trace_not_launch_bound():
+    result = launch.analyze(profile_of(SAMPLED_RANK0))
+    assert result.summary["launch_kernels_per_step"] == 577.0
+    f = next(f for f in result.findings if f.id == "launch.launch_bound")
+    assert f.severity == Severity.INFO  # 21 % short kernels: under the 50 % threshold
+    queues = result.tables["queues"]
+    assert len(queues) == 20 and queues["queue_ns"].is_monotonic_decreasing
+
+
+def test_sync_planted_capture():
+    s = launch.analyze(profile_of(SYNC_PLANTED)).summary
+    assert s["launch_kernels_per_step"] == 31.0
+
+
+def test_no_launch_links_or_no_gpu():
+    assert [f.id for f in launch.analyze(profile_of(BAD / "trace_fake_cpu_only.json")).findings] == ["launch.not_measured"]
+    assert [f.id for f in launch.analyze(profile_of(TRACE / "jax" / "perfetto_trace.json.gz")).findings] == \
+        ["launch.not_measured"]

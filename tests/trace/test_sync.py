@@ -1,0 +1,110 @@
+"""sync analyzer on the H200 captures with planted syncs, the sync-free one, and HTA's event-sync trace."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from diagnose.analyzers import sync
+from diagnose.findings import Severity
+from parsers.trace import read_trace
+from tests.paths import shared
+from tests.trace.helpers import BAD, EVENT_SYNC, SYNC_FREE, SYNC_PLANTED, profile_of
+
+# examples/sync_planted.py: the function each planted sync is in (Kineto names it by its first line),
+# the op that issued it, and the exact line of the sync (ground truth from the script)
+PLANTED = {
+    "sync_planted.py:54": ("main", "aten::item", 52),
+    "sync_planted.py:20": ("accuracy", "aten::to", 21),
+    "sync_planted.py:25": ("timed", "cudaDeviceSynchronize", 28),
+    "sync_planted.py:32": ("train_step", "aten::index", 38),
+}
+
+
+def test_every_planted_sync_is_found_at_its_function():
+    result = sync.analyze(profile_of(SYNC_PLANTED))
+    loc = result.tables["locations"].set_index("location")
+    assert set(loc.index) == set(PLANTED)
+    for where, (function, op, _) in PLANTED.items():
+        assert loc.loc[where, "function"] == function and loc.loc[where, "op"] == op
+        assert not loc.loc[where, "line_exact"]
+    # 4 analysed steps (the 5th is left out, as HTA does): .cpu() twice per step, the others once
+    assert loc["count_per_step"].to_dict() == {"sync_planted.py:20": 2.0, "sync_planted.py:54": 1.0,
+                                               "sync_planted.py:32": 1.0, "sync_planted.py:25": 1.0}
+    assert loc.loc["sync_planted.py:32", "blocked_ms_per_step"] == pytest.approx(3.05, abs=0.05)
+    assert loc.loc["sync_planted.py:20", "gpu_idle_ms_per_step"] == pytest.approx(0.240, abs=0.005)
+    assert result.summary["sync_count_per_step"] == 5.0
+    assert result.summary["sync_gpu_idle_ms_per_step"] == pytest.approx(0.319, abs=0.005)
+    f = next(f for f in result.findings if f.id == "sync.host_sync")
+    assert f.severity == Severity.WARNING
+    assert "accuracy() in sync_planted.py" in f.title and "not the exact line" in f.title
+    assert f.subjects[0].name == "sync_planted.py:20" and f.subjects[0].severity == Severity.WARNING
+    assert {s.name for s in f.subjects} == set(PLANTED)
+
+
+def test_sync_free_capture_flags_nothing():
+    result = sync.analyze(profile_of(SYNC_FREE))
+    assert [f.id for f in result.findings] == ["sync.none"]
+    assert result.findings[0].severity == Severity.INFO
+    assert result.summary["sync_count_per_step"] == 0.0
+
+
+def fake_sync_records(trace_path, offset_ns: int = 300_000) -> pd.DataFrame:
+    """Hand-made sync records (as `gpudiag profile` writes them) at the times of the trace's own syncs.
+
+    The exact lines are the script's ground truth; the clock is shifted by ``offset_ns`` to check that
+    matching tolerates a constant offset between the bootstrap's clock and Kineto's.
+    """
+    t = read_trace(trace_path)
+    calls, _, _ = sync.trace_syncs(t, sync.Thresholds())
+    base = t.metadata["header"]["baseTimeNanoseconds"]
+    by_function = {v[0]: v[2] for v in PLANTED.values()}
+    rows = []
+    for c in calls.itertuples():
+        line = by_function[c.function]
+        rows.append({"rank": 0, "step": int(c.step), "t_ns": int(c.ts_ns) + base + offset_ns, "dur_ns": int(c.blocked_ns),
+                     "op": c.op, "file": "/abs/examples/sync_planted.py", "line": line, "function": c.function,
+                     "location": f"/abs/examples/sync_planted.py:{line}", "stack": []})
+    return pd.DataFrame(rows)
+
+
+def test_sync_records_give_exact_lines():
+    records = fake_sync_records(SYNC_PLANTED)
+    result = sync.analyze(profile_of(SYNC_PLANTED, sync_records={0: records}))
+    loc = result.tables["locations"].set_index("location")
+    assert set(loc.index) == {f"/abs/examples/sync_planted.py:{v[2]}" for v in PLANTED.values()}
+    assert loc["line_exact"].all()
+    assert loc.loc["/abs/examples/sync_planted.py:38", "op"] == "aten::index"
+    f = next(f for f in result.findings if f.id == "sync.host_sync")
+    assert "/abs/examples/sync_planted.py:21" in f.title and "not the exact line" not in f.title
+
+
+def test_records_without_trace_list_blocked_time():
+    records = fake_sync_records(SYNC_PLANTED)
+    p = profile_of()
+    p.sync_records = {0: records}
+    result = sync.analyze(p)
+    loc = result.tables["locations"].set_index("location")
+    assert len(loc) == 4 and loc["gpu_idle_ms"].isna().all()
+    assert loc.loc["/abs/examples/sync_planted.py:38", "blocked_ms"] == pytest.approx(15.37, abs=0.05)  # all 5 steps: the records are not trimmed
+
+
+def test_event_sync_trace_ops_and_kinds():
+    result = sync.analyze(profile_of(EVENT_SYNC))
+    calls = result.tables["calls"]
+    assert calls["op"].tolist() == ["aten::is_nonzero", "cudaEventSynchronize", "cudaDeviceSynchronize"]
+    assert calls["call"].iloc[0] == "cudaMemcpyAsync + cudaStreamSynchronize"
+    assert calls["blocked_ns"].tolist() == [35_000.0, 34_000.0, 8_000.0]
+    assert (calls["location"] == sync.NO_FRAME).all()  # trace recorded without stacks
+    assert calls["gpu_idle_ns"].iloc[0] > 0
+
+
+def test_convnet_item_each_step():
+    result = sync.analyze(profile_of(shared("torch", "convnet.trace.json.gz")))
+    loc = result.tables["locations"]
+    assert loc["location"].tolist() == ["starter_torch.py:13"] and loc["op"].tolist() == ["aten::item"]
+    assert loc["count"].tolist() == [12] and loc["count_per_step"].tolist() == [1.0]
+
+
+def test_cpu_only_and_missing_inputs():
+    assert [f.id for f in sync.analyze(profile_of(BAD / "trace_fake_cpu_only.json")).findings] == ["sync.not_measured"]
+    assert [f.id for f in sync.analyze(profile_of()).findings] == ["sync.not_measured"]
