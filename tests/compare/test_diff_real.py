@@ -73,11 +73,11 @@ def test_kernel_present_in_two_separate_runs():
 
 @pytest.fixture(scope="module")
 def cpu_runs(tmp_path_factory):
-    """Two real `gpudiag profile` runs of examples/train_mlp.py: B sleeps 400 ms per step (planted)."""
+    """Two real `gpudiag profile` runs of examples/train_mlp.py: B sleeps 1 s per step (planted)."""
     needs_ncu_parser()
     base = tmp_path_factory.mktemp("runs")
     runs = {}
-    for name, extra in (("a", []), ("b", ["--sleep-ms", "400"])):
+    for name, extra in (("a", []), ("b", ["--sleep-ms", "1000"])):
         out = base / name
         r = gpudiag("profile", "-q", "-o", out, "--trace-steps", "0", "--", "python", TRAIN_MLP, "--steps", "14",
                     "--device", "cpu", *extra, timeout=300)
@@ -88,14 +88,14 @@ def cpu_runs(tmp_path_factory):
 
 def test_planted_slowdown_found_and_gates_ci(cpu_runs, tmp_path):
     out_json, out_html = tmp_path / "d.json", tmp_path / "d.html"
-    r = gpudiag("diff", cpu_runs["a"], cpu_runs["b"], "--json", out_json, "-o", out_html, "--fail-on-regression", "50")
+    r = gpudiag("diff", cpu_runs["a"], cpu_runs["b"], "--json", out_json, "-o", out_html, "--fail-on-regression", "20")
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "REGRESSION step_time_median_ms" in r.stdout
     data = json.loads(out_json.read_text())
     m = {x["key"]: x for x in data["metrics"]}
     step = m["step_time_median_ms"]
     assert step["verdict"] == "worse" and step["significant"] is True and step["p_value"] < 0.001
-    assert step["b"] > 400 and step["a"] < step["b"]
+    assert step["b"] > 1000 and step["a"] < step["b"]
     assert step["n_a"] >= 8 and step["n_b"] >= 8
     assert out_html.read_text().count("Plotly.newPlot") >= 1
     r = gpudiag("diff", cpu_runs["a"], cpu_runs["b"], "--fail-on-regression", "100000")

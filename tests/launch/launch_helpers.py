@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 EXAMPLES = REPO / "examples"
@@ -35,8 +33,3 @@ def manifest(run_dir: Path) -> dict:
     from parsers.manifest import read_manifest
 
     return read_manifest(Path(run_dir) / "manifest.json")
-
-
-@pytest.fixture
-def run_dir(tmp_path) -> Path:
-    return tmp_path / "run"

@@ -88,3 +88,9 @@ def test_sync_warnings_in_the_window_become_sync_records_with_the_user_line(tmp_
     # default filter shows it once per line, but changing warnings.filters (gpudiag's window, torch.profiler)
     # resets that memory, so it may show again after the window: at most the 6 outside-window ones.
     assert 1 <= r.stderr.count("called a synchronizing CUDA operation") <= 6
+    # and `gpudiag report` on the folder names that line (profile → report, end to end)
+    rep = gpudiag("report", run, "--no-html", "--json", tmp_path / "f.json")
+    assert rep.returncode == 0, rep.stderr
+    findings = json.loads((tmp_path / "f.json").read_text())["findings"]
+    sync = [f for f in findings if f["id"] == "sync.host_sync"]
+    assert sync and sync[0]["subjects"][0]["name"] == f"{script}:{line}"
