@@ -52,7 +52,7 @@ def direction_of(key: str) -> str:
 
 
 def unit_of(key: str) -> str:
-    for suffix, unit in (("_pct", "%"), ("_bytes", "bytes"), ("_ns", "ns"), ("_ms", "ms"), ("_s", "s"),
+    for suffix, unit in (("_per_s", "/s"), ("_pct", "%"), ("_bytes", "bytes"), ("_ns", "ns"), ("_ms", "ms"), ("_s", "s"),
                          ("_share", "share"), ("_mhz", "MHz"), ("_w", "W"), ("_ratio", "ratio")):
         if key.endswith(suffix):
             return unit

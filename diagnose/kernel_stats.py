@@ -53,6 +53,12 @@ def short_names(kernels: pd.DataFrame) -> pd.Series:
     return short.where(short.notna() & (short.astype(str) != ""), kernel_key(kernels)).astype(str)
 
 
+def slim(kernels: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """The naming columns, dur_ns and ``columns`` only: ncu tables carry hundreds of metrics, so work on fewer."""
+    keep = ["kernel_name", "kernel_short", "dur_ns", *[c for c in columns if c in kernels.columns]]
+    return kernels[list(dict.fromkeys(keep))]
+
+
 def per_kernel(kernels: pd.DataFrame, metrics: list[str] = ()) -> pd.DataFrame:
     """One row per kernel: KEY_COLUMNS, then each metric's duration-weighted mean.
 

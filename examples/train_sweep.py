@@ -11,14 +11,14 @@ The samples-per-step contract (docs/sweep.md): the script prints, once,
 
 and gpudiag's step times (one step = one optimizer.step()) turn it into samples/s.
 
-    python examples/train_sweep.py --grad-accum 4 --precision bf16            # H200 size (~201 M params)
+    python examples/train_sweep.py --grad-accum 4 --precision bf16            # H200 size (~218 M params)
     python examples/train_sweep.py --device cpu --tiny --steps 6               # seconds, on a CPU
     gpudiag sweep --grid accum=1,2,4,8 --grid precision=fp32,bf16,fp16 -- \\
         python examples/train_sweep.py --grad-accum {accum} --precision {precision}
 
 Sizes (default): d_model 1024, 16 layers, sequence 1024, vocab 8192, batch 64: fp32 activations
 are about 1.1 GB per sequence, so accum 1 needs about 75 GB and accum 8 about 12 GB on top of the
-~3.2 GB of weights, gradients and AdamW state.
+~3.5 GB of weights, gradients and AdamW state.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Subject, not_measured
 from diagnose.kernel_stats import (band, kernel_subject_name, label_of_launch, launches_figure, most_common,
-                                   names_list, per_kernel, total_gpu_time_ns, weighted_mean)
+                                   names_list, per_kernel, slim, total_gpu_time_ns, weighted_mean)
 
 NAME = "l2"
 ORDER = 10
@@ -145,7 +145,8 @@ def heatmap_cells(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
                "dram_throughput_pct", "grid_size", "grid"]
     top = stats[stats["l2_hit_pct"].notna()]["kernel"].head(HEATMAP_MAX_KERNELS).tolist()
     order_cols = [c for c in ("launch_id",) if c in kernels.columns and kernels[c].notna().all()]
-    k = kernels.sort_values(order_cols, kind="stable") if order_cols else kernels
+    k = slim(kernels, "launch_id", "l2_hit_pct", "dram_throughput_pct", "grid_size", "grid_x", "grid_y", "grid_z")
+    k = k.sort_values(order_cols, kind="stable") if order_cols else k
     k = k.reset_index(drop=True).assign(label=lambda d: label_of_launch(d, stats).to_numpy())
     k["order"] = np.arange(len(k))
     bin_size = max(1, int(np.ceil(len(k) / HEATMAP_MAX_COLUMNS)))

@@ -22,7 +22,7 @@ import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
 from diagnose.kernel_stats import (kernel_subject_name, launches_figure, most_common, per_kernel, per_kernel_sum,
-                                   sm_count)
+                                   slim, sm_count)
 
 NAME = "launch_config"
 ORDER = 20
@@ -41,8 +41,8 @@ def analyze(profile, th) -> Result:
     for col in ("grid_size", "block_size", "sm_count"):
         stats[col] = most_common(kernels, col, stats)
     stats["idle_sm_pct"] = 100.0 * (1.0 - stats["grid_size"] / stats["sm_count"]).clip(lower=0.0)
-    stats["waves_per_sm"] = most_common(kernels.assign(waves_per_sm=k["waves"]), "waves_per_sm", stats)
-    stats["last_wave_idle_pct"] = most_common(kernels.assign(last_wave_idle_pct=k["last_wave_idle_pct"]),
+    stats["waves_per_sm"] = most_common(slim(kernels).assign(waves_per_sm=k["waves"]), "waves_per_sm", stats)
+    stats["last_wave_idle_pct"] = most_common(slim(kernels).assign(last_wave_idle_pct=k["last_wave_idle_pct"]),
                                               "last_wave_idle_pct", stats)
     warps = np.ceil(stats["block_size"] / 32.0)
     stats["wasted_lane_pct"] = 100.0 * (warps * 32 - stats["block_size"]) / (warps * 32)

@@ -170,8 +170,19 @@ def test_tail_needs_few_waves_and_a_mostly_empty_last_wave():
 def test_waves_fall_back_to_blocks_per_sm():
     launches = [{"kernel_short": "fake_no_waves", "dur_ns": 100_000.0, "grid_size": 165.0, "block_size": 96.0}]
     r = launch_config.analyze(fake_profile(launches), TH)
+    assert set(by_id(r)) == {"launch_config.tail_effect"}  # 96 threads = 3 whole warps
     tail = by_id(r)["launch_config.tail_effect"]
-    assert tail.subjects[0].figures["waves_per_sm"] == pytest.approx(1.25)
+    assert tail.subjects[0].figures["waves_per_sm"] == pytest.approx(165 / 132)
+    assert tail.cost_share == pytest.approx(0.75 / 2)
+
+
+def test_block_not_warp_multiple_exact():
+    launches = [{"kernel_short": "fake_odd", "dur_ns": 100_000.0, "grid_size": 1320.0, "block_size": 100.0,
+                 "waves_per_sm": 10.0}]
+    f = by_id(launch_config.analyze(fake_profile(launches), TH))["launch_config.block_not_warp_multiple"]
+    assert f.subjects[0].figures["block_threads"] == 100
+    assert f.subjects[0].figures["wasted_lane_pct"] == pytest.approx(100 * 28 / 128)
+    assert f.cost_share == pytest.approx(28 / 128)
 
 
 # --- tiny kernels ---------------------------------------------------------------------------------
