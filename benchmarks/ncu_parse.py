@@ -1,11 +1,17 @@
 """Parse speed of ncu's raw CSV page, against reading the same data through ncu_report.
 
 Builds a raw CSV of N launches (default 100,000) with the full column set of a
-real H200 capture (fixtures/ncu/tiny_kernels/raw.csv, 569 columns: every metric of
-the four default sections) by replicating its rows, parses it with
-``parsers.ncu.read_ncu``, and prints launches/s (target ≥ 50,000/s on the 2-core
-CI machine). The anchor: ncu_report's per-metric Python API on the real 48-launch
-report of the same capture, timed in the same run, per launch, scaled to N.
+real H200 capture by replicating its rows: the shared convnet capture
+(../shared/data/ncu/convnet_raw.csv: 40 different kernels, 567 columns, every metric of
+the SpeedOfLight, MemoryWorkloadAnalysis, Occupancy and LaunchStats sections) when it is
+there, else fixtures/ncu/tiny_kernels/raw.csv (48 launches, 569 columns). Lines end in
+"\n" as ncu writes them. Parses it with ``parsers.ncu.read_ncu`` and prints launches/s
+(target ≥ 50,000/s on the 2-core machine). The anchor: ncu_report's per-metric Python
+API (metric_by_name, unit, value for every metric of every launch) on the real report of
+the same capture, timed in the same run; its per-launch cost is extrapolated to N
+launches (not replicated: a report cannot be made by copying rows).
+The machine's load average is printed too: on a shared machine the absolute rate moves
+with it, the ratio much less.
 
     python benchmarks/ncu_parse.py [--launches 100000]
 """
@@ -26,14 +32,22 @@ sys.path.insert(0, str(REPO))
 
 from parsers.ncu import read_ncu  # noqa: E402
 
+SHARED = REPO.parent / "shared" / "data" / "ncu"
 FIXTURE = REPO / "fixtures" / "ncu" / "tiny_kernels"
 
 
-def build_csv(n: int, out: Path) -> None:
-    rows = list(csv.reader(open(FIXTURE / "raw.csv", newline="")))
+def sources() -> tuple[str, Path, Path]:
+    """(name, raw CSV, gzipped report of the same capture)."""
+    if (SHARED / "convnet_raw.csv").exists() and (SHARED / "convnet.ncu-rep.gz").exists():
+        return "convnet", SHARED / "convnet_raw.csv", SHARED / "convnet.ncu-rep.gz"
+    return "tiny_kernels", FIXTURE / "raw.csv", FIXTURE / "report.ncu-rep.gz"
+
+
+def build_csv(n: int, src: Path, out: Path) -> None:
+    rows = list(csv.reader(open(src, newline="")))
     header, units, data = rows[0], rows[1], rows[2:]
     with open(out, "w", newline="") as f:
-        w = csv.writer(f, quoting=csv.QUOTE_ALL)
+        w = csv.writer(f, quoting=csv.QUOTE_ALL, lineterminator="\n")
         w.writerow(header)
         w.writerow(units)
         for i in range(n):
@@ -42,14 +56,14 @@ def build_csv(n: int, out: Path) -> None:
             w.writerow(r)
 
 
-def time_ncu_report() -> tuple[float, int, int] | None:
+def time_ncu_report(report_gz: Path) -> tuple[float, int, int] | None:
     try:
         import ncu_report
     except ImportError:
         return None
     tmp = tempfile.mkdtemp()
     rep = os.path.join(tmp, "r.ncu-rep")
-    with gzip.open(FIXTURE / "report.ncu-rep.gz") as src, open(rep, "wb") as dst:
+    with gzip.open(report_gz) as src, open(rep, "wb") as dst:
         shutil.copyfileobj(src, dst)
     t0 = time.perf_counter()
     ctx = ncu_report.load_report(rep)
@@ -76,27 +90,32 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--launches", type=int, default=100_000)
     args = ap.parse_args()
+    name, src, report = sources()
     scratch = REPO / "scratch"
     scratch.mkdir(exist_ok=True)
-    path = scratch / f"bench_raw_{args.launches}.csv"
+    path = scratch / f"bench_ncu_raw_{name}_{args.launches}.csv"
     if not path.exists():
-        build_csv(args.launches, path)
+        build_csv(args.launches, src, path)
     size_mb = path.stat().st_size / 1e6
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     df = read_ncu(path)
     dt = time.perf_counter() - t0
     assert len(df) == args.launches, len(df)
     rate = args.launches / dt
+    print(f"source: {src} (rows replicated), load average {load:.1f} on {os.cpu_count()} cores")
     print(f"gpudiag read_ncu: {args.launches:,} launches × {df.shape[1]} columns ({size_mb:,.0f} MB CSV) "
           f"in {dt:.2f} s = {rate:,.0f} launches/s (target ≥ 50,000/s: {'met' if rate >= 50_000 else 'NOT met'})")
-    anchor = time_ncu_report()
+    del df
+    anchor = time_ncu_report(report)
     if anchor is None:
         print("ncu_report not installed: no anchor measured")
         return
     adt, alaunches, avalues = anchor
     per_launch = adt / alaunches
     print(f"ncu_report per-metric API: {alaunches} launches, {avalues:,} metric reads in {adt:.2f} s = "
-          f"{1 / per_launch:,.0f} launches/s (measured on the real 48-launch report, scaled)")
+          f"{1 / per_launch:,.0f} launches/s (the real {alaunches}-launch report; "
+          f"{args.launches:,} launches extrapolated: {per_launch * args.launches:,.0f} s)")
     print(f"ratio gpudiag / ncu_report: {rate * per_launch:.1f}× faster")
 
 

@@ -33,7 +33,16 @@ KERNELS_SCHEMA = Schema("ncu.kernels", {
     "waves_per_sm": F64, "sm_count": F64, "dram_bytes": F64,
 }, {"launch_id": "ncu's ID of the launch in the report", "grid_size": "blocks in the grid",
     "block_size": "threads per block", "kernel_short": "function base name (no namespace, templates, args)",
-    "l2_hit_pct": "lts__t_sector_hit_rate.pct; NaN where ncu reports > 100 % (not a valid hit rate)"})
+    "l2_hit_pct": "lts__t_sector_hit_rate.pct; NaN where ncu reports > 101 % (not a rate), 100 where 100-101 %"})
+
+RULES_SCHEMA = Schema("ncu.rules", {
+    "launch_id": F64, "kernel_short": STR, "kernel_name": STR, "section": STR, "rule": STR, "type": STR,
+    "description": STR, "estimated_speedup_pct": F64, "speedup_type": STR,
+}, {"section": "section the rule belongs to: its identifier ('SpeedOfLight') as the details page prints it",
+    "rule": "rule identifier ('SOLBottleneck', 'AchievedOccupancy')",
+    "type": "OPT / WRN / INF / ERR",
+    "speedup_type": "'local' (share of this kernel's time) or 'global' (of the whole run)",
+    "estimated_speedup_pct": "ncu's estimated speedup, %"})
 
 # standard column ← raw metric names, first present wins (values already in base units)
 STANDARD_METRICS = {
@@ -60,6 +69,15 @@ STANDARD_METRICS = {
     "block_size": ["launch__block_size"],
 }
 HIT_RATE_COLUMNS = ("l2_hit_pct", "l2_read_hit_pct", "l2_write_hit_pct")
+# ncu reports hit rates above 100 %. Two cases, seen on the H200 captures:
+# - a near-empty kernel: 209.94 % for a 1.8 µs fill kernel (convnet_metrics_stdout.csv), 182 % for
+#   2 µs kernels: the counters hold too few sectors to make a rate. NaN in the standard column.
+# - a saturated rate with counter noise: 100.33 % write hits on a 496 µs gather (l2_random_gather):
+#   up to HIT_PCT_NOISE over 100 is clipped to 100.
+# The raw metric column always keeps ncu's value. Clipping the first case to 100 would claim a
+# perfect hit rate that was never measured; dropping the second would lose a good measurement.
+MAX_VALID_HIT_PCT = 100.0
+HIT_PCT_NOISE = 1.0
 
 # the columns every CSV page starts with
 ID_COLUMNS = {"ID": "launch_id", "Process ID": "process_id", "Process Name": "process_name", "Host Name": "host",
@@ -76,6 +94,27 @@ def read_ncu(path: str | os.PathLike) -> pd.DataFrame:
     from parsers.ncu_csv import read_ncu_csv
 
     return read_ncu_csv(path)
+
+
+def read_ncu_rules(path: str | os.PathLike) -> pd.DataFrame:
+    """ncu's rule results per launch (:data:`RULES_SCHEMA`): name, type, description, estimated speedup.
+
+    A details CSV with the rule columns and a ``.ncu-rep`` carry them; a raw page gives the typed
+    empty table (ncu does not export rules there).
+    """
+    head = _head(path)
+    if head[:4] == b"NVR\x00":
+        from parsers.ncu_rep import read_ncu_rep_rules
+
+        rules = read_ncu_rep_rules(path)
+    else:
+        from parsers.ncu_csv import read_ncu_rules as read_csv_rules
+
+        rules = read_csv_rules(path)
+    rules = rules.rename(columns={"rule_name": "rule", "rule_type": "type"})
+    names = rules["kernel_name"].astype(object)
+    rules["kernel_short"] = names.map({n: short_name(n) for n in pd.unique(names)})
+    return conform(rules, RULES_SCHEMA)
 
 
 def open_maybe_gzip(path: str | os.PathLike):
@@ -133,21 +172,46 @@ def parse_dims(text) -> tuple[float, float, float]:
 
 
 def finish(df: pd.DataFrame, path) -> pd.DataFrame:
-    """Common end of every reader: derived columns, invalid hit rates, schema order and dtypes."""
+    """Common end of every reader: derived columns, invalid hit rates, schema order and dtypes.
+
+    The declared columns are conformed on their own and the metric columns joined after them
+    without a copy (a 100,000-launch raw page has ~600 columns: copying it twice costs more
+    than parsing it).
+    """
     if not len(df):
         raise InputError(path, "holds no profiled kernel launches (no kernel rows); "
                                "check that ncu's window matched kernels (--launch-skip/--launch-count, --nvtx-include)")
-    if "kernel_short" not in df or df["kernel_short"].isna().all():
+    declared = {c: df[c] for c in KERNELS_SCHEMA.columns if c in df.columns}
+    if "kernel_short" not in declared or declared["kernel_short"].isna().all():
         names = df["kernel_name"].astype(object)
         shorts = {n: short_name(n) for n in pd.unique(names)}
-        df["kernel_short"] = names.map(shorts)
-    for axis, prefix in (("grid", "grid"), ("block", "block")):
-        xs = [c for c in (f"{prefix}_x", f"{prefix}_y", f"{prefix}_z") if c in df]
-        if f"{axis}_size" not in df or df[f"{axis}_size"].isna().all():
-            if len(xs) == 3:
-                df[f"{axis}_size"] = df[xs[0]] * df[xs[1]] * df[xs[2]]
+        declared["kernel_short"] = names.map(shorts)
+    for axis in ("grid", "block"):
+        xs = [declared.get(f"{axis}_{a}") for a in "xyz"]
+        size = declared.get(f"{axis}_size")
+        if (size is None or size.isna().all()) and all(x is not None for x in xs):
+            declared[f"{axis}_size"] = xs[0] * xs[1] * xs[2]
     for col in HIT_RATE_COLUMNS:
-        if col in df:
-            v = pd.to_numeric(df[col], errors="coerce")
-            df[col] = v.where(v <= 100.0)
-    return conform(df, KERNELS_SCHEMA)
+        if col in declared:
+            v = pd.to_numeric(declared[col], errors="coerce")
+            v = v.where(~(v > MAX_VALID_HIT_PCT + HIT_PCT_NOISE))
+            declared[col] = v.clip(upper=MAX_VALID_HIT_PCT)
+    head = conform(pd.DataFrame(declared, index=df.index), KERNELS_SCHEMA)
+    extras = [c for c in df.columns if c not in KERNELS_SCHEMA.columns]
+    if not extras:
+        return head
+    tail = df[extras]
+    tail.index = head.index
+    # the same dtypes whichever reader built the frame: text as object, an all-missing metric as float
+    fix = {}
+    for c in extras:
+        col = tail[c]
+        if col.dtype != np.float64 and col.isna().all():
+            fix[c] = col.astype(np.float64)
+        elif isinstance(col.dtype, pd.StringDtype):
+            fix[c] = col.astype(object).where(col.notna(), None)
+    if fix:
+        tail = tail.assign(**fix)
+    out = pd.concat([head, tail], axis=1)  # copy-on-write: no copy of the metric columns
+    out.attrs = dict(df.attrs)
+    return out

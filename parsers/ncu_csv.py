@@ -9,14 +9,16 @@
   rest kept as ``"<Section>: <Label> [<unit>]"``. Rule rows go to :func:`read_ncu_rules`.
 - stdout: either page with ncu's ``==PROF==``/``==WARNING==`` lines and the profiled
   program's own output between the rows; only lines that start with ``"`` are CSV.
-Thousands separators, ``n/a``, ``no data`` and empty cells are handled; a partial
-last row (a copy cut short) is dropped with a warning in ``df.attrs["warnings"]``.
+Thousands separators, ``n/a``, ``no data`` and empty cells are handled. A copy cut
+short (a partial last row, a quote never closed) is an :class:`InputError`, not a
+table missing a launch. The raw page is parsed straight from the bytes by pyarrow
+(strictly: every line a whole record); anything irregular falls back to the
+line-by-line path, which skips non-CSV lines (noted in ``df.attrs["warnings"]``).
 """
 from __future__ import annotations
 
 import csv
 import io
-import re
 import zlib
 import os
 
@@ -55,80 +57,141 @@ RULE_COLUMNS = ["Rule Name", "Rule Type", "Rule Description", "Estimated Speedup
 
 
 def read_ncu_csv(path: str | os.PathLike) -> pd.DataFrame:
-    text, warnings = _csv_text(path)
+    data = _csv_bytes(path)
+    if data.startswith(b'"'):
+        header = _header(path, data)
+        if "Metric Name" not in header:
+            # the usual raw page, parsed straight from the bytes with no per-line pass; anything
+            # irregular (ncu's log lines, a cut-short last row) makes the strict parse fail and
+            # falls through to the line-by-line path below, which says what is wrong
+            try:
+                if not data[-4096:].rstrip(b"\r\n").endswith(b'"'):  # the tail only: no copy of the file
+                    raise _NotPlain()  # cut inside the last field: pyarrow would accept the open quote
+                df = _raw(path, data, header, strict=True)
+            except _NotPlain:
+                pass
+            else:
+                df = finish(df, path)
+                df.attrs["warnings"] = []
+                df.attrs["source_format"] = "raw"
+                return df
+    text, warnings = _csv_text(path, data)
     header = next(csv.reader([text.split("\n", 1)[0]]))
     if "Metric Name" in header and "Metric Value" in header:
         df = _details(path, text, header)
     else:
-        df = _raw(path, text, header)
+        df = _raw(path, text.encode("utf-8"), header)
     df = finish(df, path)
     df.attrs["warnings"] = warnings
     df.attrs["source_format"] = "details" if "Metric Name" in header else "raw"
     return df
 
 
+class _NotPlain(Exception):
+    """The strict raw-page parse met a line that is not a whole record."""
+
+
+RULES_COLUMNS = ["launch_id", "kernel_name", "section", "rule_name", "rule_type", "description", "speedup_type",
+                 "estimated_speedup_pct"]
+
+
 def read_ncu_rules(path: str | os.PathLike) -> pd.DataFrame:
-    """The details page's rule results: one row per (launch, rule) with its estimated speedup."""
-    text, _ = _csv_text(path)
+    """The details page's rule results: one row per (launch, rule) with its estimated speedup.
+
+    A raw page, or a details page exported without the rule columns, gives the empty table.
+    """
+    text, _ = _csv_text(path, _csv_bytes(path))
     header = next(csv.reader([text.split("\n", 1)[0]]))
-    cols = ["launch_id", "kernel_name", "section", "rule", "type", "description", "speedup_type", "estimated_speedup_pct"]
     if "Rule Name" not in header:
-        return pd.DataFrame({c: pd.Series([], dtype=object) for c in cols})
+        return pd.DataFrame({c: pd.Series([], dtype=object) for c in RULES_COLUMNS})
     df = _read_frame(path, text, dtype=str)
     df = df[df["Rule Name"].fillna("") != ""]
     out = pd.DataFrame({
-        "launch_id": pd.to_numeric(df["ID"], errors="coerce"), "kernel_name": df["Kernel Name"],
-        "section": df["Section Name"], "rule": df["Rule Name"], "type": df["Rule Type"],
-        "description": df["Rule Description"], "speedup_type": df.get("Estimated Speedup Type"),
+        "launch_id": _numbers(df["ID"]), "kernel_name": df["Kernel Name"],
+        "section": df["Section Name"], "rule_name": df["Rule Name"], "rule_type": df["Rule Type"],
+        "description": df["Rule Description"],
+        "speedup_type": df["Estimated Speedup Type"] if "Estimated Speedup Type" in df else None,
         "estimated_speedup_pct": _numbers(df["Estimated Speedup"]) if "Estimated Speedup" in df else np.nan})
     return out.reset_index(drop=True)
 
 
-def _csv_text(path) -> tuple[str, list[str]]:
-    """The CSV lines of the file (ncu's own lines and program output removed), and warnings."""
+def _csv_bytes(path) -> bytes:
+    """The file's bytes, gunzipped when it is gzip, with a UTF-8 byte-order mark removed."""
     try:
         with open_maybe_gzip(path) as f:
             raw = f.read(MAX_BYTES + 1)
     except (OSError, EOFError, zlib.error) as e:
-        raise InputError(path, f"cannot read: {e}") from None
+        raise InputError(path, f"cannot be read as an Nsight Compute CSV export: {e}") from None
     if len(raw) > MAX_BYTES:
         raise InputError(path, f"is larger than {MAX_BYTES // 1024**3} GiB; export fewer launches or use the .ncu-rep")
     if not raw[:65536].strip() and not raw.strip():
         raise InputError(path, "is empty; expected an Nsight Compute CSV export (ncu --csv --page raw|details)")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    if b"\x00" in raw[:4096]:
+        raise InputError(path, "is a binary file, not an Nsight Compute CSV export (it holds NUL bytes)")
+    return raw
+
+
+def _header(path, data: bytes) -> list[str]:
+    end = data.find(b"\n")
+    first = data[: end if end >= 0 else len(data)]
     try:
-        text = raw.decode("utf-8-sig")
+        header = next(csv.reader([first.decode("utf-8")]))
+    except UnicodeDecodeError:
+        raise InputError(path, "is not UTF-8 text; expected an Nsight Compute CSV export") from None
+    _check_header(path, header)
+    return header
+
+
+def _csv_text(path, raw: bytes) -> tuple[str, list[str]]:
+    """The CSV lines of the file (ncu's own lines and program output removed), and warnings."""
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(path, "is not UTF-8 text; expected an Nsight Compute CSV export") from None
     warnings = []
-    if text.startswith('"') and not re.search(r'\n[^"\n]', text):
-        # every line is a CSV record (the usual raw page): check the ends, skip the per-line pass
-        if not text.endswith("\n"):
-            text += "\n"
-        header = next(csv.reader([text[: text.find("\n")]]))
-        _check_header(path, header)
-        last_start = text.rfind("\n", 0, len(text) - 1) + 1
-        last = text[last_start:-1]
-        if last_start > 0 and len(next(csv.reader([last]), [])) != len(header):
-            text = text[:last_start]
-            warnings.append(f"{path}: dropped a partial last row (the file looks cut short)")
-        return text, warnings
     csv_lines, dropped, cut = _csv_records(text.splitlines())
-    if cut:
-        warnings.append(f"{path}: dropped a partial last row (a quoted field is never closed: the file looks cut short)")
     if not csv_lines:
-        raise InputError(path, "has no CSV rows; expected an Nsight Compute CSV export (ncu --csv --page raw|details)")
+        if "==PROF==" in text or "==WARNING==" in text or "==ERROR==" in text:
+            said = [ln for ln in text.splitlines() if ln.startswith(("==WARNING==", "==ERROR=="))]
+            raise InputError(path, "holds ncu's console output but no CSV rows: no kernel was profiled"
+                                   + (f" (ncu said: {said[-1][:200]!r})" if said else "")
+                                   + "; check ncu's --launch-skip/--launch-count/--kernel-name filters")
+        first = next((ln for ln in text.splitlines() if ln.strip()), "")
+        raise InputError(path, "is not an Nsight Compute export: no line is a quoted ncu CSV row "
+                               f"(\"ID\",\"Process ID\",…); its first line is {first[:120]!r}")
     header = next(csv.reader([csv_lines[0]]))
     _check_header(path, header)
-    # a partial last row: fewer fields than the header, or a quote left open
-    last = csv_lines[-1]
-    if len(csv_lines) > 1:
-        fields = next(csv.reader([last]), [])
-        if len(fields) != len(header):
-            csv_lines.pop()
-            warnings.append(f"{path}: dropped a partial last row (the file looks cut short)")
+    partial = None
+    if cut:
+        partial = "a quoted field that is never closed"
+    elif len(csv_lines) > 1:
+        # raw rows have every header field; details rows at least up to "Metric Value" (ncu leaves
+        # the rule columns off metric rows)
+        fields = next(csv.reader([csv_lines[-1]]), [])
+        needed = header.index("Metric Value") + 1 if "Metric Value" in header else len(header)
+        if len(fields) < needed or ("Metric Value" not in header and len(fields) != len(header)):
+            partial = f"{len(fields)} of the {needed} fields a row needs"
+    if partial:
+        # a copy cut short (a killed export, a capture that ran out of disk): keep the whole rows
+        # (_csv_records already left out a record whose quote never closed)
+        if not cut:
+            csv_lines = csv_lines[:-1]
+        data_rows = [ln for ln in csv_lines[1:] if not _is_units_row(ln)]
+        if not data_rows:
+            raise InputError(path, f"is cut short: its only kernel row is partial ({partial}) and no complete "
+                                   "kernel rows remain; export or capture it again")
+        warnings.append(f"{path}: is cut short: dropped its partial last row ({partial}); "
+                        "the launches before it are read")
     if dropped:
         warnings.append(f"{path}: skipped {dropped} non-CSV lines (ncu's ==PROF== lines or program output)")
     return "\n".join(csv_lines) + "\n", warnings
+
+
+def _is_units_row(line: str) -> bool:
+    """The raw page's second row: units, with the identity fields ("ID", …) empty."""
+    return line.startswith('"",""')
 
 
 def _check_header(path, header: list[str]) -> None:
@@ -165,40 +228,67 @@ def _read_frame(path, text: str, **kw) -> pd.DataFrame:
         raise InputError(path, f"is not a well-formed ncu CSV: {str(e).splitlines()[0]}") from None
 
 
-def _read_frame_fast(path, text: str, header: list[str], skip_units: bool) -> pd.DataFrame | None:
-    """The raw page through pyarrow's multi-threaded CSV reader (about 5× pandas' on wide pages).
+TEXT_COLUMNS = ("Process Name", "Host Name", "Kernel Name", "CC", "Block Size", "Grid Size")
 
-    Columns that pyarrow reads as text because of thousands separators become numbers here;
-    real text columns (names, enums) stay text. None when pyarrow is not installed.
+
+def _raw_columns(path, data: bytes, header: list[str], skip_units: bool, strict: bool = False) -> dict[str, np.ndarray]:
+    """Every column of the raw page as a numpy array: float64 where every value is a number
+    (thousands separators removed), object (str / None) where not.
+
+    pyarrow's multi-threaded reader when it is installed (several times pandas' speed on wide
+    pages), pandas' C reader otherwise.
     """
     try:
         import pyarrow as pa
         import pyarrow.compute as pc
         from pyarrow import csv as pacsv
     except ImportError:
-        return None
-    if len(set(header)) != len(header):
-        return None
+        pa = None
+    if pa is None or len(set(header)) != len(header):
+        if strict:
+            raise _NotPlain()
+        df = _read_frame(path, data.decode("utf-8"), skiprows=[1] if skip_units else None, thousands=",",
+                         dtype={c: str for c in TEXT_COLUMNS if c in header})
+        out = {}
+        for name in df.columns:
+            s = df[name]
+            out[name] = s.to_numpy(dtype=float) if s.dtype.kind in "fiub" else _maybe_numbers(s)
+        return out
     try:
         table = pacsv.read_csv(
-            io.BytesIO(text.encode("utf-8")),
+            pa.BufferReader(data),
             read_options=pacsv.ReadOptions(skip_rows_after_names=1 if skip_units else 0, block_size=1 << 24),
+            parse_options=pacsv.ParseOptions(newlines_in_values=False),
             convert_options=pacsv.ConvertOptions(
                 null_values=NA, strings_can_be_null=True,
-                column_types={c: pa.string() for c in ("Process Name", "Host Name", "Kernel Name", "CC",
-                                                       "Block Size", "Grid Size") if c in header}))
+                column_types={c: pa.string() for c in TEXT_COLUMNS if c in header}))
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        if strict:
+            raise _NotPlain() from None
         raise InputError(path, f"is not a well-formed ncu CSV: {str(e).splitlines()[0]}") from None
-    keep_text = {"Process Name", "Host Name", "Kernel Name", "CC", "Block Size", "Grid Size"}
-    cols = {}
+    out = {}
     for name, col in zip(table.column_names, table.columns):
-        if pa.types.is_string(col.type) and name not in keep_text:
+        t = col.type
+        if name in TEXT_COLUMNS:
+            out[name] = col.to_numpy(zero_copy_only=False)
+        elif pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t):
+            out[name] = col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        elif pa.types.is_null(t):
+            out[name] = np.full(len(col), np.nan)
+        else:
             try:
-                col = pc.cast(pc.replace_substring(col, ",", ""), pa.float64())
+                out[name] = pc.cast(pc.replace_substring(col, ",", ""), pa.float64()).to_numpy(zero_copy_only=False)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                pass
-        cols[name] = col
-    return pa.table(cols).to_pandas(types_mapper=None, strings_to_categorical=False)
+                out[name] = col.to_numpy(zero_copy_only=False)  # names, enums: text as it is
+    return out
+
+
+def _maybe_numbers(s: pd.Series) -> np.ndarray:
+    """Numbers when every present value is one, else the text unchanged (object array)."""
+    num = _numbers(s)
+    if s.notna().any() and num.notna().sum() >= s.notna().sum():
+        return num.to_numpy(dtype=float)
+    return s.astype(object).where(s.notna(), None).to_numpy()
 
 
 def _numbers(s: pd.Series) -> pd.Series:
@@ -208,50 +298,57 @@ def _numbers(s: pd.Series) -> pd.Series:
                          .replace({"n/a": None, "no data": None, "": None, "nan": None}), errors="coerce")
 
 
-def _raw(path, text: str, header: list[str]) -> pd.DataFrame:
-    first_end = text.find("\n")
-    second_end = text.find("\n", first_end + 1)
-    units_line = next(csv.reader([text[first_end + 1: second_end]])) if second_end > first_end >= 0 else []
-    has_units = len(units_line) == len(header) and (units_line[0] == "" and units_line[4] == "")
+def _raw(path, data: bytes, header: list[str], strict: bool = False) -> pd.DataFrame:
+    first_end = data.find(b"\n")
+    second_end = data.find(b"\n", first_end + 1)
+    second = data[first_end + 1: second_end if second_end >= 0 else len(data)].decode("utf-8", errors="replace")
+    units_line = next(csv.reader([second]), []) if first_end >= 0 else []
+    has_units = len(units_line) == len(header) and units_line[0] == "" and units_line[header.index("Kernel Name")] == ""
     units = units_line if has_units else [""] * len(header)
-    df = _read_frame_fast(path, text, header, skip_units=has_units)
-    if df is None:
-        df = _read_frame(path, text, skiprows=[1] if has_units else None, thousands=",", dtype={c: str for c in ("Process Name", "Host Name", "Kernel Name",
-                                                                            "CC", "Block Size", "Grid Size")})
-    if not len(df):
-        raise InputError(path, "holds an ncu header but no kernel rows")
-    out = {std: df[col] for col, std in ID_COLUMNS.items() if col in df}
-    for c in ("launch_id", "process_id", "context", "stream", "device"):
-        if c in out:
-            out[c] = _numbers(out[c])
+    cols = _raw_columns(path, data, header, skip_units=has_units, strict=strict)
+    n = len(next(iter(cols.values()))) if cols else 0
+    if n == 0:
+        raise InputError(path, "holds an ncu header but no kernel rows (nothing was profiled, or the export is cut "
+                               "short after its header)")
+    out: dict[str, object] = {}
+    for col, std in ID_COLUMNS.items():
+        if col in cols:
+            v = cols[col]
+            out[std] = v if std in ("process_name", "host", "kernel_name", "cc") else _as_float(v)
     for prefix, col in (("grid", "Grid Size"), ("block", "Block Size")):
-        dims = _dims_columns(df[col] if col in df else pd.Series([None] * len(df)))
+        dims = _dims_columns(pd.Series(cols[col]) if col in cols else pd.Series([None] * n))
         for axis in "xyz":
             out[f"{prefix}_{axis}"] = dims[axis]
-    metrics = {}
-    for col, unit in zip(header, units):
+    metrics: dict[str, tuple[np.ndarray, str]] = {}
+    for col, unit in zip(list(cols), units):  # cols: the header, duplicates renamed by pandas' fallback
         if col in ID_COLUMNS or col in ("Block Size", "Grid Size"):
             continue
-        s = df[col]
+        values = cols[col]
         scale, base = to_base(unit)
-        if s.dtype.kind in "fiu":
-            values = s.astype(float) * scale if scale != 1.0 else s.astype(float)
-        else:
-            num = _numbers(s)
-            # keep strings (names, enums) as they are
-            values = num * scale if num.notna().sum() >= s.notna().sum() and s.notna().any() else s
+        if values.dtype.kind == "f" and scale != 1.0:
+            values = values * scale
         metrics[col] = (values, base)
     for std, names in STANDARD_METRICS.items():
         for name in names:
-            if name in metrics:
+            if name in metrics and metrics[name][0].dtype.kind == "f":
                 out[std] = metrics[name][0]
                 break
     if "dram_bytes" not in out and "dram__bytes_read.sum" in metrics and "dram__bytes_write.sum" in metrics:
         out["dram_bytes"] = metrics["dram__bytes_read.sum"][0] + metrics["dram__bytes_write.sum"][0]
-    out["nvtx_range"] = _nvtx(df)
-    extra = {column_name(col, base): values for col, (values, base) in metrics.items()}
-    frame = pd.DataFrame(out)
-    return pd.concat([frame, pd.DataFrame(extra)], axis=1)
+    out["nvtx_range"] = _nvtx(pd.DataFrame({c: cols[c] for c in cols if _is_nvtx_column(c)}, index=range(n)))
+    for col, (values, base) in metrics.items():
+        out[column_name(col, base)] = values
+    return pd.DataFrame(out, copy=False)
+
+
+def _as_float(values: np.ndarray) -> np.ndarray:
+    if values.dtype.kind == "f":
+        return values
+    return _numbers(pd.Series(values)).to_numpy(dtype=float)
+
+
+def _is_nvtx_column(c: str) -> bool:
+    return "push_pop_ranges" in c or "start_end_ranges" in c or c.lower().startswith("nvtx")
 
 
 def _dims_columns(s: pd.Series) -> dict[str, np.ndarray]:
@@ -262,7 +359,7 @@ def _dims_columns(s: pd.Series) -> dict[str, np.ndarray]:
 
 
 def _nvtx(df: pd.DataFrame) -> list:
-    cols = [c for c in df.columns if "push_pop_ranges" in c or "start_end_ranges" in c or c.lower().startswith("nvtx")]
+    cols = [c for c in df.columns if _is_nvtx_column(c)]
     if not cols:
         return [None] * len(df)
     joined = df[cols].astype(object).where(df[cols].notna(), "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 import tempfile
 import zlib
@@ -19,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from parsers.errors import InputError
-from parsers.ncu import STANDARD_METRICS, finish, parse_dims
+from parsers.ncu import STANDARD_METRICS, finish
 from parsers.ncu_units import column_name, to_base
 
 NEEDS_PACKAGE = (".ncu-rep needs NVIDIA's ncu-report package (pip install ncu-report; NVIDIA ships Linux x86_64 "
@@ -27,28 +28,81 @@ NEEDS_PACKAGE = (".ncu-rep needs NVIDIA's ncu-report package (pip install ncu-re
 
 
 def read_ncu_rep(path: str | os.PathLike) -> pd.DataFrame:
-    try:
-        import ncu_report
-    except ImportError:
-        raise InputError(path, NEEDS_PACKAGE) from None
+    ncu_report = _ncu_report(path)
     with _plain_file(path) as plain:
-        try:
-            ctx = ncu_report.load_report(plain)
-        except Exception as e:  # the extension raises plain RuntimeErrors
-            raise InputError(path, f"ncu_report could not load it: {e}") from None
-        if ctx is None or ctx.num_ranges() == 0:
-            raise InputError(path, "is not an Nsight Compute report: it loads with zero profiled ranges")
         rows = []
-        for r in range(ctx.num_ranges()):
-            rng = ctx.range_by_idx(r)
-            for a in range(rng.num_actions()):
-                row = _action_row(ncu_report, rng.action_by_idx(a))
-                row["launch_id"] = float(len(rows))  # ncu's CSV "ID": launches numbered in report order
-                rows.append(row)
+        for launch_id, action in _actions(ncu_report, path, plain):
+            row = _action_row(ncu_report, action)
+            row["launch_id"] = float(launch_id)
+            rows.append(row)
     if not rows:
         raise InputError(path, "is an Nsight Compute report with no profiled kernel launches")
     df = pd.DataFrame(rows)
     return finish(df, path)
+
+
+def read_ncu_rep_rules(path: str | os.PathLike) -> pd.DataFrame:
+    """The rule results ncu stored with each launch, as the details page prints them."""
+    ncu_report = _ncu_report(path)
+    types = {ncu_report.MsgType_OPTIMIZATION: "OPT", ncu_report.MsgType_WARNING: "WRN",
+             ncu_report.MsgType_ERR: "ERR", ncu_report.MsgType_OK: "INF", ncu_report.MsgType_NONE: ""}
+    speedups = {ncu_report.SpeedupType_LOCAL: "local", ncu_report.SpeedupType_GLOBAL: "global"}
+    rows = []
+    with _plain_file(path) as plain:
+        for launch_id, action in _actions(ncu_report, path, plain):
+            name = action.name(ncu_report.IAction.NameBase_DEMANGLED)
+            for rule in action.rule_results_as_dicts() or []:
+                msg = rule.get("rule_message") or {}
+                if not msg.get("message"):
+                    continue  # a rule that did not fire: the details page has no row for it either
+                speed = rule.get("speedup_estimation") or {}
+                rows.append({"launch_id": float(launch_id), "kernel_name": name,
+                             "section": rule.get("section_identifier"), "rule_name": rule.get("rule_identifier"),
+                             "rule_type": types.get(msg.get("type"), str(msg.get("type"))),
+                             "description": plain_rule_text(msg["message"]),
+                             "speedup_type": speedups.get(speed.get("type")) if speed else None,
+                             "estimated_speedup_pct": float(speed["speedup"]) if "speedup" in speed else np.nan})
+    return pd.DataFrame(rows)
+
+
+_MARKUP = re.compile(r"@(section|url|metric|table|image):([^@]*)@")
+
+
+def plain_rule_text(message: str) -> str:
+    """ncu's rule markup as the details page prints it: ``@section:Id:Label@`` → ``Label``,
+    ``@url:Text:https://…@`` → ``Text (https://…)``."""
+    def sub(m: re.Match) -> str:
+        kind, body = m.group(1), m.group(2)
+        if kind == "url":
+            text, _, url = body.partition(":")
+            return f"{text} ({url})" if url else text
+        return body.split(":", 1)[-1]
+    return _MARKUP.sub(sub, message)
+
+
+def _ncu_report(path):
+    try:
+        import ncu_report
+    except ImportError:
+        raise InputError(path, NEEDS_PACKAGE) from None
+    return ncu_report
+
+
+def _actions(ncu_report, path, plain: str):
+    """(launch id, action) for every profiled launch, numbered in report order like the CSV's "ID"."""
+    try:
+        ctx = ncu_report.load_report(plain)
+    except Exception as e:  # the extension raises plain RuntimeErrors
+        raise InputError(path, f"ncu_report could not load it: {e}") from None
+    if ctx is None or ctx.num_ranges() == 0:
+        raise InputError(path, "is not a readable Nsight Compute report: ncu_report loads it with zero ranges "
+                               "(a damaged or foreign file with the report's magic bytes)")
+    launch_id = 0
+    for r in range(ctx.num_ranges()):
+        rng = ctx.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            yield launch_id, rng.action_by_idx(a)
+            launch_id += 1
 
 
 class _plain_file:
@@ -81,7 +135,7 @@ class _plain_file:
 def _value(ncu_report, m):
     kind = m.kind()
     if kind in (ncu_report.IMetric.ValueKind_STRING,):
-        return m.as_string(), ""
+        return (m.as_string() or None), ""  # an empty string is an empty cell in the CSV pages
     if kind in (ncu_report.IMetric.ValueKind_UINT32, ncu_report.IMetric.ValueKind_UINT64):
         v = float(m.as_uint64())
     elif kind in (ncu_report.IMetric.ValueKind_DOUBLE, ncu_report.IMetric.ValueKind_FLOAT):
@@ -102,7 +156,11 @@ def _action_row(ncu_report, action) -> dict:
         if name.startswith("breakdown:"):  # per-unit breakdowns the CSV pages do not export either
             continue
         m = action.metric_by_name(name)
-        if m is None or not m.has_value():
+        if m is None:
+            continue
+        if not m.has_value():
+            # ncu's CSV prints "no data" for these: keep the column, NaN, so both paths have the same columns
+            metrics[name] = (np.nan, to_base(m.unit())[1])
             continue
         try:
             value, base = _value(ncu_report, m)

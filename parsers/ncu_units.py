@@ -5,8 +5,11 @@ ncu prints human units by default (``usecond``/``us``, ``Kbyte``, ``Gbyte/s``,
 ``byte``, ``byte/s``, ``hz``). Both must give the same numbers and the same
 column names, so every unit is parsed into (scale, canonical base unit): a
 numerator and optional denominators, each an SI (or binary) prefix on a known
-base. Times are ns in a numerator (durations) and seconds in a denominator (rates).
-ncu's byte prefixes are decimal: ``1.024 Kbyte/block`` is 1024 bytes.
+base. Times are ns in a numerator (durations) and seconds in a denominator (rates);
+``cycle`` per time is a frequency, Hz. ncu's byte prefixes are decimal: ``1.024 Kbyte/block`` is
+1024 bytes. A prefix on a *denominator* multiplies too, because that is what ncu's own base
+conversion does (``5.3 %/Kbyte`` prints as ``5,300 %/byte`` with ``--print-units base``, in the
+fixtures' raw pages); gpudiag reproduces ncu's base numbers rather than correcting them.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ _TIME_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6
             "s": 1e9, "sec": 1e9}
 # time as a denominator → per second
 _TIME_S = {k: v / 1e9 for k, v in _TIME_NS.items()}
-_PREFIXED_BASES = {"byte": "byte", "hz": "Hz", "Hz": "Hz", "bit": "bit"}
+_PREFIXED_BASES = {"byte": "byte", "hz": "Hz", "Hz": "Hz", "bit": "bit", "B": "byte"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -37,8 +40,11 @@ def to_base(unit: str | None) -> tuple[float, str]:
     names = [num]
     for den in parts[1:]:
         s, name = _part(den, numerator=False)
-        scale /= s
+        # time denominators divide (Gbyte/s → byte/s); other prefixes multiply, as ncu does
+        scale = scale / s if name == "s" else scale * s
         names.append(name)
+    if names == ["cycle", "s"]:
+        return scale, "Hz"
     return scale, "/".join(names)
 
 
