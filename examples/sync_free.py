@@ -4,7 +4,7 @@ The loss is accumulated on the GPU and read once after the loop; the metric stay
 on the device; timing uses CUDA events read after the loop; the mask becomes a
 `torch.where` (no data-dependent shape, so no nonzero).
 
-    python examples/sync_free.py OUT_DIR
+    python examples/sync_free.py [OUT_DIR] [--steps N]
 """
 import sys
 
@@ -40,7 +40,14 @@ def main(steps=12):
 
 
 if __name__ == "__main__":
+    import argparse
+    import functools
+
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
     from _profiler_window import run_with_profiler
 
-    run_with_profiler(main, sys.argv[1] if len(sys.argv) > 1 else None)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", nargs="?", help="write a torch.profiler window here (stand-alone capture)")
+    parser.add_argument("--steps", type=int, default=12)
+    args = parser.parse_args()
+    run_with_profiler(functools.partial(main, args.steps), args.out_dir)

@@ -8,6 +8,7 @@ from the profiler's own events when the two lists line up one to one.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import gzip
 import os
@@ -56,6 +57,36 @@ def parse_profiler_stack(lines) -> list[tuple[str, int, str]]:
     return []
 
 
+CUPTI_TEARDOWN_MIN_CUDA = (12, 6)
+
+
+@contextlib.contextmanager
+def _cupti_teardown_on_stop(torch):
+    """Let Kineto detach CUPTI when the window closes, so steps after it run at full speed.
+
+    Kineto leaves CUPTI attached after ``profiler.stop()`` unless ``TEARDOWN_CUPTI=1`` is set when
+    it tears down (read at that moment); CUPTI's callbacks then slow every later launch
+    (pytorch/pytorch#144455). A value the user set is left alone; with CUDA older than 12.6 torch
+    itself keeps CUPTI attached (teardown there can hang with CUDA graphs), so we do too.
+    """
+    if "TEARDOWN_CUPTI" in os.environ or not _cuda_at_least(torch, CUPTI_TEARDOWN_MIN_CUDA):
+        yield
+        return
+    os.environ["TEARDOWN_CUPTI"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("TEARDOWN_CUPTI", None)
+
+
+def _cuda_at_least(torch, version: tuple[int, int]) -> bool:
+    text = getattr(getattr(torch, "version", None), "cuda", None)
+    try:
+        return tuple(int(part) for part in str(text).split(".")[:2]) >= version
+    except ValueError:
+        return False
+
+
 class TorchTraceWindow:
     def __init__(self, torch, with_cuda: bool):
         self._torch = torch
@@ -71,7 +102,8 @@ class TorchTraceWindow:
         self._profiler.start()
 
     def stop_and_export(self, target_path: str) -> None:
-        self._profiler.stop()
+        with _cupti_teardown_on_stop(self._torch):
+            self._profiler.stop()
         os.makedirs(os.path.dirname(target_path), exist_ok=True)
         tmp_json = f"{target_path}.{os.getpid()}.json.tmp"
         try:
