@@ -102,6 +102,7 @@ def _record(name, mode, r, run, wall, findings=None, note=""):
                     "artifacts": len(manifest["artifacts"]),
                     "findings": ",".join(sorted({f["id"] for f in (findings or {}).get("findings", [])}))[:60],
                     "wall_s": f"{wall:.1f}", "note": note})
+    print("summary row:", json.dumps(SUMMARY[-1]), flush=True)  # kept when a time limit cuts the module off
     return manifest, steps, syncs
 
 
