@@ -116,6 +116,32 @@ def test_cpu_sweep_table_and_failed_combination(cpu_sweep):
     assert "invalid choice: &#39;int3&#39;" in html and "02-accum=2-precision=fp32" in html
 
 
+def _events_median_ms(run_dir):
+    """Step median straight from events/rank0.jsonl (docs/step-timings.md: the first 3 steps and
+    instrumented steps left out, host time): an independent recomputation, not the sweep's code."""
+    steps = [json.loads(line) for line in (run_dir / "events" / "rank0.jsonl").read_text().splitlines()]
+    steps = sorted((e for e in steps if e.get("kind") == "step"), key=lambda e: e["step"])
+    kept = [e["host_ms"] for i, e in enumerate(steps) if i >= min(3, len(steps) // 2) and not e.get("instrumented")]
+    kept.sort()
+    n = len(kept)
+    return n, (kept[n // 2] if n % 2 else (kept[n // 2 - 1] + kept[n // 2]) / 2)
+
+
+def test_sweep_numbers_match_the_run_folders_they_came_from(cpu_sweep):
+    folder, r = cpu_sweep
+    rows = [x for x in json.loads((folder / "sweep.json").read_text())["rows"] if x["status"] == "ok"]
+    assert len(rows) == 2
+    for row in rows:
+        run_dir = folder / row["label"]
+        count, median = _events_median_ms(run_dir)
+        assert row["step_count"] == count
+        assert row["step_time_median_ms"] == pytest.approx(median, rel=1e-9)
+        report = gpudiag("report", run_dir, "-o", run_dir / "r.html", "--json", run_dir / "r.json")
+        assert report.returncode == 0, report.stderr
+        summary = json.loads((run_dir / "r.json").read_text())["summary"]
+        assert summary["step_time_median_ms"] == pytest.approx(row["step_time_median_ms"], rel=1e-9)
+
+
 def test_sweep_all_failed_exits_1_and_bad_grid_exits_2(tmp_path):
     r = gpudiag("sweep", "--no-profile", "-o", tmp_path / "s", "--grid", "precision=int3,int4", "--",
                 "python", EXAMPLE, "--device", "cpu", "--tiny", "--precision", "{precision}", timeout=300)
