@@ -3,6 +3,7 @@
 #   PHASE 1: light-mode overhead ablation (benchmarks/light_overhead.py --ablation)
 #   PHASE 2: JAX under --ncu, repeat run folders for `gpudiag diff` (issue 7), bit-identical losses (issue 8), tests/gpu
 #   PHASE 3: light-mode overhead, plain/light/profiler, more repeats
+#   PHASE 4: 2 and 3 in one call (repeat runs, losses, overhead, then tests/gpu with the time left)
 # Every log goes straight to a file under $OUT (no pipes: a killed run must not leave a reader waiting).
 set -u
 OUT=${OUT:?set OUT}
@@ -42,6 +43,28 @@ if [ "${PHASE}" = 2 ]; then
   K="${TESTS_K:-}"; [ $jrc -ne 0 ] && K="not jax_ncu"
   timeout -k 10 ${TESTS_S:-300} python3 -m pytest tests/gpu -m gpu -s -q -p no:cacheprovider ${K:+-k "$K"} > $L/tests_gpu.log 2>&1
   echo "tests/gpu rc=$? (-k '$K')"; tail -30 $L/tests_gpu.log
+fi
+
+if [ "${PHASE}" = 4 ]; then  # everything of 2 and 3 in one call, cheapest first, tests/gpu gets what time is left
+  L=$OUT/logs; mkdir -p $L; T0=$SECONDS
+  log "repeat run folders (diff noise)"
+  for name in repeat_a repeat_b; do
+    (cd examples && timeout -k 5 120 $GD profile -o $W/runs/$name --trace-start 4 --trace-steps 3 -- python3 sync_free.py --steps ${REPEAT_STEPS:-60}) > $L/$name.log 2>&1
+    echo "$name rc=$?"; tail -2 $L/$name.log
+  done
+  (cd $W && tar czf $OUT/repeat_runs.tar.gz runs/repeat_a runs/repeat_b)
+  timeout -k 5 120 $GD diff $W/runs/repeat_a $W/runs/repeat_b > $L/diff_repeat.log 2>&1; echo "diff rc=$?"; head -30 $L/diff_repeat.log
+  log "bit-identical losses with and without light mode"
+  (cd examples && timeout -k 5 60 python3 train_mlp.py --steps 40 --seed 3 > $L/losses_plain.txt 2>&1)
+  (cd examples && timeout -k 5 90 $GD profile -o $W/runs_identical -- python3 train_mlp.py --steps 40 --seed 3 > $L/losses_light.txt 2>&1)
+  grep '^step' $L/losses_plain.txt > $W/a; grep '^step' $L/losses_light.txt > $W/b
+  if cmp -s $W/a $W/b; then echo "losses identical ($(wc -l < $W/a) steps)"; else echo "LOSSES DIFFER"; diff $W/a $W/b | head; fi
+  log "light overhead, plain/light/profiler"
+  timeout -k 10 ${BENCH_S:-170} python3 benchmarks/light_overhead.py --repeats ${REPEATS:-3} > $L/light_overhead2.log 2>&1
+  echo "rc=$?"; tail -9 $L/light_overhead2.log
+  left=$(( ${TOTAL_S:-540} - (SECONDS - T0) )); log "tests/gpu with ${left} s"
+  timeout -k 10 $left python3 -m pytest tests/gpu -m gpu -s -q -p no:cacheprovider > $L/tests_gpu.log 2>&1
+  echo "tests/gpu rc=$?"; grep -E "summary row|passed|failed|Error|assert" $L/tests_gpu.log | tail -30
 fi
 
 if [ "${PHASE}" = 3 ]; then

@@ -196,7 +196,7 @@ def test_jax_light(tmp_path):
 
 def _ncu_run(tmp_path, name, command):
     run = tmp_path / name
-    r, wall = _profile(run, ["--ncu"], command, timeout=NCU_LIMIT_S + 120)
+    r, wall = _profile(run, ["--ncu"], command, timeout=NCU_LIMIT_S + 30)
     text = r.stderr
     slowdown = next((line for line in text.splitlines() if "slowdown" in line), "")
     manifest, _, _ = _record(name, "ncu", r, run, wall,
