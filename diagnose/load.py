@@ -14,6 +14,7 @@ from pathlib import Path
 
 from diagnose.profile_data import Profile
 from parsers.errors import InputError
+from parsers.limits import require_regular_file
 
 SNIFF_BYTES = 64 * 1024
 
@@ -38,6 +39,7 @@ def sniff(path: str | os.PathLike) -> str:
         if (path / "manifest.json").exists():
             return RUN_FOLDER
         raise InputError(path, "is a folder but not a gpudiag run folder (no manifest.json in it)")
+    require_regular_file(path)  # a FIFO or /dev/zero would block or never end
     try:
         with open(path, "rb") as f:
             head = f.read(SNIFF_BYTES)

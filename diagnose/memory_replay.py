@@ -664,15 +664,17 @@ def _ooms(trace, timeline, codes, size, rounded, largest_at) -> pd.DataFrame:
 
 def agreement(result: ReplayResult, snapshot: MemorySnapshot) -> pd.DataFrame:
     """Replayed vs the snapshot's own bytes per segment at the dump; one row per segment of either side."""
-    ours = result.segments_final.set_index("address")
-    theirs = snapshot.segments_for(result.device).set_index("address")
+    cols = ["total_size_bytes", "allocated_bytes", "active_bytes", "requested_bytes"]
+    # a hostile or corrupt snapshot can list one address twice: compare the bytes per address
+    ours = result.segments_final.groupby("address")[cols].sum()
+    theirs = snapshot.segments_for(result.device).groupby("address")[cols].sum()
     addresses = sorted(set(ours.index) | set(theirs.index))
     rows = []
     for a in addresses:
         o = ours.loc[a] if a in ours.index else None
         t = theirs.loc[a] if a in theirs.index else None
         row = {"address": int(a)}
-        for col in ("total_size_bytes", "allocated_bytes", "active_bytes", "requested_bytes"):
+        for col in cols:
             row[f"replayed_{col}"] = int(o[col]) if o is not None else -1
             row[f"snapshot_{col}"] = int(t[col]) if t is not None else -1
         rows.append(row)

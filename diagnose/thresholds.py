@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parsers.errors import InputError
+from parsers.limits import read_input
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,7 @@ def load_config(path: str | Path) -> dict[str, dict[str, float]]:
     """Threshold overrides from a TOML or JSON file (tables named like the groups)."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_input(path, json=True, gunzip=False)  # a regular file, nesting capped (parsers/limits.py)
     except OSError as e:
         raise InputError(path, f"cannot read config file: {e.strerror}") from None
     try:

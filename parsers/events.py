@@ -26,6 +26,7 @@ from parsers.trace_stream import JSONDecodeError, _loads as json_loads
 import pandas as pd
 
 from parsers.errors import InputError
+from parsers.limits import read_input
 from parsers.schema import BOOL, F64, I64, STR, Schema, conform
 
 STEPS_SCHEMA = Schema(
@@ -249,6 +250,8 @@ def _user_records(path, rows: list[tuple[int, dict]], label: str) -> list[dict]:
             name = row.get("name")
             if name is None or str(name) == "":
                 raise ValueError("name is empty")
+            if not str(name).isascii() and not _is_unicode(str(name)):
+                raise ValueError(f"name is not valid Unicode (a lone surrogate escape such as \\ud800): {name!a}")
             out.append({"rank": _index(row, "rank", default=0), "step": _index(row, "step"), "name": str(name),
                         "t_start_ns": _number(row, "t_start_ns"), "host_ms": host_ms, "gpu_ms": gpu_ms})
         except ValueError as e:
@@ -257,6 +260,15 @@ def _user_records(path, rows: list[tuple[int, dict]], label: str) -> list[dict]:
 
 
 # --- values ---------------------------------------------------------------------------------------
+
+def _is_unicode(text: str) -> bool:
+    """False for text with a lone surrogate (json.loads lets a ``\\ud800`` escape through; pandas cannot hold it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
 
 def _number(record: dict, key: str) -> float:
     """A finite number, NaN when absent/null; text that is not a number is an error."""
@@ -290,8 +302,9 @@ def _index(record: dict, key: str, default: int | None = None) -> int:
             raise ValueError(f"{key} is missing")
         return default
     number = _number(record, key)
-    if number != int(number) or number < (-1 if key == "step" else 0):
-        raise ValueError(f"{key} should be a whole number ≥ 0, found {record.get(key)!r}")
+    # past 2**63 the number cannot be an int64 column (1e30 would overflow in conform, not be refused here)
+    if number != int(number) or number < (-1 if key == "step" else 0) or number >= 2**63:
+        raise ValueError(f"{key} should be a whole number ≥ 0, found {str(record.get(key))[:40]!r}")
     return int(number)
 
 
@@ -313,8 +326,7 @@ def _syncs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 def _read_text(path) -> str:
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_input(path, lines=True, json=True, gunzip=False)  # within the caps of parsers/limits.py
     except OSError as e:
         raise InputError(path, f"cannot read: {e.strerror}") from None
     if b"\x00" in raw[:4096]:

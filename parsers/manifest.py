@@ -1,26 +1,28 @@
 """Read a run folder's manifest.json (schema ``gpudiag.run/1``, docs/run-folder.md).
 
 Validates the shape the rest of gpudiag relies on and fills the optional lists so that
-callers never meet None: ``gpus``, ``ranks``, ``missing``, ``notes`` are lists,
-``artifacts`` and ``unavailable`` dicts. Anything else raises InputError naming the file.
+callers never meet None: ``gpus``, ``ranks``, ``missing``, ``notes``, ``faults`` are lists,
+``artifacts``, ``unavailable``, ``missing_reasons``, ``incomplete`` dicts. Anything else
+raises InputError naming the file.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 
 from parsers.errors import InputError
+from parsers.limits import read_input
 
 SCHEMA_PREFIX = "gpudiag.run/"
 SUPPORTED_MAJOR = 1
-_LISTS = ("gpus", "ranks", "missing", "notes", "command")
-_DICTS = ("artifacts", "unavailable", "versions", "host", "options")
+_LISTS = ("gpus", "ranks", "missing", "notes", "command", "faults")
+_DICTS = ("artifacts", "unavailable", "versions", "host", "options", "missing_reasons", "incomplete")
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_input(path, json=True, gunzip=False)  # within the caps of parsers/limits.py
     except FileNotFoundError:
         raise InputError(path, "no manifest.json: not a gpudiag run folder, or `gpudiag profile` was killed "
                                "before it started the run") from None
@@ -34,6 +36,8 @@ def read_manifest(path: str | os.PathLike) -> dict:
         raise InputError(path, f"is not valid JSON ({e}); expected the manifest gpudiag profile writes") from None
     if not isinstance(data, dict):
         raise InputError(path, f"expected a JSON object, found {type(data).__name__}")
+    if b"\\ud" in raw or b"\\uD" in raw:
+        data = _without_lone_surrogates(data)
     schema = data.get("schema")
     if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
         raise InputError(path, f"expected schema {SCHEMA_PREFIX}{SUPPORTED_MAJOR}, found {schema!r}")
@@ -64,3 +68,22 @@ def read_manifest(path: str | os.PathLike) -> dict:
     if exit_code is not None and (not isinstance(exit_code, int) or isinstance(exit_code, bool)):
         raise InputError(path, f"field 'exit_code' should be an integer or null, found {exit_code!r}")
     return data
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value):
+    """The manifest with each lone surrogate (a ``\\udce9`` escape) in its text replaced by U+FFFD.
+
+    json.dumps writes one for a command-line argument or path that was not UTF-8 (Python decodes
+    those with surrogateescape); such a string cannot be printed or written to the UTF-8 report,
+    so `gpudiag report` would stop with a UnicodeEncodeError. Found by fuzzing run folders.
+    """
+    if isinstance(value, str):
+        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value

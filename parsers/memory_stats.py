@@ -11,15 +11,14 @@ The log may be gzip-compressed (fixtures are). A crashed run can leave a partial
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import zlib
 
 import numpy as np
 import pandas as pd
 
 from parsers.errors import InputError
+from parsers.limits import read_input
 from parsers.schema import F64, I64, STR, Schema, conform
 
 # output column → key in torch.cuda.memory_stats()
@@ -60,15 +59,9 @@ MEMORY_STATS_SCHEMA = Schema("memory_stats", {
 def read_memory_stats(path: str | os.PathLike) -> pd.DataFrame:
     """One row per memory_stats record, sorted by (rank, step); ``attrs["warnings"]`` lists what was skipped."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_input(path, lines=True, json=True)  # gunzipped, within the caps of parsers/limits.py
     except OSError as e:
         raise InputError(path, f"cannot read memory stats log: {e.strerror}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:
-            raise InputError(path, f"is gzip-compressed but cannot be decompressed ({e})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -115,7 +108,9 @@ def _row(record: dict, path, number: int) -> dict:
         row = {"rank": int(record.get("rank", 0)), "step": int(record["step"]),
                "t_ns": float(record["t_ns"]) if record.get("t_ns") is not None else np.nan,
                "framework": framework, "device": record.get("device", np.nan)}
-    except (KeyError, TypeError, ValueError):
+        if not all(-2**63 <= row[k] < 2**63 for k in ("rank", "step")):  # an int64 column cannot hold it
+            raise ValueError
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int(1e400) is inf
         raise InputError(path, f"line {number}: expected integer \"step\" and \"rank\" and a number \"t_ns\", "
                                f"found step={record.get('step')!r} rank={record.get('rank')!r} t_ns={record.get('t_ns')!r}") from None
     for column, key in keys.items():
@@ -123,6 +118,9 @@ def _row(record: dict, path, number: int) -> dict:
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(path, f"line {number}: stats[{key!r}] must be a number, found {value!r}")
-        row[column] = float(value)
+            raise InputError(path, f"line {number}: stats[{key!r}] must be a number, found {str(value)[:40]!r}")
+        try:
+            row[column] = float(value)
+        except OverflowError:  # a JSON integer beyond float range
+            raise InputError(path, f"line {number}: stats[{key!r}] is out of range ({str(value)[:40]}...)") from None
     return row

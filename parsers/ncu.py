@@ -9,15 +9,15 @@ every other metric follows as ``"<metric> [<base unit>]"``. Formats: docs/ncu-fo
 """
 from __future__ import annotations
 
-import gzip
-import zlib
 import os
 import re
+import zlib
 
 import numpy as np
 import pandas as pd
 
 from parsers.errors import InputError
+from parsers.limits import open_input
 from parsers.schema import F64, STR, Schema, conform
 
 KERNELS_SCHEMA = Schema("ncu.kernels", {
@@ -117,15 +117,9 @@ def read_ncu_rules(path: str | os.PathLike) -> pd.DataFrame:
     return conform(rules, RULES_SCHEMA)
 
 
-def open_maybe_gzip(path: str | os.PathLike):
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
-
-
 def _head(path) -> bytes:
     try:
-        with open_maybe_gzip(path) as f:
+        with open_input(path) as f:
             return f.read(8)
     except (OSError, EOFError, zlib.error) as e:
         raise InputError(path, f"cannot read as Nsight Compute output: {e}") from None
@@ -204,9 +198,11 @@ def finish(df: pd.DataFrame, path) -> pd.DataFrame:
     tail.index = head.index
     # the same dtypes whichever reader built the frame: text as object, an all-missing metric as float
     fix = {}
-    for c in extras:
+    for c, dtype in zip(extras, tail.dtypes):  # dtypes in one call: looking up each column of a wide page costs
+        if dtype == np.float64:
+            continue
         col = tail[c]
-        if col.dtype != np.float64 and col.isna().all():
+        if col.isna().all():
             fix[c] = col.astype(np.float64)
         elif isinstance(col.dtype, pd.StringDtype):
             fix[c] = col.astype(object).where(col.notna(), None)

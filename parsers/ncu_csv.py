@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from parsers.errors import InputError
-from parsers.ncu import ID_COLUMNS, STANDARD_METRICS, finish, open_maybe_gzip, parse_dims
+from parsers.limits import human_bytes, limit, open_input
+from parsers.ncu import ID_COLUMNS, STANDARD_METRICS, finish, parse_dims
 from parsers.ncu_units import column_name, to_base
 
 NA = ["", "n/a", "N/A", "no data", "nan", "-"]
@@ -76,7 +77,7 @@ def read_ncu_csv(path: str | os.PathLike) -> pd.DataFrame:
                 df.attrs["source_format"] = "raw"
                 return df
     text, warnings = _csv_text(path, data)
-    header = next(csv.reader([text.split("\n", 1)[0]]))
+    header = _fields(path, text.split("\n", 1)[0])
     if "Metric Name" in header and "Metric Value" in header:
         df = _details(path, text, header)
     else:
@@ -101,7 +102,7 @@ def read_ncu_rules(path: str | os.PathLike) -> pd.DataFrame:
     A raw page, or a details page exported without the rule columns, gives the empty table.
     """
     text, _ = _csv_text(path, _csv_bytes(path))
-    header = next(csv.reader([text.split("\n", 1)[0]]))
+    header = _fields(path, text.split("\n", 1)[0])
     if "Rule Name" not in header:
         return pd.DataFrame({c: pd.Series([], dtype=object) for c in RULES_COLUMNS})
     df = _read_frame(path, text, dtype=str)
@@ -115,11 +116,31 @@ def read_ncu_rules(path: str | os.PathLike) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def _fields(path, line: str) -> list[str]:
+    """One CSV record's fields; a record the csv module cannot split (a stray quote that swallows a
+    line end) is bad input, not a crash."""
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error as e:
+        raise InputError(path, f"is not a well-formed CSV: {e} (a stray or unclosed quote?)") from None
+
+
+def _read_at_most(f, limit: int, chunk: int = 16 << 20) -> bytes:
+    """Up to ``limit`` bytes in 16 MiB reads: one ``read(limit)`` would ask for a 2 GiB buffer per file."""
+    buf = bytearray()
+    while len(buf) < limit:
+        part = f.read(min(chunk, limit - len(buf)))
+        if not part:
+            break
+        buf += part
+    return bytes(buf)
+
+
 def _csv_bytes(path) -> bytes:
     """The file's bytes, gunzipped when it is gzip, with a UTF-8 byte-order mark removed."""
     try:
-        with open_maybe_gzip(path) as f:
-            raw = f.read(MAX_BYTES + 1)
+        with open_input(path, lines=True) as f:
+            raw = _read_at_most(f, MAX_BYTES + 1)
     except (OSError, EOFError, zlib.error) as e:
         raise InputError(path, f"cannot be read as an Nsight Compute CSV export: {e}") from None
     if len(raw) > MAX_BYTES:
@@ -130,6 +151,14 @@ def _csv_bytes(path) -> bytes:
         raw = raw[3:]
     if b"\x00" in raw[:4096]:
         raise InputError(path, "is a binary file, not an Nsight Compute CSV export (it holds NUL bytes)")
+    try:
+        raw.decode("utf-8")  # once here, so no later step meets a byte that is not UTF-8
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise InputError(path, f"is not UTF-8 text (byte {e.start}, line {line}); ncu writes UTF-8 CSV: "
+                               "was it converted to another encoding?") from None
+    if b"\r" in raw:  # Windows CRLF, or bare CR (old Mac) line ends: the readers below split on LF
+        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     return raw
 
 
@@ -137,7 +166,7 @@ def _header(path, data: bytes) -> list[str]:
     end = data.find(b"\n")
     first = data[: end if end >= 0 else len(data)]
     try:
-        header = next(csv.reader([first.decode("utf-8")]))
+        header = _fields(path, first.decode("utf-8"))
     except UnicodeDecodeError:
         raise InputError(path, "is not UTF-8 text; expected an Nsight Compute CSV export") from None
     _check_header(path, header)
@@ -151,7 +180,7 @@ def _csv_text(path, raw: bytes) -> tuple[str, list[str]]:
     except UnicodeDecodeError:
         raise InputError(path, "is not UTF-8 text; expected an Nsight Compute CSV export") from None
     warnings = []
-    csv_lines, dropped, cut = _csv_records(text.splitlines())
+    csv_lines, dropped, cut = _csv_records(path, text.splitlines())
     if not csv_lines:
         if "==PROF==" in text or "==WARNING==" in text or "==ERROR==" in text:
             said = [ln for ln in text.splitlines() if ln.startswith(("==WARNING==", "==ERROR=="))]
@@ -161,7 +190,7 @@ def _csv_text(path, raw: bytes) -> tuple[str, list[str]]:
         first = next((ln for ln in text.splitlines() if ln.strip()), "")
         raise InputError(path, "is not an Nsight Compute export: no line is a quoted ncu CSV row "
                                f"(\"ID\",\"Process ID\",…); its first line is {first[:120]!r}")
-    header = next(csv.reader([csv_lines[0]]))
+    header = _fields(path, csv_lines[0])
     _check_header(path, header)
     partial = None
     if cut:
@@ -169,7 +198,7 @@ def _csv_text(path, raw: bytes) -> tuple[str, list[str]]:
     elif len(csv_lines) > 1:
         # raw rows have every header field; details rows at least up to "Metric Value" (ncu leaves
         # the rule columns off metric rows)
-        fields = next(csv.reader([csv_lines[-1]]), [])
+        fields = _fields(path, csv_lines[-1])
         needed = header.index("Metric Value") + 1 if "Metric Value" in header else len(header)
         if len(fields) < needed or ("Metric Value" not in header and len(fields) != len(header)):
             partial = f"{len(fields)} of the {needed} fields a row needs"
@@ -198,27 +227,42 @@ def _check_header(path, header: list[str]) -> None:
     if header[:2] != ["ID", "Process ID"] or "Kernel Name" not in header:
         raise InputError(path, f"is a CSV but not an Nsight Compute export: its header starts {header[:4]!r}, "
                                "expected \"ID\",\"Process ID\",…,\"Kernel Name\"")
+    max_columns = limit("MAX_CSV_COLUMNS")
+    if len(header) > max_columns:
+        raise InputError(path, f"has {len(header):,} columns, more than {max_columns:,} (MAX_CSV_COLUMNS; ncu's raw page "
+                               "has ~570 with four sections, a few thousand with --set full); export fewer metrics, or raise GPUDIAG_MAX_CSV_COLUMNS "
+                               "(docs/input-limits.md)")
 
 
-def _csv_records(lines: list[str]) -> tuple[list[str], int, bool]:
+def _csv_records(path, lines: list[str]) -> tuple[list[str], int, bool]:
     """Whole CSV records (a quoted field may span lines, as rule descriptions do), the count of
-    non-CSV lines skipped, and whether the last record was cut inside a quoted field."""
-    records, dropped, buf = [], 0, None
-    for ln in lines:
-        if buf is not None:
-            buf += "\n" + ln
-            if buf.count('"') % 2 == 0:
-                records.append(buf)
-                buf = None
+    non-CSV lines skipped, and whether the last record was cut inside a quoted field.
+
+    A record is held to MAX_LINE_BYTES like a line: a quote never closed would otherwise make
+    the rest of the file one record.
+    """
+    max_chars = limit("MAX_LINE_BYTES")
+    records, dropped, parts, size = [], 0, None, 0
+    for number, ln in enumerate(lines, start=1):
+        if parts is not None:
+            parts.append(ln)
+            size += len(ln) + 1
+            if size > max_chars:
+                raise InputError(path, f"line {number - len(parts) + 1:,}: a quoted CSV field runs on for more than "
+                                       f"{human_bytes(max_chars)} (MAX_LINE_BYTES) without its closing quote; a damaged "
+                                       "export? If it is real, raise GPUDIAG_MAX_LINE_BYTES (docs/input-limits.md)")
+            if ln.count('"') % 2:  # this line closes the open quote
+                records.append("\n".join(parts))
+                parts = None
             continue
         if ln.startswith('"'):
             if ln.count('"') % 2:
-                buf = ln
+                parts, size = [ln], len(ln)
             else:
                 records.append(ln)
         else:
             dropped += 1
-    return records, dropped, buf is not None
+    return records, dropped, parts is not None
 
 
 def _read_frame(path, text: str, **kw) -> pd.DataFrame:
@@ -302,7 +346,7 @@ def _raw(path, data: bytes, header: list[str], strict: bool = False) -> pd.DataF
     first_end = data.find(b"\n")
     second_end = data.find(b"\n", first_end + 1)
     second = data[first_end + 1: second_end if second_end >= 0 else len(data)].decode("utf-8", errors="replace")
-    units_line = next(csv.reader([second]), []) if first_end >= 0 else []
+    units_line = _fields(path, second) if first_end >= 0 else []
     has_units = len(units_line) == len(header) and units_line[0] == "" and units_line[header.index("Kernel Name")] == ""
     units = units_line if has_units else [""] * len(header)
     cols = _raw_columns(path, data, header, skip_units=has_units, strict=strict)

@@ -9,7 +9,6 @@ a context with zero ranges: that is an error, not an empty result.
 """
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import shutil
@@ -20,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from parsers.errors import InputError
+from parsers.limits import open_input
 from parsers.ncu import STANDARD_METRICS, finish
 from parsers.ncu_units import column_name, to_base
 
@@ -113,15 +113,22 @@ class _plain_file:
         self.tmp = None
 
     def __enter__(self) -> str:
-        with open(self.path, "rb") as f:
-            if f.read(2) != b"\x1f\x8b":
-                return self.path
-        fd, self.tmp = tempfile.mkstemp(suffix=".ncu-rep")
         try:
-            with gzip.open(self.path, "rb") as src, os.fdopen(fd, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-        except (OSError, EOFError, zlib.error) as e:
-            raise InputError(self.path, f"gzip stream is broken: {e}") from None
+            src = open_input(self.path)
+        except OSError as e:
+            raise InputError(self.path, f"cannot read: {e.strerror}") from None
+        with src:
+            if not src.compressed:
+                return self.path
+            fd, self.tmp = tempfile.mkstemp(suffix=".ncu-rep")
+            try:
+                with os.fdopen(fd, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)  # the decompressed-size cap holds while copying
+            except BaseException as e:
+                self.__exit__()
+                if isinstance(e, (OSError, EOFError, zlib.error)):
+                    raise InputError(self.path, f"gzip stream is broken: {e}") from None
+                raise
         return self.tmp
 
     def __exit__(self, *exc):

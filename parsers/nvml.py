@@ -17,6 +17,7 @@ import warnings
 import pandas as pd
 
 from parsers.errors import InputError
+from parsers.limits import read_input
 from parsers.schema import F64, I64, Schema, conform
 
 NVML_COLUMNS = ("t_ns", "gpu", "gpu_util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes",
@@ -108,8 +109,7 @@ def _parse_row(line: str) -> list[float]:
 
 def _read_text(path: str | os.PathLike) -> str:
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_input(path, lines=True, gunzip=False)  # within the caps of parsers/limits.py
     except OSError as e:
         raise InputError(path, f"cannot read: {e.strerror}") from None
     if b"\x00" in raw[:4096]:

@@ -15,10 +15,10 @@ action names are kept as they are and listed in ``metadata["warnings"]``.
 """
 from __future__ import annotations
 
-import gzip
 import json
+import math
 import os
-import zlib
+import re
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from parsers.errors import InputError
+from parsers.limits import check_json_nesting, check_rows, read_input
 from parsers.restricted_pickle import loads_plain
 from parsers.schema import BOOL, F64, I64, STR, Schema, conform
 
@@ -106,6 +107,7 @@ def read_snapshot(path: str | os.PathLike) -> MemorySnapshot:
     raw = _read_bytes(path)
     if raw[:1] == b"\x80":
         data = loads_plain(raw, path, "a torch memory snapshot (torch.cuda.memory._dump_snapshot)")
+        check_rows(path, _row_count(data), len(raw))  # a pickle can reference one segment a million times
         source_format = "torch-pickle"
     else:
         data = _load_json(raw, path)
@@ -131,7 +133,7 @@ def snapshot_from_dict(data: Any, path: str | os.PathLike | None, source_format:
         "path": None if path is None else os.fspath(path), "format": source_format, "schema": schema,
         "allocator_settings": settings,
         "expandable_segments": bool(settings.get("expandable_segments", False)) or bool(segments["is_expandable"].any()),
-        "external_annotations": len(data.get("external_annotations") or []),
+        "external_annotations": len(ann) if isinstance(ann := data.get("external_annotations"), list) else 0,
         "warnings": warnings,
     }
     return MemorySnapshot(segments=segments, blocks=blocks, trace=trace, stacks=interner.stacks_table(),
@@ -140,21 +142,26 @@ def snapshot_from_dict(data: Any, path: str | os.PathLike | None, source_format:
 
 def _read_bytes(path) -> bytes:
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_input(path)  # gunzipped, within the caps of parsers/limits.py
     except OSError as e:
         raise InputError(path, f"cannot read memory snapshot: {e.strerror}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:
-            raise InputError(path, f"is gzip-compressed but cannot be decompressed ({e}); the file may be truncated") from None
     if not raw:
         raise InputError(path, "is empty; expected a torch memory snapshot pickle or gpudiag snapshot JSON")
     return raw
 
 
+def _row_count(data) -> int:
+    """Rows the tables would get (segments, blocks, trace entries), from list lengths alone."""
+    if not isinstance(data, dict):
+        return 0
+    segments = data.get("segments") if isinstance(data.get("segments"), list) else []
+    traces = data.get("device_traces") if isinstance(data.get("device_traces"), list) else []
+    return (len(segments) + sum(len(s["blocks"]) for s in segments if isinstance(s, dict) and isinstance(s.get("blocks"), list))
+            + sum(len(t) for t in traces if isinstance(t, list)))
+
+
 def _load_json(raw: bytes, path):
+    check_json_nesting(raw, path)  # json.loads recurses once per level
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, ValueError) as e:
@@ -174,9 +181,21 @@ def _check_schema(schema, path) -> None:
 
 
 def _int(value, path, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise InputError(path, f"expected an integer for {where}, found {value!r}")
-    return int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(path, f"expected an integer for {where}, found {str(value)[:80]!r}")
+    return _fold_int64(int(value), path, where)
+
+
+def _fold_int64(value: int, path, where: str) -> int:
+    """``value`` as int64: CUDA stream handles can be pointers above 2**63, kept as their signed twin.
+
+    Anything beyond 64 bits (a fuzzed or damaged file) is an InputError, not an OverflowError later.
+    """
+    if -(1 << 63) <= value < (1 << 63):
+        return value
+    if (1 << 63) <= value < (1 << 64):
+        return value - (1 << 64)
+    raise InputError(path, f"expected a 64-bit integer for {where}, found {value}")
 
 
 def _segments_and_blocks(raw_segments, path, interner: "_StackInterner") -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -199,7 +218,7 @@ def _segments_and_blocks(raw_segments, path, interner: "_StackInterner") -> tupl
             block_rows.append((device, address, _int(blk.get("address", address), path, f"segment {i} block {j} 'address'"),
                                _int(blk["size"], path, f"segment {i} block {j} 'size'"),
                                _int(blk.get("requested_size", blk["size"]), path, f"segment {i} block {j} 'requested_size'"),
-                               str(blk.get("state", "")), stack_id))
+                               _text(blk.get("state", "")), stack_id))
         pool_id = seg.get("segment_pool_id")
         seg_rows.append({
             "device": device, "address": address, "total_size_bytes": _int(seg["total_size"], path, f"segment {i} 'total_size'"),
@@ -208,7 +227,7 @@ def _segments_and_blocks(raw_segments, path, interner: "_StackInterner") -> tupl
             "requested_bytes": _int(seg.get("requested_size", 0), path, f"segment {i} 'requested_size'"),
             "stream": _int(seg.get("stream", 0) or 0, path, f"segment {i} 'stream'"),
             "pool": kind if kind in ("small", "large") else _pool_of_size(int(seg["total_size"])),
-            "pool_id": None if pool_id is None else ",".join(map(str, pool_id)) if isinstance(pool_id, (list, tuple)) else str(pool_id),
+            "pool_id": None if pool_id is None else _text(",".join(map(str, pool_id)) if isinstance(pool_id, (list, tuple)) else pool_id),
             "is_expandable": bool(seg.get("is_expandable", False)), "block_count": len(blocks),
         })
     segments = conform(pd.DataFrame(seg_rows, columns=list(SEGMENTS_SCHEMA.columns)), SEGMENTS_SCHEMA)
@@ -249,11 +268,11 @@ def _trace(device_traces, path, interner: "_StackInterner", warnings: list[str])
                 a_addr.append(int(addr))
                 a_size.append(int(size))
                 a_stream.append(int(e.get("stream", 0) or 0))
-            except (TypeError, KeyError, ValueError, AttributeError):
+            except (TypeError, KeyError, ValueError, AttributeError, OverflowError):  # OverflowError: int(inf)
                 raise InputError(path, f"device_traces[{device}][{seq}]: expected a dict with 'action', 'addr' and "
                                        f"'size' (integers), found {str(e)[:120]!r}") from None
             if action not in KNOWN_ACTIONS:
-                action = str(action)
+                action = _text(action)
                 unknown[action] = unknown.get(action, 0) + 1
             a_device.append(device)
             a_seq.append(seq)
@@ -285,8 +304,7 @@ def _int64_array(values: list, path, name: str) -> np.ndarray:
     try:
         return np.asarray(values, dtype=np.int64)
     except OverflowError:
-        # CUDA stream handles can be pointers above 2**63; keep them as their signed twin
-        return np.asarray([v - (1 << 64) if v >= (1 << 63) else v for v in values], dtype=np.int64)
+        return np.asarray([_fold_int64(v, path, f"'{name}' in device_traces") for v in values], dtype=np.int64)
 
 
 class _StackInterner:
@@ -304,13 +322,14 @@ class _StackInterner:
         self._python_stacks: list[str] = []
 
     def stack_id(self, frames) -> int:
-        if not frames:
+        if not frames or not isinstance(frames, (list, tuple)):  # no frames, or something that is not a list of them
             return -1
         hit = self._by_object.get(id(frames))
         if hit is not None:
             return hit
         try:
             key = tuple(map(self._frame_key, frames))
+            hash(key)  # a frame's filename or name that is a list or dict cannot key the interner
         except (TypeError, KeyError):
             key = tuple((str(f.get("filename", "")) if isinstance(f, dict) else "", 0, str(f)) for f in frames)
         sid = self._by_content.get(key)
@@ -344,14 +363,35 @@ class _StackInterner:
     def frames_table(self) -> pd.DataFrame:
         keys = list(self._frame_ids)
         return conform(pd.DataFrame({"frame_id": np.arange(len(keys), dtype=np.int64),
-                                     "filename": [str(k[0]) for k in keys],
-                                     "line": [int(k[1]) if isinstance(k[1], (int, float)) else 0 for k in keys],
-                                     "name": [str(k[2]) for k in keys]}), FRAMES_SCHEMA)
+                                     "filename": [_text(k[0]) for k in keys],
+                                     "line": [_line(k[1]) for k in keys],
+                                     "name": [_text(k[2]) for k in keys]}), FRAMES_SCHEMA)
+
+
+def _line(value) -> int:
+    """A frame's line number, 0 when it is not one (text, NaN, inf, beyond int64)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return int(value) if ok and abs(value) < (1 << 63) else 0
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(value) -> str:
+    """``str(value)`` that a table and the UTF-8 report can hold.
+
+    A lone surrogate (a JSON ``\\ud800`` escape, or a pickled path that was not UTF-8) would make
+    pandas/pyarrow raise UnicodeEncodeError when the column is built: it becomes U+FFFD instead.
+    """
+    text = value if isinstance(value, str) else str(value)
+    if text.isascii():
+        return text
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def _user_location(frames: tuple) -> tuple[str | None, str]:
     """(innermost user 'path:line', the Python frames as text) of one stack, innermost first."""
-    python = [(str(f), line, name) for f, line, name in frames if isinstance(f, str) and f.endswith(".py")]
+    python = [(_text(f), line, _text(name)) for f, line, name in frames if isinstance(f, str) and f.endswith(".py")]
     user = next((p for p in python if not any(m in p[0] for m in _LIBRARY_MARKERS)), None)
     chosen = user or (python[0] if python else None)
     location = None if chosen is None else f"{chosen[0]}:{chosen[1]}"

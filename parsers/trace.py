@@ -171,9 +171,13 @@ class _Pending:
 
     def commit(self, table: _Columns) -> None:
         coded = []
-        for col, values in self.coded:  # may raise (an unhashable name): before anything is added
+        for col, values in self.coded:
             index = table.codes[col]
-            coded.append((col, np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int32)))
+            try:
+                codes = [index.setdefault(v, len(index)) for v in values]
+            except TypeError:  # a name (or kind) that is a JSON array or object: code it by its text
+                codes = [index.setdefault(str(v) if v.__class__ in (list, dict) else v, len(index)) for v in values]
+            coded.append((col, np.array(codes, dtype=np.int32)))
         for col, values in self.arrays + coded:
             table.add(col, values)
 
@@ -204,13 +208,16 @@ class _Builder:
                 continue
             ph = e.get("ph")
             if ph == "X":
-                buckets[e.get("cat")].append(e)
+                cat = e.get("cat")
+                if cat.__class__ in (list, dict):  # a JSON array/object is no category (and cannot key a bucket)
+                    cat = str(cat)
+                buckets[cat].append(e)
             elif ph == "s" or ph == "f" or ph == "t":
                 flows.append(e)
             elif ph == "M":
                 meta.append(e)
             else:
-                self.other_phases[ph] += 1
+                self.other_phases[ph if ph.__class__ not in (list, dict) else str(ph)] += 1
         for cat, evs in buckets.items():
             try:
                 self._bucket(cat, evs)
@@ -226,9 +233,10 @@ class _Builder:
                 self.bad_events += len(flows)
 
     def _times(self, evs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        ts = np.array([e.get("ts") for e in evs], dtype=np.float64)
-        dur = np.array([e.get("dur") for e in evs], dtype=np.float64)
-        ok = (dur >= 0) & np.isfinite(ts) & np.isfinite(dur)
+        ts = _floats([e.get("ts") for e in evs])
+        dur = _floats([e.get("dur") for e in evs])
+        # beyond ±2**62 ns the int64 ns columns (and ts + dur) would wrap around: such times are not times
+        ok = (dur >= 0) & (np.abs(ts) < _MAX_US) & (dur < _MAX_US)
         self.bad_duration += int(len(evs) - ok.sum())
         ts_ns = us_to_ns(ts[ok])
         dur_ns = us_to_ns(dur[ok])
@@ -271,7 +279,7 @@ class _Builder:
             t.add("stream", _ints([a.get("stream") for a in args]))
             t.add("correlation", _ints([a.get("correlation") for a in args]))
             t.add("external_id", _ints([a.get("External id") for a in args]))
-            t.add("bytes", np.array([a.get("bytes") for a in args], dtype=np.float64))
+            t.add("bytes", _numbers([a.get("bytes") for a in args]))
         elif table == "runtime":
             t.add_codes("cat", [cat] * len(evs))
             t.add("correlation", _ints([a.get("correlation") for a in args]))
@@ -292,8 +300,8 @@ class _Builder:
         t.commit(self.tables[table])
 
     def _flows(self, evs: list) -> None:
-        ts = np.array([e.get("ts") for e in evs], dtype=np.float64)
-        ok = np.isfinite(ts)
+        ts = _floats([e.get("ts") for e in evs])
+        ok = np.abs(ts) < _MAX_US
         if not ok.all():
             evs = [e for e, k in zip(evs, ok) if k]
             ts = ts[ok]
@@ -324,13 +332,38 @@ def _plausible(e: dict) -> bool:
 
 def _ints(values: list) -> np.ndarray:
     """Ids as int64, -1 where absent or not a number (Kineto writes pid "Spans" for its own spans)."""
-    try:
-        arr = np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        arr = np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool) else None for v in values],
-                       dtype=np.float64)
-    arr[~np.isfinite(arr)] = -1
+    arr = _numbers(values)
+    arr[~(np.abs(arr) < 2.0**63)] = -1  # NaN, ±inf and what int64 cannot hold
     return arr.astype(np.int64)
+
+
+_MAX_US = 2.0**62 / 1000  # times (µs) whose int64 ns and ts + dur stay in range
+
+
+def _floats(values: list) -> np.ndarray:
+    """One float per event (NaN where absent). A value that is a list, even of one number, is a ValueError:
+    numpy would otherwise make a 2-D array of a whole chunk whose every ts is ``[x]`` (found by fuzzing)."""
+    arr = np.array(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError("expected one number per event")
+    return arr
+
+
+def _numbers(values: list) -> np.ndarray:
+    """Floats, NaN where a value is absent or not a number (text, a list, a bool, an int beyond float)."""
+    try:
+        return _floats(values)
+    except (TypeError, ValueError, OverflowError):
+        return np.array([_number(v) for v in values], dtype=np.float64)
+
+
+def _number(v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return np.nan
+    try:
+        return float(v)
+    except OverflowError:
+        return np.nan
 
 
 def read_trace(path: str | os.PathLike) -> Trace:
@@ -370,7 +403,8 @@ def read_trace(path: str | os.PathLike) -> Trace:
 def _warnings(b: _Builder) -> list[str]:
     out = []
     if b.bad_duration:
-        out.append(f"{b.bad_duration:,} complete events had a missing or negative duration and were skipped")
+        out.append(f"{b.bad_duration:,} complete events had a missing or negative duration (or a time beyond "
+                   f"what int64 nanoseconds hold) and were skipped")
     if b.bad_events:
         out.append(f"{b.bad_events:,} events were not well-formed (not an object, or non-numeric ts/dur/args) and were skipped")
     if b.unknown_cats:
@@ -441,17 +475,26 @@ def _gpu(df: pd.DataFrame) -> pd.DataFrame:
                                   np.where(cats.str.contains(_COMM), "comm", "compute")))
         codes = names.cat.codes.to_numpy()
         cat_kind = df["cat"].astype(str).to_numpy()
-        kind = np.asarray(kinds, dtype=object)[codes]
+        kind = _by_code(kinds, codes, "compute")
         kind = np.where(cat_kind == "gpu_memcpy", "memcpy", np.where(cat_kind == "gpu_memset", "memset", kind))
         parsed = [_MEMCPY_NAME.search(c) for c in cats]
-        mk = np.array([m.group(1) if m else None for m in parsed], dtype=object)[codes]
-        host = np.array([_host_side(m) for m in parsed], dtype=object)[codes]
+        mk = _by_code([m.group(1) if m else None for m in parsed], codes, None)
+        host = _by_code([_host_side(m) for m in parsed], codes, None)
         df = df.assign(kind=pd.Categorical(kind), memcpy_kind=pd.Categorical(mk), host_memory=pd.Categorical(host))
     out = conform(df, GPU_SCHEMA)
     if len(out):
         out = out.sort_values("ts_ns", kind="stable").reset_index(drop=True)
     out["runtime_index"] = -1
     return out
+
+
+def _by_code(per_category, codes: np.ndarray, missing, dtype=object) -> np.ndarray:
+    """``per_category[codes]``, where code -1 (an event without a name) gets ``missing``.
+
+    Plain indexing would give such an event the last category's value, or an IndexError when every
+    event lacks its name (found by fuzzing: a trace whose "name" keys were renamed).
+    """
+    return np.append(np.asarray(per_category, dtype=dtype), np.asarray([missing], dtype=dtype))[codes]
 
 
 def _host_side(m) -> str | None:
@@ -468,12 +511,11 @@ def _python(df: pd.DataFrame) -> pd.DataFrame:
         cats = list(names.cat.categories.astype(str))
         parsed = [_PY_FRAME.match(c) for c in cats]
         codes = names.cat.codes.to_numpy()
-        files = np.array([m.group(1) if m else None for m in parsed], dtype=object)
-        lines = np.array([int(m.group(2)) if m else -1 for m in parsed], dtype=np.int64)
-        funcs = np.array([m.group(3) if m else c for m, c in zip(parsed, cats)], dtype=object)
-        user = np.array([bool(m) and is_user_file(m.group(1)) for m in parsed], dtype=bool)
-        df = df.assign(file=pd.Categorical(files[codes]), line=lines[codes], function=pd.Categorical(funcs[codes]),
-                       is_user=user[codes])
+        files = _by_code([m.group(1) if m else None for m in parsed], codes, None)
+        lines = _by_code([int(m.group(2)) if m else -1 for m in parsed], codes, -1, np.int64)
+        funcs = _by_code([m.group(3) if m else c for m, c in zip(parsed, cats)], codes, None)
+        user = _by_code([bool(m) and is_user_file(m.group(1)) for m in parsed], codes, False, bool)
+        df = df.assign(file=pd.Categorical(files), line=lines, function=pd.Categorical(funcs), is_user=user)
     out = conform(df, PYTHON_SCHEMA)
     if len(out):
         out = out.sort_values("ts_ns", kind="stable").reset_index(drop=True)
@@ -499,8 +541,8 @@ def is_user_file(file: str) -> bool:
 def _annotations(df: pd.DataFrame) -> pd.DataFrame:
     if len(df):
         names = df["name"].astype("category")
-        steps = np.array([float(m.group(1)) if (m := _STEP.match(str(c))) else np.nan for c in names.cat.categories])
-        df = df.assign(step=steps[names.cat.codes.to_numpy()])
+        steps = [float(m.group(1)) if (m := _STEP.match(str(c))) else np.nan for c in names.cat.categories]
+        df = df.assign(step=_by_code(steps, names.cat.codes.to_numpy(), np.nan, np.float64))
     out = conform(df, ANNOTATION_SCHEMA)
     if len(out):
         out = out.sort_values("ts_ns", kind="stable").reset_index(drop=True)
@@ -541,6 +583,12 @@ def _integral_us(*cols: np.ndarray) -> bool:
 def _link(t: Trace) -> None:
     """Fill the index columns that tie the tables together."""
     gpu, rt, ops, py = t.gpu, t.runtime, t.cpu_ops, t.python
+    # conform() fills an absent int64 column with 0, which here would point at row 0 of a table that may be
+    # empty (a trace without Python frames, without cpu ops): every link starts as "none" (-1) instead
+    for df, cols in ((rt, ("gpu_index", "cpu_op_index", "python_index")),
+                     (ops, ("parent_index", "top_index", "python_index")), (py, ("parent_index", "user_index"))):
+        for col in cols:
+            df[col] = np.full(len(df), -1, dtype=np.int64)
     tol = 1000 if _integral_us(ops["ts_ns"].to_numpy(), rt["ts_ns"].to_numpy()) else 1
 
     # GPU work ↔ the runtime call that launched it (same CUPTI correlation id)
@@ -603,8 +651,7 @@ def _link(t: Trace) -> None:
 
 def _sync_kind(rt: pd.DataFrame) -> pd.Categorical:
     names = rt["name"].astype("category")
-    kinds = np.array([SYNC_CALLS.get(str(c)) for c in names.cat.categories], dtype=object)
-    kind = kinds[names.cat.codes.to_numpy()] if len(kinds) else np.full(len(rt), None, dtype=object)
+    kind = _by_code([SYNC_CALLS.get(str(c)) for c in names.cat.categories], names.cat.codes.to_numpy(), None)
     # a DtoH copy into pageable memory (or any cudaMemcpy without Async) blocks the host until it is done
     blocking_copy = (rt["name"].astype(str).str.startswith("cudaMemcpyAsync").to_numpy()
                      & (rt["host_memory"].astype(object) == "pageable").to_numpy()

@@ -9,7 +9,6 @@ whose error (if any) becomes the :class:`InputError`.
 """
 from __future__ import annotations
 
-import gzip
 import re
 import zlib
 from typing import Callable, Iterator
@@ -28,6 +27,7 @@ except ImportError:  # pragma: no cover - exercised on machines without orjson
     JSONDecodeError = ValueError
 
 from parsers.errors import InputError
+from parsers.limits import open_input
 
 PIECE_BYTES = 16 * 2**20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -66,12 +66,9 @@ def read_chunks(path: str, on_events: Callable[[list], None], reset: Callable[[]
 
 def _open(path: str):
     try:
-        f = open(path, "rb")
+        return open_input(path, json=True)  # regular files only; gzip and nesting caps (parsers/limits.py)
     except OSError as e:
         raise InputError(path, f"cannot read: {e.strerror}") from None
-    magic = f.read(2)
-    f.seek(0)
-    return gzip.GzipFile(fileobj=f, mode="rb") if magic == b"\x1f\x8b" else f
 
 
 def _read(path: str, f, n: int) -> bytes:

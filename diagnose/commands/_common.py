@@ -1,9 +1,13 @@
 """Options shared by the subcommands that analyse: thresholds and config."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
 from diagnose.thresholds import Thresholds, load_config, parse_assignments
+from parsers.errors import InputError
 
 
 def threshold_options(f):
@@ -22,3 +26,16 @@ def build_thresholds(config_path: str | None, assignments: tuple[str, ...]) -> T
     if assignments:
         th = th.with_overrides(parse_assignments(assignments))
     return th
+
+
+def require_input_path(path) -> None:
+    """Refuse a missing input, saying why: not there, a dangling link, or a link loop."""
+    p = Path(path)
+    if p.exists():
+        return
+    if p.is_symlink():
+        try:
+            os.stat(p)
+        except OSError as e:
+            raise InputError(path, f"is a symbolic link that cannot be followed ({e.strerror})") from None
+    raise InputError(path, "does not exist")

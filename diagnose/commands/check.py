@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
-from diagnose.commands._common import build_thresholds, threshold_options
+from diagnose.commands._common import build_thresholds, threshold_options, require_input_path
 from diagnose.findings import Severity
 from parsers.errors import InputError
+from parsers.limits import read_input, require_regular_file
 
 
 @click.command("check")
@@ -25,8 +26,7 @@ def command(path, fail_on, ignore, json_path, config_path, thresholds):
     import diagnose
     from reports.terminal import render_terminal
 
-    if not Path(path).exists():
-        raise InputError(path, "does not exist")
+    require_input_path(path)
     level = Severity.parse(fail_on)
     findings_json = _read_findings_json(path)
     if findings_json is not None:
@@ -51,12 +51,13 @@ def _read_findings_json(path: str):
     p = Path(path)
     if p.is_dir():
         return None
+    require_regular_file(p)  # a FIFO would block the open below
     with open(p, "rb") as f:
         head = f.read(4096)
     if b'"gpudiag.findings/' not in head:
         return None
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(read_input(p, json=True).decode("utf-8"))  # nesting capped: json.loads recurses
     except (ValueError, UnicodeDecodeError) as e:
         raise InputError(path, f"looks like a findings JSON but does not parse: {e}") from None
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("gpudiag.findings/1") \

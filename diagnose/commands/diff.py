@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
-from diagnose.commands._common import build_thresholds, threshold_options
-from parsers.errors import InputError
+from diagnose.commands._common import build_thresholds, threshold_options, require_input_path
 
 
 @click.command("diff")
@@ -40,8 +38,7 @@ def command(run_a, run_b, output, json_path, fail_pct, include_unknown_noise, al
     from reports.diff_html import render_diff_json, render_diff_terminal
 
     for p in (run_a, run_b):
-        if not Path(p).exists():
-            raise InputError(p, "does not exist")
+        require_input_path(p)
     th = build_thresholds(config_path, thresholds)
     diff = compare(diagnose.load(run_a), diagnose.load(run_b), thresholds=th, options=DiffOptions(alpha=alpha))
     click.echo(render_diff_terminal(diff, color=sys.stdout.isatty(), show_all=show_all), nl=False)

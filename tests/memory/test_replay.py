@@ -109,3 +109,18 @@ def test_fake_tiny_trace_split_and_merge():
     assert r.timeline["free_small_bytes"].iloc[-1] == (2 << 20) - 1024
     assert external_fragmentation_pct([512], [1024]).tolist() == [50.0]
     assert agreement(r, snap)["agrees"].all()
+
+
+def test_fake_snapshot_listing_one_segment_twice_is_compared_not_crashed():
+    """Hand-made bad input: the snapshot lists the same segment address twice (seen while fuzzing)."""
+    base = 1 << 30
+    segment = {"address": base, "total_size": 2 << 20, "allocated_size": 512, "active_size": 512,
+               "requested_size": 100, "segment_type": "small", "blocks": []}
+    entries = [("segment_alloc", base, 2 << 20), ("alloc", base, 100)]
+    snap = snapshot_from_dict({"segments": [segment, dict(segment)],
+                               "device_traces": [[{"action": a, "addr": ad, "size": s, "time_us": i}
+                                                  for i, (a, ad, s) in enumerate(entries)]]}, "fake")
+    a = agreement(replay(snap), snap)
+    assert len(a) == 1
+    assert a["snapshot_total_size_bytes"].iloc[0] == 2 * (2 << 20)   # both listings counted
+    assert not a["agrees"].iloc[0]                                    # and the mismatch is shown
