@@ -37,7 +37,9 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     steps = steps[steps["t_start_ns"].notna()] if len(steps) else steps
     window, in_window = _training_window(samples, steps, th)
     judged = samples[in_window]
-    active = _active_gpus(judged)
+    # NVML lost before the measured steps (e.g. during warm-up) leaves none inside the window: the
+    # timeline still shows what was sampled, and nothing is judged
+    active = _active_gpus(judged if len(judged) else samples)
     judged = judged[judged["gpu"].isin(active)]
 
     per_gpu = _per_gpu(judged)
@@ -55,7 +57,8 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         "window": "training steps" if window else "all samples",
         "window_start_s": (window[0] - t0_ns) / 1e9 if window else None,
         "window_end_s": (window[1] - t0_ns) / 1e9 if window else None,
-        "gpus_judged": [int(g) for g in active],
+        "gpus_judged": [int(g) for g in active] if len(judged) else [],
+        "samples_in_window": int(len(judged)),
         "gpus_sampled": sorted(int(g) for g in samples["gpu"].unique()),
     })
     for row in per_gpu.itertuples():

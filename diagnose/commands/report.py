@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import click
 
-from diagnose.commands._common import build_thresholds, threshold_options
+from diagnose.commands._common import build_thresholds, threshold_options, require_input_path
 from parsers.errors import InputError
 
 
@@ -23,11 +24,18 @@ def command(path, output, json_path, no_html, config_path, thresholds):
     import diagnose
     from reports.terminal import render_terminal
 
-    if not Path(path).exists():
-        raise InputError(path, "does not exist")
+    require_input_path(path)
     th = build_thresholds(config_path, thresholds)
-    profile = diagnose.load(path)
+    with warnings.catch_warnings(record=True) as caught:  # a reader's warning (a cut last line) is a report note
+        warnings.simplefilter("always", UserWarning)
+        profile = diagnose.load(path)
+    profile.warnings.extend(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
+    if profile.manifest:
+        add_run_notes(profile, path)
     analysis = diagnose.analyze(profile, th)
+    nvml_note = (profile.manifest.get("incomplete") or {}).get("nvml.csv")
+    if nvml_note and "utilization" in analysis.results:  # said again beside the NVML timeline it cuts short
+        analysis.results["utilization"].meta["input_note"] = f"nvml.csv is incomplete: {nvml_note}"
     click.echo(render_terminal(analysis, color=sys.stdout.isatty()), nl=False)
     if not no_html:
         out = output or default_report_path(path)
@@ -36,6 +44,22 @@ def command(path, output, json_path, no_html, config_path, thresholds):
     if json_path:
         diagnose.write_json(analysis, json_path)
         click.echo(f"Wrote {json_path}")
+
+
+def add_run_notes(profile, path) -> None:
+    """Say what a run folder cannot show and why (the manifest's status, missing and incomplete artifacts);
+    refuse a run folder with nothing readable in it."""
+    from diagnose.launch.run_manifest import report_notes
+
+    notes = report_notes(profile.manifest)
+    missing = set(profile.manifest.get("missing") or [])
+    profile.warnings[:] = [w for w in profile.warnings
+                           if not any(w.endswith(f"did not finish writing {m}") for m in missing)] + notes
+    tables = [profile.kernels, profile.nvml, *profile.memory_stats.values(), *profile.step_events.values(),
+              *profile.sync_records.values()]
+    if not (profile.traces or profile.snapshots or any(len(t) for t in tables)):
+        raise InputError(path, "nothing to report: the run folder holds no readable measurement"
+                               + (f" ({'; '.join(profile.warnings)})" if profile.warnings else ""))
 
 
 def default_report_path(path: str) -> str:

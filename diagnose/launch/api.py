@@ -83,14 +83,17 @@ class InProcessProfile:
     def __exit__(self, exc_type, exc, tb) -> bool:
         from diagnose.launch import bootstrap_runtime
 
+        faults = []
         try:
-            bootstrap_runtime.uninstall()
+            faults += bootstrap_runtime.uninstall()
         finally:
             if self._sampler is not None:
                 self._sampler.stop()
+                if self._sampler.stopped:
+                    faults.append({**self._sampler.stopped, "artifact": run_folder.NVML_CSV})
         exit_code = 0 if exc_type is None else (130 if exc_type is KeyboardInterrupt else 1)
         manifest = run_manifest.finish_manifest(self._manifest, self.run.path, exit_code, time.time_ns(),
-                                                self._expected)
+                                                self._expected, faults=faults)
         run_manifest.write_manifest(self.run.path, manifest)
         self.run.exit_code = exit_code
         self.run.manifest = manifest

@@ -45,6 +45,8 @@ def _load(name: str):
 
 
 child_config = _load("child_config")
+fault_injection = _load("fault_injection")  # before event_log and memory_capture, which import it
+fault_reports = _load("fault_reports")
 event_log = _load("event_log")
 
 _RUNTIME = None  # the active Runtime, if any
@@ -71,6 +73,8 @@ class Runtime:
     def __init__(self, config):
         self.config = config
         self.disabled = False
+        self._writes_off = False  # a full disk: nothing more is written by this process
+        self.faults: list[dict] = []  # what could not be written and why (also sent to the parent)
         self._logged = set()
         self._lock = threading.RLock()
         self.pid = os.getpid()
@@ -120,16 +124,66 @@ class Runtime:
             log(message)
 
     def _fail(self, where: str, error: BaseException) -> None:
+        if fault_reports.is_disk_full(error):
+            self._disk_full(error)
+            return
         self.log_once("internal-error", f"internal error in the bootstrap ({where}: {type(error).__name__}: {error}); "
                                         "instrumentation is off for the rest of this run, training goes on")
         self.disabled = True
         self._close_window_quietly()
+        self._stop_history_quietly()
+
+    def _stop_history_quietly(self) -> None:
         if self._history_on:
             try:
                 _load("memory_capture").stop_allocator_history(sys.modules["torch"])
             except Exception:
                 pass
             self._history_on = False
+
+    def _report_fault(self, kind: str, artifact: str | None, error: str) -> None:
+        fault = {"kind": kind, "rank": self.rank, "pid": self.pid, "artifact": artifact, "error": error,
+                 "step": self.current_step, "t_ns": time.time_ns()}
+        self.faults.append(fault)
+        fault_reports.send(fault)
+
+    def _relative(self, path) -> str | None:
+        if not path:
+            return None
+        try:
+            return os.path.relpath(os.fspath(path), self.config.run_dir).replace(os.sep, "/")
+        except (TypeError, ValueError):
+            return str(path)
+
+    def _disk_full(self, error: OSError) -> None:
+        """A full disk (or a file-size limit): say it once, write nothing more, let the training go on."""
+        if self._writes_off:
+            return
+        self._writes_off = True
+        self.disabled = True
+        artifact = self._relative(error.filename)
+        reason = fault_reports.describe_error(error)
+        at = f" at step {self.current_step}" if self.current_step is not None else ""
+        self.log_once("disk-full", f"{reason} writing {artifact or 'the run folder'}{at}; gpudiag writes nothing "
+                                   f"more in this process (rank {self.rank}), training goes on")
+        self._report_fault("disk-full", artifact, reason)
+        self._stop_window_without_export()
+        self._stop_history_quietly()
+        for f in (self._events, self._stats):
+            if f is not None:
+                f.close()
+
+    def _artifact_failed(self, relative: str, what: str, error: BaseException) -> None:
+        """A whole-file artifact (trace, snapshot) was not written: a full disk stops all writing, else log once."""
+        if fault_reports.is_disk_full(error):
+            error.filename = error.filename or self._abs(relative)
+            self._disk_full(error)
+            return
+        probe = fault_reports.disk_probe(self.config.run_dir)
+        reason = (f"{what} not written, probably disk full: {probe} (the export said {type(error).__name__}: "
+                  f"{error})" if probe else f"{what} not written ({type(error).__name__}: {error})")
+        self.log_once(relative, reason)
+        self._report_fault("write-failed", relative, reason)
 
     # ---- torch integration
     def on_torch_imported(self, torch) -> None:
@@ -386,12 +440,15 @@ class Runtime:
             window.stop_and_export(self._abs(self._path("trace")))
             self._written.add(self._path("trace"))
         except Exception as e:
-            self.log_once("trace-export", f"profiler trace not written ({type(e).__name__}: {e})")
+            self._artifact_failed(self._path("trace"), "profiler trace", e)
             return
         try:
             self._write_sync_records(window, capture)
         except Exception as e:
-            self.log_once("sync-records", f"sync records not written ({type(e).__name__}: {e})")
+            if fault_reports.is_disk_full(e):
+                self._disk_full(e)
+            else:
+                self.log_once("sync-records", f"sync records not written ({type(e).__name__}: {e})")
 
     def _close_window_quietly(self) -> None:
         if self._sync is not None:
@@ -406,6 +463,18 @@ class Runtime:
             except Exception:
                 pass
             self._window = None
+
+    def _stop_window_without_export(self) -> None:
+        """Stop the profiler and the sync capture, writing nothing (the disk is full)."""
+        window, self._window = self._window, None
+        capture, self._sync = self._sync, None
+        stops = [getattr(capture, "stop", None), getattr(window, "stop", None)]
+        for stop in stops:
+            if stop is not None:
+                try:
+                    stop()
+                except Exception:
+                    pass
 
     def _write_sync_records(self, window, capture) -> None:
         sync_capture = _load("sync_capture")
@@ -439,7 +508,7 @@ class Runtime:
             memory.write_snapshot(torch, self._abs(self._path("snapshot")))
             self._written.add(self._path("snapshot"))
         except Exception as e:
-            self.log_once("snapshot", f"allocator snapshot not written ({type(e).__name__}: {e})")
+            self._artifact_failed(self._path("snapshot"), "allocator snapshot", e)
         try:
             memory.stop_allocator_history(torch)
         except Exception:
@@ -449,7 +518,7 @@ class Runtime:
     # ---- the end
     def flush(self, reason: str) -> None:
         """Write everything still held: pending steps, an open window, the snapshot, the end record."""
-        if self.disabled and self._events is None:
+        if (self.disabled and self._events is None) or self._writes_off:
             return
         with self._lock:
             try:
@@ -565,17 +634,18 @@ def install_from_env() -> Runtime | None:
         return None
 
 
-def uninstall() -> None:
-    """Flush and stop (the in-process context manager's end)."""
+def uninstall() -> list[dict]:
+    """Flush and stop (the in-process context manager's end); returns the faults the runtime met."""
     global _RUNTIME
     runtime, _RUNTIME = _RUNTIME, None
     if runtime is None:
-        return
+        return []
     for hook in [h for h in sys.meta_path if isinstance(h, _PostImportHook)]:
         hook.remove()
     runtime.flush("context-exit")
     if runtime._optimizer_hook_handle is not None:
         runtime._optimizer_hook_handle.remove()
+    return list(runtime.faults)
 
 
 def active() -> Runtime | None:

@@ -1,14 +1,19 @@
-"""Append-only JSONL files: one whole line per record, flushed at once.
+"""Append-only JSONL files: one whole line per record, written at once.
 
 A crash or kill loses at most the record being written; every earlier line is on
-disk. The file is created exclusively, so two processes that think they are the same
-rank cannot interleave into one file. Standard library only (runs in the child).
+disk. A write that fails (a full disk: ENOSPC, or EFBIG past a file-size limit) is cut
+back to the last whole line and the file takes no more records, so the file never holds
+a broken line in its middle. The file is created exclusively, so two processes that think
+they are the same rank cannot interleave into one file. Standard library only (runs in the child).
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+
+# the bootstrap loads fault_injection first, so this import works without the (heavy) diagnose package
+from diagnose.launch.fault_injection import due as _fault_due, write_half_and_die as _die_mid_write
 
 
 def _clean(value):
@@ -22,28 +27,66 @@ def _clean(value):
     return value
 
 
-class JsonlAppender:
-    """Opens ``path`` on the first record (exclusive create) and appends a line per record."""
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a short write is retried; its error raised)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class LineAppender:
+    """Whole lines appended to ``path``, created exclusively on the first write (also nvml.csv's writer)."""
 
     def __init__(self, path: str):
         self.path = path
-        self._file = None
+        self._fd = None
+        self._size = 0  # bytes of whole lines in the file
+        self.failed: OSError | None = None  # the write error that stopped this file
 
-    def append(self, record: dict) -> None:
-        if self._file is None:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            self._file = open(self.path, "x", encoding="utf-8", buffering=1 << 16)
-        line = json.dumps(_clean(record), separators=(",", ":"), default=str) + "\n"
-        self._file.write(line)
-        self._file.flush()
+    def _open(self) -> int:
+        if self._fd is None:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        return self._fd
+
+    def write(self, data: bytes) -> None:
+        """Append ``data`` (whole lines); on an error cut the file back to its whole lines, stop, and raise."""
+        if self.failed is not None:
+            return
+        fd = self._open()
+        try:
+            write_all(fd, data)
+        except OSError as e:
+            try:
+                os.ftruncate(fd, self._size)
+            except OSError:
+                pass
+            if e.filename is None:
+                e.filename = self.path
+            self.failed = e
+            self.close()
+            raise
+        self._size += len(data)
 
     @property
     def opened(self) -> bool:
-        return self._file is not None
+        return self._fd is not None
 
     def close(self) -> None:
-        if self._file is not None:
+        if self._fd is not None:
             try:
-                self._file.close()
+                os.close(self._fd)
             finally:
-                self._file = None
+                self._fd = None
+
+
+class JsonlAppender(LineAppender):
+    """One JSON object per line, NaN/inf as null."""
+
+    def append(self, record: dict) -> None:
+        if self.failed is not None:
+            return
+        data = (json.dumps(_clean(record), separators=(",", ":"), default=str) + "\n").encode("utf-8")
+        if _fault_due("jsonl-line"):
+            _die_mid_write(self._open(), data)
+        self.write(data)

@@ -10,13 +10,14 @@ naming the folder and the next command.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diagnose.launch import fault_reports, run_folder, run_manifest
 from diagnose.launch import ncu as ncu_mode
-from diagnose.launch import run_folder, run_manifest
 from diagnose.launch.child_config import ChildConfig
 from diagnose.launch.nvml_sampler import DEFAULT_HZ, NvmlSampler
 from diagnose.launch.progress import EventsTail, ProgressPrinter
@@ -113,11 +114,16 @@ def run_profiled(command: list[str] | tuple[str, ...], options: ProfileOptions =
         child_command = ncu_mode.build_command(ncu_path, options.ncu, folder, command)
         manifest["ncu_command"] = child_command
         parent_expected += [run_folder.NCU_REPORT, run_folder.NCU_RAW_CSV]
-    run_manifest.write_manifest(folder, manifest)
+    try:
+        run_manifest.write_manifest(folder, manifest)
+    except OSError as e:
+        raise InputError(folder / run_folder.MANIFEST, f"cannot be written ({fault_reports.describe_error(e)}); "
+                                                       "free some space or choose another --out") from None
 
     sampler = None
     if options.nvml and options.ncu is None:
-        sampler = NvmlSampler(folder / run_folder.NVML_CSV, options.nvml_hz)
+        sampler = NvmlSampler(folder / run_folder.NVML_CSV, options.nvml_hz,
+                              on_stop=lambda stopped: _say(options, _nvml_stopped_line(stopped)))
         if sampler.start():
             parent_expected.append(run_folder.NVML_CSV)
         else:
@@ -136,7 +142,17 @@ def run_profiled(command: list[str] | tuple[str, ...], options: ProfileOptions =
     if options.ncu is not None:
         follower = ncu_mode.LogFollower(folder / run_folder.NCU_LOG, lambda t: _say(options, t),
                                         options.progress_interval_s)
-    child = Child(child_command, child_environment(config, extra=options.extra_env))
+    listener = fault_reports.Listener()
+    ncu_env = ncu_mode.child_env_additions(os.environ) if options.ncu is not None else {}
+    if ncu_env:
+        _say(options, "gpudiag: under ncu the script runs with " + " ".join(f"{k}={v}" for k, v in ncu_env.items())
+             + " (set it yourself to override; docs/profile.md)")
+    env = child_environment(config, extra={**listener.env(), **ncu_env, **options.extra_env})
+    try:
+        child = Child(child_command, env)
+    except BaseException:
+        listener.close()
+        raise
     if printer:
         printer.start()
     if follower:
@@ -148,16 +164,84 @@ def run_profiled(command: list[str] | tuple[str, ...], options: ProfileOptions =
             printer.stop()
         if sampler:
             sampler.stop()
+    killed_by = _signal_name(-child.process.returncode) if child.process.returncode < 0 else None
+    faults, notes = [], []
+    if options.ncu is not None and killed_by:
+        _stop_process_group(child.process.pid)  # the application ncu ran is orphaned: end it
     tail.poll()
-    notes = []
+    faults += listener.receive()
+    listener.close()
+    if sampler is not None and sampler.stopped:
+        faults.append({**sampler.stopped, "artifact": run_folder.NVML_CSV})
     if follower is not None:
-        notes += _finish_ncu(options, ncu_path, folder, follower.stop(), tail, time.time_ns() - start_ns)
-    manifest = run_manifest.finish_manifest(manifest, folder, exit_code, time.time_ns(), parent_expected, notes)
-    run_manifest.write_manifest(folder, manifest)
+        log = follower.stop()
+        if killed_by:
+            faults.append(_ncu_killed(options, folder, log, killed_by))
+        else:
+            notes += _finish_ncu(options, ncu_path, folder, log, tail, time.time_ns() - start_ns)
+    leftovers = run_folder.remove_leftovers(folder)
+    if leftovers:
+        notes.append(f"removed {len(leftovers)} temporary file(s) that a stopped writer left: {', '.join(leftovers)}")
+        faults += [{"kind": "leftover", "path": path} for path in leftovers]
+    manifest = run_manifest.finish_manifest(manifest, folder, exit_code, time.time_ns(), parent_expected, notes,
+                                            faults)
+    try:
+        run_manifest.write_manifest(folder, manifest)
+    except OSError as e:
+        _say(options, f"gpudiag: error: the final manifest.json could not be written "
+                      f"({fault_reports.describe_error(e)}); {folder} keeps the one written at the start "
+                      f"(status 'running'): the script ended with exit code {exit_code}")
     _say(options, f"gpudiag: {tail.summary()}; script exit code {exit_code}"
-         + (f"; missing: {', '.join(manifest['missing'])}" if manifest["missing"] else ""))
+         + (f"; missing: {', '.join(manifest['missing'])}" if manifest["missing"] else "")
+         + (f"; incomplete: {', '.join(manifest['incomplete'])}" if manifest["incomplete"] else ""))
     _say(options, f"Wrote {folder}; next: gpudiag report {folder}")
     return Run(path=folder, exit_code=exit_code, manifest=manifest)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _nvml_stopped_line(stopped: dict) -> str:
+    if stopped["kind"] == "disk-full":
+        return (f"gpudiag: {stopped['error']} writing nvml.csv; NVML sampling stopped after {stopped['rows']} rows "
+                "(they are kept), the run goes on")
+    return (f"gpudiag: NVML stopped answering ({stopped['error']}); nvml.csv keeps the {stopped['rows']} rows "
+            "sampled before, the run goes on without NVML")
+
+
+def _stop_process_group(pgid: int, grace_s: float = 5.0) -> None:
+    """SIGTERM what is left of the child's process group, SIGKILL it after ``grace_s``."""
+    for signum, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 1.0)):
+        try:
+            os.killpg(pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.05)
+
+
+def _ncu_killed(options: ProfileOptions, folder: Path, log, signal_name: str) -> dict:
+    """ncu died of a signal: keep what it wrote as a partial report (never read as one) and say so."""
+    report, partial = folder / run_folder.NCU_REPORT, None
+    if report.exists():
+        partial = run_folder.NCU_PARTIAL_REPORT
+        os.replace(report, folder / partial)
+    _say(options, f"gpudiag: error: ncu was killed ({signal_name}) after profiling {log.launches} kernel launches: "
+                  "there is no complete ncu report and no CSV"
+                  + (f" ({partial} keeps what it had written; gpudiag does not read it)" if partial else "")
+                  + ". Run again; if a time limit or the OOM killer stopped it, profile less: a narrower "
+                    "window (--ncu-max-launches, --kernel-name) or the default sections instead of --ncu-set full")
+    return {"kind": "ncu-killed", "signal": signal_name, "launches": log.launches, "partial_report": partial,
+            "t_ns": time.time_ns()}
 
 
 def _finish_ncu(options: ProfileOptions, ncu_path: str, folder: Path, log, tail: EventsTail, elapsed_ns: int) -> list[str]:

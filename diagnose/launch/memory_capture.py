@@ -14,6 +14,9 @@ import json
 import os
 import time
 
+# loaded by the bootstrap before this module, so no import of the (heavy) diagnose package happens here
+from diagnose.launch.fault_injection import due as _fault_due, write_half_and_die as _die_mid_write
+
 SNAPSHOT_SCHEMA = "gpudiag.snapshot/1"
 
 
@@ -52,6 +55,8 @@ def write_snapshot(torch, path: str) -> int:
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "wb") as f:
+            if _fault_due("snapshot"):
+                _die_mid_write(f.fileno(), data)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

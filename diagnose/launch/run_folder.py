@@ -19,6 +19,7 @@ NVML_CSV = "nvml.csv"
 NCU_REPORT = "ncu/report.ncu-rep"
 NCU_RAW_CSV = "ncu/raw.csv"
 NCU_LOG = "ncu/ncu.log"
+NCU_PARTIAL_REPORT = "ncu/report.partial.ncu-rep"  # what a killed ncu left: kept, never read as the report
 
 ARTIFACT_PATTERNS = ("events/rank*.jsonl", "memory/rank*.stats.jsonl", "memory/rank*.snapshot.json.gz",
                      "trace/rank*.json.gz", NVML_CSV, NCU_REPORT, NCU_RAW_CSV)
@@ -75,6 +76,20 @@ def artifacts(folder: str | os.PathLike) -> dict[str, int]:
             if path.is_file() and not path.name.endswith(".tmp"):
                 found[path.relative_to(folder).as_posix()] = path.stat().st_size
     return found
+
+
+def remove_leftovers(folder: str | os.PathLike) -> list[str]:
+    """Delete the ``*.tmp`` files killed writers left (call once the job has ended); their relative paths."""
+    folder = Path(folder)
+    removed = []
+    for path in sorted(folder.rglob("*.tmp")):
+        try:
+            if path.is_file() and not path.is_symlink():
+                path.unlink()
+                removed.append(path.relative_to(folder).as_posix())
+        except OSError:
+            continue
+    return removed
 
 
 def read_child_records(folder: str | os.PathLike) -> list[dict]:

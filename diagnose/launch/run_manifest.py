@@ -3,11 +3,17 @@
 Written twice, whole each time (temporary name + rename): at the start with
 ``"status": "running"`` and no exit code, and at the end. A run whose manifest still says
 "running" was killed with its parent. Fields: docs/run-folder.md (schema gpudiag.run/1).
+
+At the end every missing artifact gets a reason (``missing_reasons``) and every artifact
+that exists but was cut short gets one too (``incomplete``), from the faults the processes
+reported (a full disk, NVML gone, ncu killed; ``faults``) and from how each rank ended.
+:func:`report_notes` turns them into the lines ``gpudiag report`` shows.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -47,6 +53,7 @@ def start_manifest(command: list[str], mode: str, options: dict, start_ns: int) 
         "driver_version": driver.get("driver_version"), "cuda_driver_version": driver.get("cuda_driver_version"),
         "versions": environment.versions(), "gpudiag_version": environment.versions()["gpudiag"],
         "options": options, "ranks": [], "artifacts": {}, "missing": [], "unavailable": {}, "notes": [],
+        "faults": [], "missing_reasons": {}, "incomplete": {},
     }
     if nvml_reason:
         manifest["unavailable"]["gpus"] = nvml_reason
@@ -54,8 +61,10 @@ def start_manifest(command: list[str], mode: str, options: dict, start_ns: int) 
 
 
 def finish_manifest(manifest: dict, folder: str | os.PathLike, exit_code: int | None, end_ns: int,
-                    parent_expected: list[str], notes: list[str] | None = None) -> dict:
-    """Fill in how the run ended and reconcile the artifacts with what was expected."""
+                    parent_expected: list[str], notes: list[str] | None = None,
+                    faults: list[dict] | None = None) -> dict:
+    """Fill in how the run ended, reconcile the artifacts with what was expected, and say why any is
+    missing or incomplete (``faults``: what the processes and the parent reported going wrong)."""
     records = run_folder.read_child_records(folder)
     present = run_folder.artifacts(folder)
     expected = run_folder.expected_artifacts(records, parent_expected)
@@ -74,12 +83,133 @@ def finish_manifest(manifest: dict, folder: str | os.PathLike, exit_code: int | 
                     manifest["versions"][key] = value
         if record.get("event") == "start" and record.get("framework"):
             manifest.setdefault("frameworks", {})[str(record.get("rank"))] = record["framework"]
+    manifest["faults"] = list(manifest.get("faults") or []) + list(faults or [])
     ended = {r.get("rank") for r in records if r.get("event") == "end"}
     started = {r.get("rank") for r in records if r.get("event") == "start"}
+    disk_full = {f.get("rank"): f for f in manifest["faults"] if f.get("kind") == "disk-full" and "rank" in f}
     for rank in sorted(started - ended, key=lambda r: (r is None, r)):
-        manifest["notes"].append(f"rank {rank} did not reach its end of run (killed before it could flush)")
+        if rank in disk_full:
+            manifest["notes"].append(f"rank {rank} stopped writing at step {disk_full[rank].get('step')}: "
+                                     f"{disk_full[rank].get('error')}")
+        else:
+            manifest["notes"].append(f"rank {rank} did not reach its end of run (killed before it could flush)")
     manifest["notes"].extend(notes or [])
+    manifest["missing_reasons"], manifest["incomplete"] = explain(manifest, records)
     return manifest
+
+
+def _of_rank(path: str, rank) -> bool:
+    return re.search(rf"rank{rank}\.", path) is not None
+
+
+def _rank_of(path: str) -> int | None:
+    m = re.search(r"rank(\d+)\.", path)
+    return int(m.group(1)) if m else None
+
+
+def _seconds(manifest: dict, t_ns) -> float | None:
+    """Seconds from the run's start to ``t_ns`` (unix ns), or None."""
+    if not isinstance(t_ns, (int, float)) or not isinstance(manifest.get("start_ns"), int):
+        return None
+    return max(0.0, (t_ns - manifest["start_ns"]) / 1e9)
+
+
+def explain(manifest: dict, records: list[dict]) -> tuple[dict[str, str], dict[str, str]]:
+    """(missing artifact → why, present but cut-short artifact → why)."""
+    missing, present = list(manifest.get("missing") or []), dict(manifest.get("artifacts") or {})
+    why_missing: dict[str, str] = {}
+    incomplete: dict[str, str] = {}
+    for fault in manifest.get("faults") or []:
+        _explain_fault(manifest, fault, missing, present, why_missing, incomplete)
+    status, signal_name = manifest.get("status"), manifest.get("signal")
+    started = {r.get("rank") for r in records if r.get("event") == "start"}
+    ended = {r.get("rank") for r in records if r.get("event") == "end"}
+    for rank in sorted(started - ended, key=lambda r: (r is None, r)):
+        cause = (f"rank {rank} was killed ({signal_name})" if status == "signal" else
+                 f"rank {rank} ended without flushing (os._exit, a crash in native code, or a kill of that process)")
+        for path in missing:
+            if _of_rank(path, rank):
+                why_missing.setdefault(path, f"not written: {cause} before it wrote it")
+        for path in present:
+            if _of_rank(path, rank) and path.endswith(".jsonl"):
+                incomplete.setdefault(path, f"no end record: {cause}; every whole line is kept (a cut last line "
+                                            "is dropped by the readers)")
+    for path in missing:
+        if path in why_missing:
+            continue
+        rank = _rank_of(path)
+        if rank is not None and rank not in started:
+            if status == "signal":
+                why_missing[path] = f"the job was killed ({signal_name}) before rank {rank} reached its first step"
+            else:
+                why_missing[path] = (f"rank {rank} never reached a step boundary (no optimizer.step() and no "
+                                     "diagnose.step() seen in that process)")
+        else:
+            why_missing[path] = "not written; the run's stderr has the gpudiag: line that says why"
+    for fault in manifest.get("faults") or []:  # a temporary file left behind: the write was under way
+        leftover = str(fault.get("path", "")) if fault.get("kind") == "leftover" else ""
+        for path in why_missing:
+            head, _, name = path.rpartition("/")
+            if leftover.startswith(f"{path}.") or leftover.startswith(f"{head}/.{name}." if head else f".{name}."):
+                why_missing[path] += f" (it was being written then: the partial file {leftover} was removed)"
+    return dict(sorted(why_missing.items())), dict(sorted(incomplete.items()))
+
+
+def _explain_fault(manifest, fault: dict, missing, present, why_missing: dict, incomplete: dict) -> None:
+    kind, artifact, error = fault.get("kind"), fault.get("artifact"), fault.get("error") or "unknown error"
+    rank = fault.get("rank")
+    if kind == "disk-full" and rank is not None:  # a child: it wrote nothing more after this
+        step = f" at step {fault['step']}" if fault.get("step") is not None else ""
+        for path in missing:
+            if _of_rank(path, rank):
+                why_missing.setdefault(path, f"{error} while writing it{step}" if path == artifact else
+                                       f"not written: gpudiag stopped writing for rank {rank} after {error} "
+                                       f"on {artifact}{step}")
+        for path in present:
+            if _of_rank(path, rank) and path.endswith(".jsonl"):
+                where = "" if path == artifact else f" on {artifact}"
+                incomplete.setdefault(path, f"cut short{step}: {error}{where}; every line before is whole, "
+                                            "nothing after was written")
+    elif kind == "write-failed" and artifact in missing:
+        why_missing.setdefault(artifact, error)
+    elif kind in ("nvml-stopped", "disk-full") and artifact:  # the parent's NVML sampler
+        at, last = _seconds(manifest, fault.get("t_ns")), _seconds(manifest, fault.get("last_sample_ns"))
+        when = f" {at:.1f} s into the run" if at is not None else ""
+        cause = f"NVML stopped answering{when} ({error})" if kind == "nvml-stopped" else f"{error}{when}"
+        if artifact in present:
+            upto = f" (up to {last:.1f} s)" if last is not None else ""
+            incomplete.setdefault(artifact, f"{cause}; it holds the {fault.get('rows', 0)} whole rows sampled "
+                                            f"before{upto}, the run went on without NVML")
+        elif artifact in missing:
+            why_missing.setdefault(artifact, cause)
+    elif kind == "ncu-killed":
+        partial = fault.get("partial_report")
+        by = f"ncu was killed ({fault.get('signal')}) after profiling {fault.get('launches', 0)} kernel launches"
+        for path, text in ((run_folder.NCU_REPORT, by + (f"; what it had written is kept as {partial}, not read as a "
+                                                         "report" if partial else "; it left no report")),
+                           (run_folder.NCU_RAW_CSV, f"not exported: {by}")):
+            if path in missing:
+                why_missing.setdefault(path, text)
+
+
+def report_notes(manifest: dict) -> list[str]:
+    """What ``gpudiag report`` says it cannot show, from a run's manifest: how the run ended, what is
+    missing and what is cut short, each with its reason."""
+    notes = []
+    status = manifest.get("status")
+    if status == "running":
+        notes.append("the manifest still says 'running': gpudiag itself was stopped (or could not write its final "
+                     "manifest) before the run ended, so its exit code and its list of artifacts are unknown")
+    elif status == "signal":
+        who = "ncu" if manifest.get("mode") == "ncu" else "the script"
+        notes.append(f"{who} was killed by {manifest.get('signal')} (exit code {manifest.get('exit_code')}); what "
+                     "was not finished by then is missing or cut short")
+    reasons = manifest.get("missing_reasons") or {}
+    for path in manifest.get("missing") or []:
+        notes.append(f"{path} is missing: {reasons.get(path, 'the run did not finish writing it')}")
+    for path, why in sorted((manifest.get("incomplete") or {}).items()):
+        notes.append(f"{path} is incomplete: {why}")
+    return notes
 
 
 def write_manifest(folder: str | os.PathLike, manifest: dict) -> Path:

@@ -101,17 +101,23 @@ class TorchTraceWindow:
         self.started_wall_ns = time.time_ns()
         self._profiler.start()
 
-    def stop_and_export(self, target_path: str) -> None:
+    def stop(self) -> None:
+        """Stop tracing and write nothing (the disk is full, or the run is ending badly)."""
         with _cupti_teardown_on_stop(self._torch):
             self._profiler.stop()
+
+    def stop_and_export(self, target_path: str) -> None:
+        self.stop()
         os.makedirs(os.path.dirname(target_path), exist_ok=True)
         tmp_json = f"{target_path}.{os.getpid()}.json.tmp"
         try:
             self._profiler.export_chrome_trace(tmp_json)
             _write_gzip_atomically(tmp_json, target_path)
         finally:
-            if os.path.exists(tmp_json):
-                os.unlink(tmp_json)
+            # torch's exporter writes through its own "<path>.tmp" and leaves it behind when it fails
+            for leftover in (tmp_json, tmp_json + ".tmp"):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
 
     def sync_events(self) -> list[dict]:
         """The profiler's synchronizing runtime calls, in time order: op, wait, stack, wall time."""
@@ -143,8 +149,12 @@ class JaxTraceWindow:
         self.started_wall_ns = time.time_ns()
         self._jax.profiler.start_trace(self._work_dir, create_perfetto_trace=True)
 
-    def stop_and_export(self, target_path: str) -> None:
+    def stop(self) -> None:
+        """Stop tracing; the trace stays in the work folder and is not copied into the run."""
         self._jax.profiler.stop_trace()
+
+    def stop_and_export(self, target_path: str) -> None:
+        self.stop()
         found = sorted(glob.glob(os.path.join(self._work_dir, "**", "*perfetto_trace.json.gz"), recursive=True),
                        key=os.path.getmtime)
         if not found:
@@ -154,8 +164,12 @@ class JaxTraceWindow:
             raise RuntimeError(f"jax.profiler wrote no trace under {self._work_dir}")
         os.makedirs(os.path.dirname(target_path), exist_ok=True)
         tmp = f"{target_path}.{os.getpid()}.tmp"
-        shutil.copyfile(found[-1], tmp)
-        os.replace(tmp, target_path)
+        try:
+            shutil.copyfile(found[-1], tmp)
+            os.replace(tmp, target_path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
     def sync_events(self) -> list[dict]:
         return []

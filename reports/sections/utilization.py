@@ -21,10 +21,13 @@ LABELS = {"gpu_util_pct": "GPU util", "mem_util_pct": "memory util", "mem_used_g
 
 
 def render(result) -> str:
+    # what the run's manifest says about nvml.csv (e.g. NVML stopped mid-run), put in meta by `gpudiag report`
+    note = result.meta.get("input_note")
+    note_html = f'<p class="warnings">{html.escape(str(note))}</p>' if note else ""
     timeline = result.tables.get("timeline")
     if timeline is None or not len(timeline):
-        return '<p class="muted">No NVML samples in this input.</p>'
-    parts = [_timeline_figure(result), _caption(result)]
+        return note_html + '<p class="muted">No NVML samples in this input.</p>'
+    parts = [note_html, _timeline_figure(result), _caption(result)]
     per_gpu = result.tables.get("per_gpu")
     if per_gpu is not None and len(per_gpu):
         parts.append("<h3>Per GPU (judged window)</h3><div class='scroll'>"
