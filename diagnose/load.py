@@ -10,6 +10,7 @@ import gzip
 import zlib
 import os
 import re
+import warnings
 from pathlib import Path
 
 from diagnose.profile_data import Profile
@@ -106,7 +107,15 @@ def load(path: str | os.PathLike) -> Profile:
 
 
 def add_artifact(profile: Profile, path: str | os.PathLike, kind: str | None = None, rank: int | None = None) -> None:
-    """Read one artifact into the matching table(s) of ``profile``."""
+    """Read one artifact into the matching table(s) of ``profile``; a reader's warning (a cut last line)
+    becomes one of ``profile.warnings``, which the report shows."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        _add_artifact(profile, path, kind, rank)
+    profile.warnings.extend(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
+
+
+def _add_artifact(profile: Profile, path, kind: str | None, rank: int | None) -> None:
     kind = kind or sniff(path)
     rank = rank_of(path) if rank is None else rank
     if kind in (NCU_REP, NCU_CSV):
@@ -149,6 +158,7 @@ def add_artifact(profile: Profile, path: str | os.PathLike, kind: str | None = N
 
 def load_run_folder(folder: str | os.PathLike) -> Profile:
     """Read every artifact the manifest lists (or the layout holds) that finished writing."""
+    from diagnose.launch.run_manifest import report_notes
     from parsers.manifest import read_manifest
 
     folder = Path(folder)
@@ -176,8 +186,8 @@ def load_run_folder(folder: str | os.PathLike) -> Profile:
             add_artifact(profile, path, kind)
         except InputError as e:
             profile.warnings.append(str(e))
-    for missing in manifest.get("missing", []) or []:
-        profile.warnings.append(f"{folder}: the run did not finish writing {missing}")
+    # how the run ended, and what is missing or cut short with the reason the manifest gives
+    profile.warnings.extend(report_notes(manifest))
     return profile
 
 

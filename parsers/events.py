@@ -28,6 +28,7 @@ import pandas as pd
 from parsers.errors import InputError
 from parsers.limits import read_input
 from parsers.schema import BOOL, F64, I64, STR, Schema, conform
+from parsers.unicode_text import has_lone_surrogate
 
 STEPS_SCHEMA = Schema(
     name="step_events",
@@ -250,7 +251,7 @@ def _user_records(path, rows: list[tuple[int, dict]], label: str) -> list[dict]:
             name = row.get("name")
             if name is None or str(name) == "":
                 raise ValueError("name is empty")
-            if not str(name).isascii() and not _is_unicode(str(name)):
+            if has_lone_surrogate(str(name)):
                 raise ValueError(f"name is not valid Unicode (a lone surrogate escape such as \\ud800): {name!a}")
             out.append({"rank": _index(row, "rank", default=0), "step": _index(row, "step"), "name": str(name),
                         "t_start_ns": _number(row, "t_start_ns"), "host_ms": host_ms, "gpu_ms": gpu_ms})
@@ -260,15 +261,6 @@ def _user_records(path, rows: list[tuple[int, dict]], label: str) -> list[dict]:
 
 
 # --- values ---------------------------------------------------------------------------------------
-
-def _is_unicode(text: str) -> bool:
-    """False for text with a lone surrogate (json.loads lets a ``\\ud800`` escape through; pandas cannot hold it)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
 
 def _number(record: dict, key: str) -> float:
     """A finite number, NaN when absent/null; text that is not a number is an error."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 
 from parsers.errors import InputError
 from parsers.limits import read_input
+from parsers.unicode_text import without_lone_surrogates
 
 SCHEMA_PREFIX = "gpudiag.run/"
 SUPPORTED_MAJOR = 1
@@ -70,9 +70,6 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return data
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _without_lone_surrogates(value):
     """The manifest with each lone surrogate (a ``\\udce9`` escape) in its text replaced by U+FFFD.
 
@@ -81,7 +78,7 @@ def _without_lone_surrogates(value):
     so `gpudiag report` would stop with a UnicodeEncodeError. Found by fuzzing run folders.
     """
     if isinstance(value, str):
-        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+        return without_lone_surrogates(value)
     if isinstance(value, list):
         return [_without_lone_surrogates(v) for v in value]
     if isinstance(value, dict):

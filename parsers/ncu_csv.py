@@ -10,8 +10,8 @@
 - stdout: either page with ncu's ``==PROF==``/``==WARNING==`` lines and the profiled
   program's own output between the rows; only lines that start with ``"`` are CSV.
 Thousands separators, ``n/a``, ``no data`` and empty cells are handled. A copy cut
-short (a partial last row, a quote never closed) is an :class:`InputError`, not a
-table missing a launch. The raw page is parsed straight from the bytes by pyarrow
+short (a partial last row, a quote never closed) keeps its whole rows with a warning in
+``df.attrs["warnings"]``; with no whole kernel row left it is an :class:`InputError`. The raw page is parsed straight from the bytes by pyarrow
 (strictly: every line a whole record); anything irregular falls back to the
 line-by-line path, which skips non-CSV lines (noted in ``df.attrs["warnings"]``).
 """
@@ -165,20 +165,14 @@ def _csv_bytes(path) -> bytes:
 def _header(path, data: bytes) -> list[str]:
     end = data.find(b"\n")
     first = data[: end if end >= 0 else len(data)]
-    try:
-        header = _fields(path, first.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InputError(path, "is not UTF-8 text; expected an Nsight Compute CSV export") from None
+    header = _fields(path, first.decode("utf-8"))  # _csv_bytes checked the bytes are UTF-8
     _check_header(path, header)
     return header
 
 
 def _csv_text(path, raw: bytes) -> tuple[str, list[str]]:
     """The CSV lines of the file (ncu's own lines and program output removed), and warnings."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(path, "is not UTF-8 text; expected an Nsight Compute CSV export") from None
+    text = raw.decode("utf-8")  # _csv_bytes checked the bytes are UTF-8
     warnings = []
     csv_lines, dropped, cut = _csv_records(path, text.splitlines())
     if not csv_lines:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -30,6 +29,7 @@ from parsers.errors import InputError
 from parsers.limits import check_json_nesting, check_rows, read_input
 from parsers.restricted_pickle import loads_plain
 from parsers.schema import BOOL, F64, I64, STR, Schema, conform
+from parsers.unicode_text import without_lone_surrogates
 
 SCHEMA_PREFIX = "gpudiag.snapshot/"
 SUPPORTED_SCHEMA_VERSIONS = (1,)
@@ -374,19 +374,9 @@ def _line(value) -> int:
     return int(value) if ok and abs(value) < (1 << 63) else 0
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _text(value) -> str:
-    """``str(value)`` that a table and the UTF-8 report can hold.
-
-    A lone surrogate (a JSON ``\\ud800`` escape, or a pickled path that was not UTF-8) would make
-    pandas/pyarrow raise UnicodeEncodeError when the column is built: it becomes U+FFFD instead.
-    """
-    text = value if isinstance(value, str) else str(value)
-    if text.isascii():
-        return text
-    return _SURROGATE.sub("\ufffd", text)
+    """``str(value)`` that a table and the UTF-8 report can hold (a lone surrogate becomes U+FFFD)."""
+    return without_lone_surrogates(value if isinstance(value, str) else str(value))
 
 
 def _user_location(frames: tuple) -> tuple[str | None, str]:

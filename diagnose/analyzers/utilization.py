@@ -25,6 +25,9 @@ TIMELINE_COLUMNS = ["gpu_util_pct", "mem_util_pct", "mem_used_gib", "sm_clock_mh
 
 def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     result = Result(analyzer=NAME)
+    incomplete = ((profile.manifest or {}).get("incomplete") or {}).get("nvml.csv")
+    if incomplete:  # said again beside the NVML timeline it cuts short (e.g. NVML stopped mid-run)
+        result.meta["input_note"] = f"nvml.csv is incomplete: {incomplete}"
     samples = profile.nvml
     if samples is None or not len(samples):
         result.findings.append(not_measured(

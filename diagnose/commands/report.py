@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 import click
@@ -26,16 +25,10 @@ def command(path, output, json_path, no_html, config_path, thresholds):
 
     require_input_path(path)
     th = build_thresholds(config_path, thresholds)
-    with warnings.catch_warnings(record=True) as caught:  # a reader's warning (a cut last line) is a report note
-        warnings.simplefilter("always", UserWarning)
-        profile = diagnose.load(path)
-    profile.warnings.extend(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
+    profile = diagnose.load(path)
     if profile.manifest:
-        add_run_notes(profile, path)
+        refuse_empty_run(profile, path)
     analysis = diagnose.analyze(profile, th)
-    nvml_note = (profile.manifest.get("incomplete") or {}).get("nvml.csv")
-    if nvml_note and "utilization" in analysis.results:  # said again beside the NVML timeline it cuts short
-        analysis.results["utilization"].meta["input_note"] = f"nvml.csv is incomplete: {nvml_note}"
     click.echo(render_terminal(analysis, color=sys.stdout.isatty()), nl=False)
     if not no_html:
         out = output or default_report_path(path)
@@ -46,15 +39,8 @@ def command(path, output, json_path, no_html, config_path, thresholds):
         click.echo(f"Wrote {json_path}")
 
 
-def add_run_notes(profile, path) -> None:
-    """Say what a run folder cannot show and why (the manifest's status, missing and incomplete artifacts);
-    refuse a run folder with nothing readable in it."""
-    from diagnose.launch.run_manifest import report_notes
-
-    notes = report_notes(profile.manifest)
-    missing = set(profile.manifest.get("missing") or [])
-    profile.warnings[:] = [w for w in profile.warnings
-                           if not any(w.endswith(f"did not finish writing {m}") for m in missing)] + notes
+def refuse_empty_run(profile, path) -> None:
+    """A run folder with nothing readable in it is bad input, not an empty report (its notes say why)."""
     tables = [profile.kernels, profile.nvml, *profile.memory_stats.values(), *profile.step_events.values(),
               *profile.sync_records.values()]
     if not (profile.traces or profile.snapshots or any(len(t) for t in tables)):

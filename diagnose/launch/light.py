@@ -23,6 +23,7 @@ from diagnose.launch.nvml_sampler import DEFAULT_HZ, NvmlSampler
 from diagnose.launch.progress import EventsTail, ProgressPrinter
 from diagnose.launch.supervisor import Child
 from parsers.errors import InputError
+from parsers.limits import human_bytes
 
 SITECUSTOMIZE_DIR = str(Path(__file__).resolve().parent / "sitecustomize")
 
@@ -264,7 +265,7 @@ def _finish_ncu(options: ProfileOptions, ncu_path: str, folder: Path, log, tail:
             notes.append(f"ncu --import to raw.csv failed: {error}")
             _say(options, f"gpudiag: ncu CSV export failed: {error}")
         text = (f"gpudiag: ncu profiled {log.launches} kernel launches in {elapsed_ns / 1e9:.1f} s; "
-                f"report {ncu_mode.human_bytes(size)}")
+                f"report {human_bytes(size)}")
         if options.ncu.window_kind == "step":
             step_ms = tail.host_ms_of(options.ncu.window_step, 0)
             others = [ms for s, ms in tail.steps.get(0, {}).items() if s != options.ncu.window_step]

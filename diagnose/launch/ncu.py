@@ -279,12 +279,3 @@ def export_raw_csv(ncu: str, report: str | os.PathLike, target: str | os.PathLik
     finally:
         if tmp.exists():
             tmp.unlink()
-
-
-def human_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"

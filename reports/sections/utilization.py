@@ -21,7 +21,7 @@ LABELS = {"gpu_util_pct": "GPU util", "mem_util_pct": "memory util", "mem_used_g
 
 
 def render(result) -> str:
-    # what the run's manifest says about nvml.csv (e.g. NVML stopped mid-run), put in meta by `gpudiag report`
+    # what the run's manifest says about nvml.csv (e.g. NVML stopped mid-run), put in meta by the analyzer
     note = result.meta.get("input_note")
     note_html = f'<p class="warnings">{html.escape(str(note))}</p>' if note else ""
     timeline = result.tables.get("timeline")
