@@ -33,7 +33,7 @@ from parsers.unicode_text import has_lone_surrogate
 STEPS_SCHEMA = Schema(
     name="step_events",
     columns={"rank": I64, "step": I64, "name": STR, "t_start_ns": F64, "host_ms": F64, "gpu_ms": F64,
-             "instrumented": BOOL},
+             "instrumented": BOOL, "overhead_us": F64},
     docs={
         "rank": "process rank (0 for a single process)",
         "step": "training step number as the script counts it",
@@ -42,6 +42,8 @@ STEPS_SCHEMA = Schema(
         "host_ms": "wall-clock time on the host from this step's start to the next's",
         "gpu_ms": "GPU time between the step's CUDA start and end events (cudaEventElapsedTime)",
         "instrumented": "the step ran inside gpudiag's profiler/sync-debug window (slower by design)",
+        "overhead_us": "host time gpudiag's own step-boundary work took inside this step, µs "
+                       "(part of host_ms; NaN when the source does not record it)",
     },
 )
 
@@ -147,7 +149,7 @@ def _step_record(r: dict) -> dict:
     return {"rank": _index(r, "rank", default=0), "step": _index(r, "step"),
             "name": STEP_NAME if name is None else str(name),
             "t_start_ns": _number(r, "t_start_ns"), "host_ms": host_ms, "gpu_ms": gpu_ms,
-            "instrumented": bool(r.get("instrumented", False))}
+            "instrumented": bool(r.get("instrumented", False)), "overhead_us": _duration(r, "overhead_us")}
 
 
 def _sync_record(r: dict) -> dict:

@@ -75,7 +75,8 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
                         "warmup_excluded": int(steps["warmup"].sum()),
                         "median_step_ms": result.summary.get("step_time_median_ms")})
     if len(measured) >= th.steps.min_steps:
-        result.findings.extend(f for f in (_host_bound(measured, th), _unstable(steps, measured, th)) if f)
+        result.findings.extend(f for f in (_host_bound(measured, th), _unstable(steps, measured, th),
+                                           _own_overhead(result.summary, th)) if f)
     return result
 
 
@@ -95,6 +96,11 @@ def _summary(steps: pd.DataFrame, measured: pd.DataFrame) -> dict[str, float]:
         out["step_gpu_time_median_ms"] = float(gpu.median())
     if len(host) and len(gpu) and gpu.median() > 0:
         out["step_host_over_gpu_ratio"] = float(host.median() / gpu.median())
+    own_us = measured["overhead_us"].dropna() if "overhead_us" in measured else pd.Series(dtype=float)
+    if len(own_us):
+        out["gpudiag_overhead_median_us"] = float(own_us.median())
+        if len(host) and host.median() > 0:
+            out["gpudiag_overhead_pct"] = 100.0 * float(own_us.median()) / 1000.0 / float(host.median())
     return out
 
 
@@ -216,3 +222,23 @@ def _unstable(steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds) -> Fi
                            "a data-loader stall; move it out of the timed loop or make it asynchronous.",
             section=SECTION)
     return None
+
+
+def _own_overhead(summary: dict, th: Thresholds) -> Finding | None:
+    """gpudiag's own step-boundary work, when it is a noticeable part of a step (very short steps)."""
+    pct = summary.get("gpudiag_overhead_pct")
+    if pct is None or not pct >= th.steps.own_overhead_pct:
+        return None
+    own_us, host_ms = summary["gpudiag_overhead_median_us"], summary["step_host_time_median_ms"]
+    return Finding(
+        id="steps.own_overhead", analyzer=NAME, severity=Severity.INFO,
+        title=f"gpudiag's own work at each step boundary is {pct:.1f} % of a step ({own_us:,.0f} µs of "
+              f"{host_ms:,.2f} ms): host step times here read about that much high",
+        evidence=(Evidence("gpudiag_overhead_median_us", own_us, "µs"),
+                  Evidence("gpudiag_overhead_pct", pct, "%", th.steps.own_overhead_pct),
+                  Evidence("step_host_time_median_ms", host_ms, "ms")),
+        cost_share=pct / 100.0,
+        recommendation="Read host step times as this much less. Steps this short are dominated by fixed per-step "
+                       "costs (Python, launches, syncs) of the script too; to make gpudiag record less per step, "
+                       "raise --memory-stats-interval-ms.",
+        section=SECTION)

@@ -61,12 +61,14 @@ def log(message: str) -> None:
 
 
 class _PendingStep:
-    __slots__ = ("step", "t_start_ns", "host_ms", "start_event", "end_event", "source", "instrumented")
+    __slots__ = ("step", "t_start_ns", "host_ms", "start_event", "end_event", "source", "instrumented",
+                 "overhead_ns")
 
-    def __init__(self, step, t_start_ns, host_ms, start_event, end_event, source, instrumented):
+    def __init__(self, step, t_start_ns, host_ms, start_event, end_event, source, instrumented, overhead_ns):
         self.step, self.t_start_ns, self.host_ms = step, t_start_ns, host_ms
         self.start_event, self.end_event = start_event, end_event
         self.source, self.instrumented = source, instrumented
+        self.overhead_ns = overhead_ns
 
 
 class Runtime:
@@ -89,6 +91,7 @@ class Runtime:
         self._step_wall_ns = 0
         self._step_event = None
         self._step_instrumented = False
+        self._step_overhead_ns = 0  # host time of the boundary that started the current step (our own cost)
         self._pending = collections.deque()
         self._events = None
         self._stats = None
@@ -238,11 +241,15 @@ class Runtime:
             return
         if not self._lock.acquire(blocking=False):
             return  # re-entered from a signal handler in the middle of a boundary
+        started_ns = time.perf_counter_ns()
         try:
             self._boundary(source)
         except Exception as e:
             self._fail("step boundary", e)
         finally:
+            # the boundary runs inside the step it starts, so its time is in that step's host_ms;
+            # recording it per step lets the report say how much of a step is gpudiag's own work
+            self._step_overhead_ns = time.perf_counter_ns() - started_ns
             self._lock.release()
 
     def _boundary(self, source: str) -> None:
@@ -264,7 +271,7 @@ class Runtime:
                 self._nvtx_handle = None
             self._pending.append(_PendingStep(finished, self._step_wall_ns, (perf_ns - self._step_perf_ns) / 1e6,
                                               self._step_event, end_event, self._step_source,
-                                              self._step_instrumented))
+                                              self._step_instrumented, self._step_overhead_ns))
             heavy = self._after_step(finished)
         else:
             heavy = False
@@ -386,10 +393,10 @@ class Runtime:
                 else:
                     gpu_ms = pending.start_event.elapsed_time(pending.end_event)
             self._pending.popleft()
-            self._events.append({"kind": "step", "rank": self.rank, "step": pending.step,
-                                 "t_start_ns": pending.t_start_ns, "host_ms": round(pending.host_ms, 6),
-                                 "gpu_ms": None if gpu_ms is None else round(gpu_ms, 6), "source": pending.source,
-                                 "instrumented": pending.instrumented})
+            self._events.append_line(event_log.step_line(
+                self.rank, pending.step, pending.t_start_ns, round(pending.host_ms, 6),
+                None if gpu_ms is None else round(gpu_ms, 6), pending.source, pending.instrumented,
+                round(pending.overhead_ns / 1e3, 3)))
             self.steps_recorded += 1
 
     def _maybe_memory_stats(self, step: int, perf_ns: int) -> None:

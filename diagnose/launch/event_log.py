@@ -83,17 +83,46 @@ class LineAppender:
                 self._fd = None
 
 
+def _json_float(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "null"
+    return repr(float(value))  # what json.dumps writes for a float
+
+
+_STEP_SOURCES = ("optimizer", "marker")
+
+
+def step_line(rank: int, step: int, t_start_ns: int, host_ms: float, gpu_ms: float | None, source: str,
+              instrumented: bool, overhead_us: float) -> bytes:
+    """A step record as one JSON line, formatted directly: the same bytes as ``append`` would write for
+    the same dict, at a fraction of the cost (this runs at every training step; the JSON encoder was
+    8.5 of the boundary's 29 µs in a training loop on the dev CPU)."""
+    if source not in _STEP_SOURCES:
+        return (_ENCODER.encode(_clean({"kind": "step", "rank": rank, "step": step, "t_start_ns": t_start_ns,
+                                        "host_ms": host_ms, "gpu_ms": gpu_ms, "source": source,
+                                        "instrumented": instrumented, "overhead_us": overhead_us})) + "\n").encode()
+    return (f'{{"kind":"step","rank":{int(rank)},"step":{int(step)},"t_start_ns":{int(t_start_ns)},'
+            f'"host_ms":{_json_float(host_ms)},"gpu_ms":{_json_float(gpu_ms)},"source":"{source}",'
+            f'"instrumented":{"true" if instrumented else "false"},"overhead_us":{_json_float(overhead_us)}}}\n'
+            ).encode()
+
+
 class JsonlAppender(LineAppender):
     """One JSON object per line, NaN/inf as null."""
 
     def append(self, record: dict) -> None:
         if self.failed is not None:
             return
-        try:  # the per-step path: one reused encoder, no copy of the record (14 -> 8 µs a step on the dev CPU)
+        try:  # one reused encoder, no copy of the record (14 -> 8 µs a record on the dev CPU)
             text = _ENCODER.encode(record)
         except ValueError:  # NaN or inf somewhere: JSON has neither
             text = _ENCODER.encode(_clean(record))
-        data = (text + "\n").encode("utf-8")
+        self.append_line((text + "\n").encode("utf-8"))
+
+    def append_line(self, data: bytes) -> None:
+        """Append one already-encoded JSON line (``step_line``)."""
+        if self.failed is not None:
+            return
         if _fault_due("jsonl-line"):
             _die_mid_write(self._open(), data)
         self.write(data)

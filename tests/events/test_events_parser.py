@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from diagnose.load import EVENTS, sniff
@@ -31,13 +32,21 @@ def test_real_run_header_only_log_reads_as_empty_tables():
 def test_jsonl_step_and_sync_records(tmp_file):
     path = tmp_file("fake_rank1.jsonl", jsonl({"kind": "run", "rank": 1}, STEP, SYNC, {"kind": "from_the_future"}))
     steps, syncs = read_events(path)
-    assert steps.to_dict("records") == [{"rank": 1, "step": 3, "name": "step", "t_start_ns": 1796239003581976984.0,
-                                         "host_ms": 12.5, "gpu_ms": 11.9, "instrumented": False}]
+    assert steps.drop(columns="overhead_us").to_dict("records") == [
+        {"rank": 1, "step": 3, "name": "step", "t_start_ns": 1796239003581976984.0,
+         "host_ms": 12.5, "gpu_ms": 11.9, "instrumented": False}]
+    assert steps["overhead_us"].isna().all()  # not recorded by this writer
     assert steps["step"].dtype == "int64"
     sync = syncs.iloc[0]
     assert sync["location"] == "/abs/train.py:19" and sync["op"] == "aten::item"
     assert sync["dur_ns"] == 812000.0 and sync["line"] == 19.0
     assert sync["stack"] == ("/abs/train.py:19 main", "/abs/run.py:4 <module>")
+
+
+def test_own_time_per_step_is_read_as_microseconds(tmp_file):
+    steps, _ = read_events(tmp_file("fake_own.jsonl", jsonl(dict(STEP, overhead_us=21.437), dict(STEP, step=4))))
+    assert steps["overhead_us"].dtype == "float64"
+    assert steps["overhead_us"].iloc[0] == 21.437 and pd.isna(steps["overhead_us"].iloc[1])
 
 
 def test_sync_without_user_frame_has_no_location(tmp_file):
@@ -96,6 +105,7 @@ def test_bad_inputs(name, message):
 @pytest.mark.parametrize("record, message", [
     (dict(STEP, host_ms=None, gpu_ms=None), "a step record needs host_ms or gpu_ms"),
     (dict(STEP, gpu_ms=-1.0), "gpu_ms should be a duration"),
+    (dict(STEP, overhead_us=-2.0), "overhead_us should be a duration"),
     (dict(STEP, step="three"), "step should be a number"),
     (dict(STEP, step=2.5), "step should be a whole number"),
     ({k: v for k, v in STEP.items() if k != "step"}, "step is missing"),

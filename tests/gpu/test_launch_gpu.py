@@ -52,8 +52,8 @@ def summary_table():
     yield
     if not SUMMARY:
         return
-    cols = ["run", "mode", "exit", "steps", "median_host_ms", "median_gpu_ms", "syncs", "artifacts", "findings",
-            "wall_s", "note"]
+    cols = ["run", "mode", "exit", "steps", "median_host_ms", "median_gpu_ms", "own_us", "syncs", "artifacts",
+            "findings", "wall_s", "note"]
     rows = [[str(r.get(c, "")) for c in cols] for r in SUMMARY]
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
     print("\n\ngpudiag profile on the GPU: summary")
@@ -95,10 +95,12 @@ def _record(name, mode, r, run, wall, findings=None, note=""):
         if (run / "events" / "rank0.jsonl").exists() else []
     host = [s["host_ms"] for s in steps]
     gpu = [s["gpu_ms"] for s in steps if s.get("gpu_ms") is not None]
+    own = [s["overhead_us"] for s in steps if s.get("overhead_us") is not None]
     syncs = [e for e in _events(run) if e["kind"] == "sync"] if steps else []
     SUMMARY.append({"run": name, "mode": mode, "exit": r.returncode, "steps": len(steps),
                     "median_host_ms": f"{statistics.median(host):.3f}" if host else "-",
-                    "median_gpu_ms": f"{statistics.median(gpu):.3f}" if gpu else "-", "syncs": len(syncs),
+                    "median_gpu_ms": f"{statistics.median(gpu):.3f}" if gpu else "-",
+                    "own_us": f"{statistics.median(own):.1f}" if own else "-", "syncs": len(syncs),
                     "artifacts": len(manifest["artifacts"]),
                     "findings": ",".join(sorted({f["id"] for f in (findings or {}).get("findings", [])}))[:60],
                     "wall_s": f"{wall:.1f}", "note": note})
@@ -117,6 +119,10 @@ def _assert_torch_light_folder(run: Path, manifest: dict, steps: list[dict], syn
                      f"memory/rank{rank}.snapshot.json.gz", f"trace/rank{rank}.json.gz", "nvml.csv"):
         assert artifact in manifest["artifacts"], artifact
     assert all(s["gpu_ms"] is not None and s["gpu_ms"] > 0 for s in steps[2:])
+    # gpudiag's own boundary work (CUDA events, NVTX, step record, memory stats) is a small part of each step
+    own_pct = 100 * statistics.median(s["overhead_us"] for s in steps) / 1000 / statistics.median(
+        s["host_ms"] for s in steps)
+    assert 0 < own_pct < 3, own_pct
     stats = [json.loads(line) for line in (run / "memory" / f"rank{rank}.stats.jsonl").read_text().splitlines()]
     assert stats and stats[0]["framework"] == "torch" and stats[-1]["stats"]["allocated_bytes.all.current"] > 0
     snapshot = json.loads(gzip.decompress((run / "memory" / f"rank{rank}.snapshot.json.gz").read_bytes()))
@@ -148,6 +154,8 @@ def test_torch_light(tmp_path):
     _assert_torch_light_folder(run, manifest, steps, syncs)
     sync_findings = [f for f in findings["findings"] if f["id"] == "sync.host_sync"]
     assert sync_findings, [f["id"] for f in findings["findings"]]
+    assert 0 < findings["summary"]["gpudiag_overhead_pct"] < 3, findings["summary"]
+    assert "steps.own_overhead" not in {f["id"] for f in findings["findings"]}
     assert any(f"train_mlp.py:{_sync_line(EXAMPLES / 'train_mlp.py')}" in json.dumps(f["subjects"])
                for f in sync_findings)
 

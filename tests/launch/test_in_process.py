@@ -74,3 +74,47 @@ def test_exception_in_the_block_is_recorded_and_propagates(tmp_path):
             _train(3)
             raise RuntimeError("boom")
     assert run.exit_code == 1 and manifest(run.path)["status"] == "failed"
+
+
+def test_own_time_per_step_is_recorded_in_the_step_it_was_spent_in(tmp_path, monkeypatch):
+    """A boundary made 3 ms slower (a planted sleep in its memory-stats part) shows as overhead_us of the step
+    that boundary starts, inside that step's host_ms; the steps analyzer turns it into a share of a step."""
+    import statistics
+    import time
+
+    from diagnose.analyzers import steps as steps_analyzer
+    from diagnose.load import load
+    from diagnose.thresholds import Thresholds
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with diagnose.profile(out=tmp_path / "nb", trace_steps=0, nvml=False, quiet=True) as run:
+        for i in range(16):
+            if i == 6:
+                runtime = bootstrap_runtime.active()
+                original = runtime._maybe_memory_stats
+                monkeypatch.setattr(runtime, "_maybe_memory_stats",
+                                    lambda step, perf_ns: (time.sleep(0.003), original(step, perf_ns))[1])
+            loss = model(torch.ones(8, 16)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    steps = [r for r in records(run.path) if r["kind"] == "step"]
+    assert len(steps) == 15
+    assert all(0 <= s["overhead_us"] <= s["host_ms"] * 1000 for s in steps)
+    # boundaries 1-6 are unplanted (they start steps 0-5: step 0's holds the first boundary's setup);
+    # boundaries 7-16 sleep, and start steps 6-15 (the last one's step is never finished)
+    assert all(s["overhead_us"] < 3000 for s in steps[1:6]), [s["overhead_us"] for s in steps]
+    assert all(s["overhead_us"] >= 3000 and s["host_ms"] >= 3.0 for s in steps[6:]), steps[6:]
+
+    result = steps_analyzer.analyze(load(run.path))
+    measured = steps[3:]  # the first 3 are warm-up
+    own = statistics.median(s["overhead_us"] for s in measured)
+    host = statistics.median(s["host_ms"] for s in measured)
+    assert result.summary["gpudiag_overhead_median_us"] == pytest.approx(own)
+    assert result.summary["gpudiag_overhead_pct"] == pytest.approx(100 * own / 1000 / host)
+    finding = next(f for f in result.findings if f.id == "steps.own_overhead")
+    assert result.summary["gpudiag_overhead_pct"] > 50 and finding.cost_share > 0.5
+    high = Thresholds().with_overrides({"steps": {"own_overhead_pct": 100.0}})
+    assert "steps.own_overhead" not in {f.id for f in steps_analyzer.analyze(load(run.path), high).findings}

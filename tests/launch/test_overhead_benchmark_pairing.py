@@ -1,10 +1,12 @@
-"""benchmarks/light_overhead_paired.py: the block order and the pairing its verdict rests on.
+"""benchmarks/light_overhead_paired.py: the block order, the pairing and the verdict rule it rests on.
 
-Hand-made block medians (no timing here: the benchmark itself runs on the GPU machine).
+Hand-made block medians (no timing here: the benchmark itself runs on the GPU machine), plus one
+short CPU run of the whole benchmark.
 """
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 
@@ -15,24 +17,83 @@ paired = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(paired)
 
 
-def test_blocks_alternate_abba_so_a_drift_cancels():
-    order = paired.block_order(2, with_window=False)
-    assert order == ["plain", "light", "light", "plain", "light", "plain", "plain", "light"]
-    assert order.count("plain") == order.count("light")
-    assert paired.block_order(2, with_window=True)[-4:] == ["plain", "light-window", "after", "plain"]
+def test_every_measured_block_sits_between_plain_blocks_and_groups_alternate():
+    order = paired.block_order(2)
+    assert order[0] == "plain" and order[-1] == "plain"
+    for i, kind in enumerate(order):
+        if kind not in ("plain", "light", "after"):
+            assert order[i - 1] in ("plain", "after") and order[i + 1] == "plain", (i, kind)
+        if kind == "light":
+            assert order[i + 1] == "after" and order[i - 1] == "plain"
+    first, second = paired.group_order(0), paired.group_order(1)
+    assert first[:3] == ["light", "after", "plain"] and second[-3:] == ["light", "after", "plain"]
+    assert sorted(first) == sorted(second)
+    assert {k: order.count(k) for k in paired.KINDS} == {k: 2 for k in paired.KINDS}
 
 
-def test_each_light_block_is_judged_against_its_nearest_plain_blocks():
-    medians = [("plain", 2.0), ("light", 2.2), ("light", 2.1), ("plain", 2.2),
-               ("light", 2.3), ("plain", 2.4)]
-    ratios = paired.pair_ratios(medians, "light")
-    assert ratios == pytest.approx([2.2 / 2.1, 2.1 / 2.1, 2.3 / 2.3])
+def test_each_block_is_judged_against_its_nearest_plain_blocks():
+    medians = [("plain", 2.0), ("light", 2.2), ("after", 2.1), ("plain", 2.2),
+               ("control", 2.3), ("plain", 2.4)]
+    assert paired.pair_ratios(medians, "light") == pytest.approx([2.2 / 2.1])
+    assert paired.pair_ratios(medians, "after") == pytest.approx([2.1 / 2.1])
+    assert paired.pair_ratios(medians, "control") == pytest.approx([2.3 / 2.3])
 
 
 def test_a_steady_drift_with_no_cost_reads_as_no_cost():
-    """Step time rising 1 % per block, light costing nothing: ABBA pairing gives a median ratio of 1."""
-    order = paired.block_order(4, with_window=False)
+    """Step time rising 1 % per block, nothing costing anything: every kind's median ratio is 1."""
+    order = paired.block_order(4)
     medians = [(kind, 2.0 * (1.01 ** i)) for i, kind in enumerate(order)]
-    ratios = paired.pair_ratios(medians, "light")
-    mid = sorted(ratios)[len(ratios) // 2 - 1: len(ratios) // 2 + 1]
-    assert sum(mid) / 2 == pytest.approx(1.0, abs=0.002)
+    rows = paired.summarize(medians)
+    for kind in ("light-api", "light-history", "light-steps", "control", "profiler"):
+        assert rows[kind]["pct"] == pytest.approx(0.0, abs=0.01), kind
+    # light and after share one plain neighbour pair with a block between: half a block of drift each way
+    assert rows["light"]["pct"] == pytest.approx(-0.5, abs=0.05)
+    assert rows["after"]["pct"] == pytest.approx(0.5, abs=0.05)
+
+
+def _medians(light_costs: list[float], groups: int = 8) -> list[tuple[str, float]]:
+    """Plain blocks at 2 ms; the light blocks cost light_costs in turn (their noise), the rest nothing."""
+    medians, light_seen = [], 0
+    for kind in paired.block_order(groups):
+        factor = 1.0
+        if kind == "light":
+            factor += light_costs[light_seen % len(light_costs)]
+            light_seen += 1
+        medians.append((kind, 2.0 * factor))
+    return medians
+
+
+def test_verdict_passes_when_the_interval_is_below_the_target_and_fails_when_it_is_above():
+    outcome, text = paired.verdict(paired.summarize(_medians([0.005, 0.01, 0.015])))
+    assert outcome == "PASS" and "+1.00%" in text
+    outcome, text = paired.verdict(paired.summarize(_medians([0.04, 0.05, 0.06])))
+    assert outcome == "FAIL" and "+5.00%" in text
+
+
+def test_verdict_abstains_when_the_interval_straddles_the_target():
+    outcome, text = paired.verdict(paired.summarize(_medians([-0.05, 0.03, 0.10])))
+    assert outcome == "NO VERDICT" and "straddles" in text
+
+
+def test_own_time_is_reported_as_a_share_of_the_plain_median():
+    rows = paired.summarize(_medians([0.01]), {"light": [20.0, 22.0, 24.0]})
+    assert rows["light"]["own_us"] == 22.0 and rows["light"]["own_pct"] == pytest.approx(1.1)
+    assert "22.0 µs/step = 1.10%" in paired.verdict(rows)[1]
+
+
+def test_bootstrap_interval_brackets_the_median_and_is_repeatable():
+    values = [1.0, 1.01, 0.99, 1.02, 1.0, 0.98, 1.03, 1.0]
+    low, high = paired.median_interval(values)
+    assert low <= 1.0 <= high and high - low < 0.05
+    assert paired.median_interval(values) == (low, high)
+
+
+def test_a_short_cpu_run_writes_every_kind(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "paired.json"
+    paired.main(["--device", "cpu", "--width", "64", "--depth", "2", "--batch", "8", "--groups", "2",
+                 "--block-steps", "40", "--skip", "5", "--warmup-steps", "10", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert set(data["rows"]) == {"plain", "after", *paired.KINDS}
+    assert all(data["rows"][k]["blocks"] == 2 for k in paired.KINDS)
+    assert data["verdict"] in ("PASS", "FAIL", "NO VERDICT")

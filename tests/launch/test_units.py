@@ -64,6 +64,23 @@ def test_jsonl_appender_writes_whole_lines_and_refuses_a_second_writer(tmp_path)
     log.close()
 
 
+@pytest.mark.parametrize("host_ms, gpu_ms, source, instrumented, overhead_us", [
+    (1.764512, 1.760001, "optimizer", False, 21.437),
+    (0.000001, None, "marker", True, 0.0),
+    (12345.678901, 1e-06, "optimizer", False, 1234567.891),
+    (3.5, float("nan"), "marker", False, float("inf")),  # not finite: null, as append writes it
+    (2.0, 1.0, 'odd "source"\n', False, 5.0),  # not one of the two sources: through the encoder
+])
+def test_step_line_writes_the_bytes_the_json_encoder_would(host_ms, gpu_ms, source, instrumented, overhead_us):
+    from diagnose.launch.event_log import _ENCODER, _clean, step_line
+
+    record = {"kind": "step", "rank": 3, "step": 12345, "t_start_ns": 1796239003581976984, "host_ms": host_ms,
+              "gpu_ms": gpu_ms, "source": source, "instrumented": instrumented, "overhead_us": overhead_us}
+    line = step_line(3, 12345, 1796239003581976984, host_ms, gpu_ms, source, instrumented, overhead_us)
+    assert line == (_ENCODER.encode(_clean(record)) + "\n").encode()
+    assert json.loads(line) == _clean(record)
+
+
 def test_expected_artifacts_cover_every_rank_of_the_world():
     recs = [{"kind": "run", "event": "start", "rank": 1, "world_size": 3},
             {"kind": "run", "event": "expect", "rank": 1, "artifact": "trace/rank1.json.gz"}]
