@@ -183,7 +183,7 @@ def summarize(medians: list[tuple[str, float]], own_us: dict[str, list[float]] |
             continue
         row = {"blocks": len(ms), "median_ms": statistics.median(ms)}
         if own_us and own_us.get(kind):
-            row["own_us"] = statistics.median(own_us[kind])
+            row["own_us"] = statistics.fmean(own_us[kind])  # the mean: a few steps write the step log
             row["own_pct"] = 100 * row["own_us"] / 1000 / statistics.median(plain_ms)
         ratios = pair_ratios(medians, kind) if kind != "plain" else []
         if ratios:
@@ -243,7 +243,7 @@ def main(argv=None) -> int:
             medians.append((kind, statistics.median(times)))
             own_us.setdefault(kind, []).extend(own)
             print(f"block {len(medians) - 1:3d} {kind:<14} median {medians[-1][1]:.4f} ms"
-                  + (f" own {statistics.median(own):.1f} us" if own else "")
+                  + (f" own {statistics.fmean(own):.1f} us" if own else "")
                   + f" ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
 
         run("plain")

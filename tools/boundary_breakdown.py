@@ -2,7 +2,8 @@
 
 Wraps the boundary's parts with timers and runs examples/train_mlp.py's step under
 ``diagnose.profile(trace_steps=0, history_max_entries=0, nvml=False)``; prints the median µs of each
-part per call. The wrappers add a little of their own; the parts are what to compare.
+part per call and the mean (the step records are written in batches, so ``boundary``'s mean is the
+cost per step). The wrappers add a little of their own; the parts are what to compare.
 
     PYTHONPATH=$PWD python3 tools/boundary_breakdown.py [--device cuda] [--steps 2000]
 """
@@ -67,7 +68,8 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name() if args.device != 'cpu' else 'cpu'}: "
           f"{args.steps} steps, {step_ms:.3f} ms/step (mean, wrappers included)")
     for label, values in sorted(times.items(), key=lambda kv: -statistics.median(kv[1])):
-        print(f"  {label:<34} {len(values):>6} calls  median {statistics.median(values) / 1e3:8.2f} µs")
+        print(f"  {label:<34} {len(values):>6} calls  median {statistics.median(values) / 1e3:8.2f} µs  "
+              f"mean {statistics.fmean(values) / 1e3:8.2f} µs")
     return 0
 
 

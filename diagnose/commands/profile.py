@@ -27,7 +27,7 @@ def _snapshot_at(ctx, param, value):
               help="When to write the allocator history: 'window' (end of the trace window), a step number, or 'exit'.")
 @click.option("--history-entries", type=click.IntRange(0), default=100_000, show_default=True,
               help="Allocator history ring size; 0 = no allocator history.")
-@click.option("--memory-stats-interval-ms", type=click.FloatRange(0), default=100.0, show_default=True,
+@click.option("--memory-stats-interval-ms", type=click.FloatRange(0), default=500.0, show_default=True,
               help="At most one memory_stats record per this many ms (0 = every step).")
 @click.option("--no-sync-debug", is_flag=True, help="Do not capture synchronizing calls in the trace window.")
 @click.option("--no-nvml", is_flag=True, help="Do not sample NVML.")

@@ -1,7 +1,9 @@
-"""Append-only JSONL files: one whole line per record, written at once.
+"""Append-only JSONL files: whole lines, each write at once.
 
-A crash or kill loses at most the record being written; every earlier line is on
-disk. A write that fails (a full disk: ENOSPC, or EFBIG past a file-size limit) is cut
+A kill loses at most the write in progress (one record, or one batch of step records)
+and what the writer still held: every earlier line is on disk. (The bootstrap writes step
+records in batches at most 100 ms apart, and at every exit through Python.) A write that
+fails (a full disk: ENOSPC, or EFBIG past a file-size limit) is cut
 back to the last whole line and the file takes no more records, so the file never holds
 a broken line in its middle. The file is created exclusively, so two processes that think
 they are the same rank cannot interleave into one file. Standard library only (runs in the child).
@@ -13,7 +15,7 @@ import math
 import os
 
 # the bootstrap loads fault_injection first, so this import works without the (heavy) diagnose package
-from diagnose.launch.fault_injection import due as _fault_due, write_half_and_die as _die_mid_write
+from diagnose.launch.fault_injection import armed as _fault_armed, due as _fault_due, write_half_and_die as _die_mid_write
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str, allow_nan=False)
@@ -53,13 +55,18 @@ class LineAppender:
         return self._fd
 
     def write(self, data: bytes) -> None:
-        """Append ``data`` (whole lines); on an error cut the file back to its whole lines, stop, and raise."""
+        """Append ``data`` (whole lines); on an error keep the whole lines that made it, cut the rest, stop, raise."""
         if self.failed is not None:
             return
         fd = self._open()
         try:
             write_all(fd, data)
         except OSError as e:
+            try:  # keep the whole lines of a batch that fit (this process is the file's only writer)
+                written = min(max(os.fstat(fd).st_size - self._size, 0), len(data))
+            except OSError:
+                written = 0
+            self._size += data.rfind(b"\n", 0, written) + 1
             try:
                 os.ftruncate(fd, self._size)
             except OSError:
@@ -126,3 +133,12 @@ class JsonlAppender(LineAppender):
         if _fault_due("jsonl-line"):
             _die_mid_write(self._open(), data)
         self.write(data)
+
+    def append_lines(self, lines: list[bytes]) -> None:
+        """Append already-encoded JSON lines in one write (a failed write takes none of them)."""
+        if _fault_armed():  # the kill test counts lines: write them one by one
+            for data in lines:
+                self.append_line(data)
+            return
+        if self.failed is None:
+            self.write(b"".join(lines))

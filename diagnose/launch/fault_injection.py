@@ -38,6 +38,11 @@ _ARMED = parse(os.environ.get(ENV, ""))
 _HITS: dict[str, int] = {}
 
 
+def armed() -> bool:
+    """True when a test asked for a fault in this process (writers then take their slow, countable path)."""
+    return bool(_ARMED)
+
+
 def due(point: str) -> bool:
     """Count one pass through ``point``; True when this is the pass the test asked to fail."""
     if not _ARMED:

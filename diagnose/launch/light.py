@@ -35,7 +35,7 @@ class ProfileOptions:
     trace_steps: int = 3
     snapshot_at: str = "window"
     history_max_entries: int = 100_000
-    memory_stats_interval_ms: float = 100.0
+    memory_stats_interval_ms: float = 500.0
     sync_debug: bool = True
     nvtx: bool = True
     nvml: bool = True

@@ -22,10 +22,12 @@ class _TorchBackend:
     name = "torch.cuda.nvtx"
 
     def __init__(self, torch):
-        self._start = torch.cuda.nvtx.range_start
-        self._end = torch.cuda.nvtx.range_end
-        self._push = torch.cuda.nvtx.range_push
-        self._pop = torch.cuda.nvtx.range_pop
+        nvtx = torch.cuda.nvtx
+        raw = getattr(nvtx, "_nvtx", None)  # the C functions torch's one-line wrappers call (one call less a step)
+        self._start = getattr(raw, "rangeStartA", None) or nvtx.range_start
+        self._end = getattr(raw, "rangeEnd", None) or nvtx.range_end
+        self._push = getattr(raw, "rangePushA", None) or nvtx.range_push
+        self._pop = getattr(raw, "rangePop", None) or nvtx.range_pop
 
     def start(self, message: str):
         self._push(message)

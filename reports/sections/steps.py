@@ -16,10 +16,10 @@ def render(result) -> str:
     meta = result.meta
     note = (f"The first {meta.get('warmup_steps_per_rank')} steps of each rank (at most half of them) are warm-up "
             f"and left out of the medians: {meta.get('warmup_excluded', 0)} step(s) here.")
-    own_us, own_pct = result.summary.get("gpudiag_overhead_median_us"), result.summary.get("gpudiag_overhead_pct")
+    own_us, own_pct = result.summary.get("gpudiag_overhead_mean_us"), result.summary.get("gpudiag_overhead_pct")
     if own_us is not None:
         share = f", {own_pct:.2f} % of the median host step time" if own_pct is not None else ""
-        note += (f" gpudiag's own work at each step boundary took a median {own_us:,.1f} µs per step{share}; "
+        note += (f" gpudiag's own work at each step boundary took {own_us:,.1f} µs per step on average{share}; "
                  "it is part of the host times.")
     if meta.get("chart_stride", 1) > 1:
         note += f" Every {meta['chart_stride']}th step is drawn, plus all warm-up and outlier steps."

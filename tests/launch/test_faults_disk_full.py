@@ -66,7 +66,10 @@ def test_disk_full_mid_run_stops_gpudiag_writing_not_the_training(tmp_path):
     events = (run / "events" / "rank0.jsonl").read_bytes()
     assert len(events) <= LIMIT_BYTES and events.endswith(b"\n")  # cut back to its last whole line
     steps = [json.loads(line)["step"] for line in events.splitlines() if b'"kind":"step"' in line]
-    assert steps == list(range(len(steps))) and fault["step"] == len(steps) + 1
+    # every whole line that fitted is kept, in order; the step log is written in batches, so the step in
+    # progress when the write failed can be a batch (at most 100 ms of steps) past the last line kept
+    assert steps == list(range(len(steps))) and len(steps) < fault["step"] <= 150
+    assert len(events) > LIMIT_BYTES - 300  # the batch that did not fit left its whole lines in the file
     assert any(n.startswith("rank 0 stopped writing at step") for n in m["notes"])
 
     rep, notes = report_no_html(run)
