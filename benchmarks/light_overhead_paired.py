@@ -125,13 +125,11 @@ def run_block(kind: str, step, n: int, skip: int, work: Path, index: int) -> tup
 
 def own_times_us(run_path: Path, first_step: int) -> list[float]:
     """``overhead_us`` of the run's step records from ``first_step`` on (steps outside the window)."""
-    own = []
-    for line in (Path(run_path) / "events" / "rank0.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if (record.get("kind") == "step" and record["step"] >= first_step and not record.get("instrumented")
-                and record.get("overhead_us") is not None):
-            own.append(float(record["overhead_us"]))
-    return own
+    from parsers.events import read_events
+
+    steps, _ = read_events(Path(run_path) / "events" / "rank0.jsonl")
+    kept = steps[(steps["step"] >= first_step) & ~steps["instrumented"]]
+    return kept["overhead_us"].dropna().tolist()
 
 
 def group_order(group: int) -> list[str]:

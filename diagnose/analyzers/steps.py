@@ -99,9 +99,9 @@ def _summary(steps: pd.DataFrame, measured: pd.DataFrame) -> dict[str, float]:
     own_us = measured["overhead_us"].dropna() if "overhead_us" in measured else pd.Series(dtype=float)
     if len(own_us):
         # the mean, not the median: the step log is written every 100 ms, so a few steps carry most of it
-        out["gpudiag_overhead_mean_us"] = float(own_us.mean())
+        out["gpudiag_overhead_mean_us"] = own_mean_us = float(own_us.mean())
         if len(host) and host.median() > 0:
-            out["gpudiag_overhead_pct"] = 100.0 * float(own_us.mean()) / 1000.0 / float(host.median())
+            out["gpudiag_overhead_pct"] = 100.0 * own_mean_us / 1000.0 / float(host.median())
     return out
 
 

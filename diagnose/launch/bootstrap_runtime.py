@@ -55,7 +55,6 @@ _RUNTIME = None  # the active Runtime, if any
 # on the H200 host (2026-12-03, benchmarks/light_overhead_paired.py); a SIGKILL or a crash in native
 # code loses at most this much of the step log.
 STEP_RECORD_INTERVAL_NS = 100_000_000
-_EVENT_POOL_SIZE = 8  # CUDA events whose times were read, kept for reuse (creating one cost ~30 µs there)
 
 
 def log(message: str) -> None:
@@ -100,7 +99,6 @@ class Runtime:
         self._step_overhead_ns = 0  # host time of the boundary that started the current step (our own cost)
         self._pending = collections.deque()
         self._last_drain_perf_ns = 0
-        self._event_pool = []
         self._events = None
         self._stats = None
         self._last_stats_perf_ns = None
@@ -270,7 +268,7 @@ class Runtime:
         capturing = self._cuda and torch is not None and torch.cuda.is_current_stream_capturing()
         end_event = None
         if self._cuda and not capturing:
-            end_event = self._event_pool.pop() if self._event_pool else torch.cuda.Event(enable_timing=True)
+            end_event = torch.cuda.Event(enable_timing=True)
             end_event.record()
         finished = self.current_step
         if finished is not None:
@@ -409,9 +407,6 @@ class Runtime:
                         time.sleep(0.005)
                     else:
                         gpu_ms = pending.start_event.elapsed_time(pending.end_event)
-                        if len(self._event_pool) < _EVENT_POOL_SIZE:
-                            # the previous step's end event: both steps it times are read now
-                            self._event_pool.append(pending.start_event)
                 self._pending.popleft()
                 lines.append(event_log.step_line(
                     self.rank, pending.step, pending.t_start_ns, round(pending.host_ms, 6),
