@@ -14,9 +14,12 @@ of ``--block-steps`` steps, and every measured block sits between two plain bloc
                    the issue's "outside the trace window". The CLI samples NVML in its own (parent)
                    process, so none here.
     after          a plain block right after a light block: what the window leaves behind.
-    light-api      ``light`` plus the NVML sampler thread in this process (the notebook API's default).
     light-history  allocator history recorded for the whole block (``--snapshot-at exit``), no window.
     light-steps    the per-step path only: no window, no history, no NVML.
+    light-every    ``light-steps`` with GPU time on every step (``gpu_time_every=1``): what the automatic
+                   choice of k (GPU time on one step in k when the events cost more than 0.5 % of a
+                   step) saves. (``light-api``, light plus the in-process NVML thread, showed no cost in
+                   three H200 calls and gave its place to this one; ``--kinds`` brings it back.)
     control        a plain block under another name: the noise floor of this pairing (A/A).
     profiler       torch.profiler with Python stacks over the whole block, as the trace window runs it
                    (CUPTI detached at stop, so the next plain block is clean): torch.profiler's own cost.
@@ -53,12 +56,14 @@ TARGET_PCT = 3.0
 TRACE_START = 5
 TRACE_STEPS = 3
 # kinds measured against their plain neighbours, in group order; "light" is always followed by "after"
-KINDS = ("light", "light-api", "light-history", "light-steps", "control", "profiler")
+KINDS = ("light", "light-history", "light-steps", "light-every", "control", "profiler")
+ALL_KINDS = KINDS + ("light-api",)
 LIGHT_OPTIONS = {
     "light": dict(trace_start=TRACE_START, trace_steps=TRACE_STEPS, nvml=False),
     "light-api": dict(trace_start=TRACE_START, trace_steps=TRACE_STEPS),
     "light-history": dict(trace_steps=0, snapshot_at="exit", nvml=False),
     "light-steps": dict(trace_steps=0, history_max_entries=0, nvml=False),
+    "light-every": dict(trace_steps=0, history_max_entries=0, nvml=False, gpu_time_every=1),
 }
 WINDOW_KINDS = ("light", "light-api")  # their first TRACE_START + TRACE_STEPS + 1 steps hold the window
 
@@ -99,11 +104,11 @@ def time_steps(step, n: int) -> list[float]:
     return times
 
 
-def run_block(kind: str, step, n: int, skip: int, work: Path, index: int) -> tuple[list[float], list[float]]:
+def run_block(kind: str, step, n: int, skip: int, work: Path, index: int) -> tuple[list[float], dict[str, list]]:
     """Step times (ms) of one block after its first ``skip`` steps (for window kinds: after the window and the
-    snapshot too), and for light kinds gpudiag's own time (µs) at each of those steps."""
+    snapshot too), and for light kinds their step records' ``overhead_us`` and whether they have a GPU time."""
     if kind in ("plain", "after", "control"):
-        return time_steps(step, n)[skip:], []
+        return time_steps(step, n)[skip:], {}
     if kind == "profiler":
         import torch
 
@@ -112,7 +117,7 @@ def run_block(kind: str, step, n: int, skip: int, work: Path, index: int) -> tup
         window = TorchTraceWindow(torch, with_cuda=torch.cuda.is_available())
         window.start()
         try:
-            return time_steps(step, n)[skip:], []
+            return time_steps(step, n)[skip:], {}
         finally:
             window.stop()
     import diagnose
@@ -120,21 +125,22 @@ def run_block(kind: str, step, n: int, skip: int, work: Path, index: int) -> tup
     first = skip + (TRACE_START + TRACE_STEPS + 1 if kind in WINDOW_KINDS else 0)
     with diagnose.profile(out=work / f"block{index:03d}", quiet=True, **LIGHT_OPTIONS[kind]) as run:
         times = time_steps(step, n)
-    return times[first:], own_times_us(run.path, first)
+    return times[first:], step_records(run.path, first)
 
 
-def own_times_us(run_path: Path, first_step: int) -> list[float]:
-    """``overhead_us`` of the run's step records from ``first_step`` on (steps outside the window)."""
+def step_records(run_path: Path, first_step: int) -> dict[str, list]:
+    """``overhead_us`` (gpudiag's own µs) and ``gpu_timed`` of the run's step records from ``first_step`` on
+    (steps outside the window)."""
     from parsers.events import read_events
 
     steps, _ = read_events(Path(run_path) / "events" / "rank0.jsonl")
     kept = steps[(steps["step"] >= first_step) & ~steps["instrumented"]]
-    return kept["overhead_us"].dropna().tolist()
+    return {"overhead_us": kept["overhead_us"].dropna().tolist(), "gpu_timed": kept["gpu_ms"].notna().tolist()}
 
 
-def group_order(group: int) -> list[str]:
+def group_order(group: int, kinds: tuple[str, ...] = KINDS) -> list[str]:
     """The kinds of one group, each followed by a plain block; every other group in reverse order."""
-    units = [["light", "after"]] + [[k] for k in KINDS[1:]]
+    units = [["light", "after"] if k == "light" else [k] for k in kinds]
     if group % 2:
         units.reverse()
     order = []
@@ -143,10 +149,10 @@ def group_order(group: int) -> list[str]:
     return order
 
 
-def block_order(groups: int) -> list[str]:
+def block_order(groups: int, kinds: tuple[str, ...] = KINDS) -> list[str]:
     order = ["plain"]
     for g in range(groups):
-        order += group_order(g)
+        order += group_order(g, kinds)
     return order
 
 
@@ -171,11 +177,13 @@ def median_interval(values: list[float], resamples: int = 2000, seed: int = 0) -
     return meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
 
 
-def summarize(medians: list[tuple[str, float]], own_us: dict[str, list[float]] | None = None) -> dict[str, dict]:
-    """Per kind: blocks, median block median (ms), its pair ratios as percentages, and gpudiag's own µs/step."""
+def summarize(medians: list[tuple[str, float]], own_us: dict[str, list[float]] | None = None,
+              gpu_timed: dict[str, list[bool]] | None = None) -> dict[str, dict]:
+    """Per kind: blocks, median block median (ms), its pair ratios as percentages, gpudiag's own µs/step and
+    the share of steps with a GPU time."""
     rows = {}
     plain_ms = [m for k, m in medians if k == "plain"]
-    for kind in ("plain",) + KINDS[:1] + ("after",) + KINDS[1:]:
+    for kind in ("plain", "light", "after") + ALL_KINDS[1:]:
         ms = [m for k, m in medians if k == kind]
         if not ms:
             continue
@@ -183,6 +191,8 @@ def summarize(medians: list[tuple[str, float]], own_us: dict[str, list[float]] |
         if own_us and own_us.get(kind):
             row["own_us"] = statistics.fmean(own_us[kind])  # the mean: a few steps write the step log
             row["own_pct"] = 100 * row["own_us"] / 1000 / statistics.median(plain_ms)
+        if gpu_timed and gpu_timed.get(kind):
+            row["gpu_timed_pct"] = 100 * sum(gpu_timed[kind]) / len(gpu_timed[kind])
         ratios = pair_ratios(medians, kind) if kind != "plain" else []
         if ratios:
             low, high = median_interval(ratios)
@@ -222,24 +232,32 @@ def main(argv=None) -> int:
     p.add_argument("--skip", type=int, default=5, help="leave out each block's first steps (after the window)")
     p.add_argument("--warmup-steps", type=int, default=500)
     p.add_argument("--max-seconds", type=float, default=0, help="start no new group after this long; 0: no limit")
+    p.add_argument("--kinds", default=",".join(KINDS),
+                   help=f"comma-separated kinds to measure, of {', '.join(ALL_KINDS)} ('light' brings 'after')")
     p.add_argument("--json", help="also write the blocks and the table here")
     args = p.parse_args(argv)
     if args.block_steps <= args.skip + 10 or args.window_block_steps <= TRACE_START + TRACE_STEPS + 1 + args.skip + 10:
         raise SystemExit("--block-steps and --window-block-steps must leave steps after --skip and the trace window")
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    if not kinds or any(k not in ALL_KINDS for k in kinds):
+        raise SystemExit(f"--kinds: choose from {', '.join(ALL_KINDS)}")
     import torch
 
     step = make_step(args.device, args.width, args.depth, args.batch)
     time_steps(step, args.warmup_steps)
     medians: list[tuple[str, float]] = []
     own_us: dict[str, list[float]] = {}
+    gpu_timed: dict[str, list[bool]] = {}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpudiag-paired-") as work:
 
         def run(kind: str) -> None:
             n = args.window_block_steps if kind in WINDOW_KINDS else args.block_steps
-            times, own = run_block(kind, step, n, args.skip, Path(work), len(medians))
+            times, records = run_block(kind, step, n, args.skip, Path(work), len(medians))
             medians.append((kind, statistics.median(times)))
+            own = records.get("overhead_us", [])
             own_us.setdefault(kind, []).extend(own)
+            gpu_timed.setdefault(kind, []).extend(records.get("gpu_timed", []))
             print(f"block {len(medians) - 1:3d} {kind:<14} median {medians[-1][1]:.4f} ms"
                   + (f" own {statistics.fmean(own):.1f} us" if own else "")
                   + f" ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
@@ -249,10 +267,10 @@ def main(argv=None) -> int:
             if args.max_seconds and g and time.monotonic() - t0 > args.max_seconds:
                 print(f"stopped after {g} groups: --max-seconds {args.max_seconds:g}", file=sys.stderr)
                 break
-            for kind in group_order(g):
+            for kind in group_order(g, kinds):
                 run(kind)
     elapsed_s = time.monotonic() - t0
-    rows = summarize(medians, own_us)
+    rows = summarize(medians, own_us, gpu_timed)
     outcome, text = verdict(rows)
     cuda = torch.version.cuda if args.device != "cpu" else None
     gpu = torch.cuda.get_device_name() if args.device != "cpu" else "cpu"
@@ -260,7 +278,7 @@ def main(argv=None) -> int:
           f"{len(medians)} blocks of {args.block_steps} steps ({args.window_block_steps} with a window; first "
           f"{args.skip} left out), {elapsed_s:.0f} s")
     print(f"{'kind':<14} {'blocks':>6} {'median ms':>10} {'vs plain':>9} {'95% interval':>20} {'block range':>20} "
-          f"{'own us':>7} {'own %':>6}")
+          f"{'own us':>7} {'own %':>6} {'GPU-timed':>9}")
     for kind, row in rows.items():
         line = f"{kind:<14} {row['blocks']:>6} {row['median_ms']:>10.4f}"
         if "pct" in row:
@@ -268,6 +286,8 @@ def main(argv=None) -> int:
                      f" {row['min_pct']:>+8.2f}% .. {row['max_pct']:+.2f}%")
         if "own_us" in row:
             line += f" {row['own_us']:>7.1f} {row['own_pct']:>5.2f}%"
+        if "gpu_timed_pct" in row:
+            line += f" {row['gpu_timed_pct']:>8.1f}%"
         print(line)
     print(f"{outcome}: {text}")
     if args.json:

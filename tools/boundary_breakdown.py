@@ -47,7 +47,7 @@ def main(argv=None) -> int:
                 times.setdefault(label or name, []).append(time.perf_counter_ns() - t)
         setattr(owner, name, wrapper)
 
-    for name in ("boundary", "_drain", "_maybe_memory_stats", "_after_step"):
+    for name in ("boundary", "_drain", "_maybe_memory_stats", "_after_step", "_record_event", "_choose_gpu_every"):
         timed(bootstrap_runtime.Runtime, name)
     timed(event_log, "step_line")
     timed(event_log, "write_all")

@@ -73,7 +73,8 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     result.meta.update({"step_name": str(steps["name"].iloc[0]), "chart_stride": stride,
                         "warmup_steps_per_rank": th.steps.warmup_steps,
                         "warmup_excluded": int(steps["warmup"].sum()),
-                        "median_step_ms": result.summary.get("step_time_median_ms")})
+                        "median_step_ms": result.summary.get("step_time_median_ms"),
+                        "gpu_time_every": gpu_time_every(measured)})
     if len(measured) >= th.steps.min_steps:
         result.findings.extend(f for f in (_host_bound(measured, th), _unstable(steps, measured, th),
                                            _own_overhead(result.summary, th)) if f)
@@ -94,6 +95,7 @@ def _summary(steps: pd.DataFrame, measured: pd.DataFrame) -> dict[str, float]:
         out["step_host_time_median_ms"] = float(host.median())
     if len(gpu):
         out["step_gpu_time_median_ms"] = float(gpu.median())
+        out["step_gpu_timed_count"] = int(len(gpu))
     if len(host) and len(gpu) and gpu.median() > 0:
         out["step_host_over_gpu_ratio"] = float(host.median() / gpu.median())
     own_us = measured["overhead_us"].dropna() if "overhead_us" in measured else pd.Series(dtype=float)
@@ -103,6 +105,18 @@ def _summary(steps: pd.DataFrame, measured: pd.DataFrame) -> dict[str, float]:
         if len(host) and host.median() > 0:
             out["gpudiag_overhead_pct"] = 100.0 * own_mean_us / 1000.0 / float(host.median())
     return out
+
+
+def gpu_time_every(measured: pd.DataFrame) -> int | None:
+    """k when only one step in k has a GPU time (light mode samples it when CUDA events cost more than
+    0.5 % of a step; docs/step-timings.md), 1 when all have one, None when none has."""
+    timed = measured.dropna(subset=["gpu_ms"])
+    if not len(timed):
+        return None
+    if len(timed) == len(measured):
+        return 1
+    gaps = timed.groupby("rank")["step"].diff().dropna()
+    return int(gaps.median()) if len(gaps) else None
 
 
 def _per_rank(steps: pd.DataFrame) -> pd.DataFrame:
@@ -120,10 +134,16 @@ def _per_rank(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def _chart_rows(steps: pd.DataFrame, max_rows: int) -> tuple[pd.DataFrame, int]:
-    """At most about ``max_rows`` steps for the chart: every k-th, plus every warm-up step and outlier."""
+    """At most about ``max_rows`` steps for the chart: every k-th, plus every warm-up step and outlier; when only
+    some steps have a GPU time (sampled), every k-th of those too, so the GPU line is drawn."""
     stride = max(1, int(np.ceil(len(steps) / max_rows)))
     position = steps.groupby("rank").cumcount()
     keep = (position % stride == 0) | steps["warmup"] | steps["outlier"]
+    timed = steps["gpu_ms"].notna()
+    if timed.any() and not timed.all():
+        gpu_stride = max(1, int(np.ceil(timed.sum() / max_rows)))
+        gpu_position = timed.astype(int).groupby(steps["rank"]).cumsum() - 1
+        keep |= timed & (gpu_position % gpu_stride == 0)
     columns = ["rank", "step", "host_ms", "gpu_ms", "step_ms", "warmup", "outlier"]
     return steps.loc[keep, columns].reset_index(drop=True), stride
 

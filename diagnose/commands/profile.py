@@ -29,6 +29,9 @@ def _snapshot_at(ctx, param, value):
               help="Allocator history ring size; 0 = no allocator history.")
 @click.option("--memory-stats-interval-ms", type=click.FloatRange(0), default=500.0, show_default=True,
               help="At most one memory_stats record per this many ms (0 = every step).")
+@click.option("--gpu-time-every", type=click.IntRange(0), default=0, show_default=True,
+              help="Time every k-th step on the GPU with CUDA events; 0 = auto: every step unless the events "
+                   "cost more than 0.5 % of a step, then one step in k.")
 @click.option("--no-sync-debug", is_flag=True, help="Do not capture synchronizing calls in the trace window.")
 @click.option("--no-nvml", is_flag=True, help="Do not sample NVML.")
 @click.option("--nvml-hz", type=click.FloatRange(0.1, 100), default=10.0, show_default=True, help="NVML sampling rate.")
@@ -55,7 +58,7 @@ def _snapshot_at(ctx, param, value):
 @click.option("--ncu-arg", "ncu_args", multiple=True, metavar="ARG", help="[--ncu] Extra argument passed to ncu.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def command(out, ncu, trace_start, trace_steps, snapshot_at, history_entries, memory_stats_interval_ms,
+def command(out, ncu, trace_start, trace_steps, snapshot_at, history_entries, memory_stats_interval_ms, gpu_time_every,
             no_sync_debug, no_nvml, nvml_hz, quiet, command, **ncu_flags):
     """Run COMMAND (after --) with gpudiag watching, e.g.
 
@@ -88,6 +91,7 @@ def command(out, ncu, trace_start, trace_steps, snapshot_at, history_entries, me
         raise InputError(None, f"{flags} only apply with --ncu")
     options = ProfileOptions(out=out, trace_start=trace_start, trace_steps=trace_steps, snapshot_at=snapshot_at,
                              history_max_entries=history_entries, memory_stats_interval_ms=memory_stats_interval_ms,
+                             gpu_time_every=gpu_time_every,
                              sync_debug=not no_sync_debug, nvml=not no_nvml, nvml_hz=nvml_hz, ncu=ncu_options,
                              quiet=quiet)
     run = run_profiled(list(command), options)

@@ -3,7 +3,8 @@
 Step boundaries come from torch's global optimizer step hook (the first optimizer that
 steps defines the step) or from ``diagnose.step()``; once a marker is seen it alone
 defines steps. Step N is the work between boundary N and boundary N+1. Per step: host
-time, CUDA-event GPU time (read lazily with ``event.query()``, never a sync), an NVTX
+time, CUDA-event GPU time (read lazily with ``event.query()``, never a sync; on every
+k-th step only when an event costs more than GPU_TIME_BUDGET_PCT of a step), an NVTX
 range, and now and then allocator stats. A short profiler window, the allocator history
 and sync capture are the only heavier parts, at the window's edges.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import collections
 import importlib
 import importlib.util
+import math
 import os
 import sys
 import threading
@@ -55,6 +57,14 @@ _RUNTIME = None  # the active Runtime, if any
 # on the H200 host (2026-12-03, benchmarks/light_overhead_paired.py); a SIGKILL or a crash in native
 # code loses at most this much of the step log.
 STEP_RECORD_INTERVAL_NS = 100_000_000
+# GPU time costs a CUDA event record per timed step: 45 µs a call on the H200 host (2026-12-03), 2 % of
+# a 2.2 ms step. With --gpu-time-every 0 (auto, the default) the steps are timed on the GPU one in k,
+# k chosen so the events cost at most this share of a step's host time; every step when they cost less.
+GPU_TIME_BUDGET_PCT = 0.5
+GPU_TIME_FIRST_CHECK_STEP = 8  # the first choice of k, from the steps before (step 0 and window steps excluded)
+GPU_TIME_MIN_STEPS = 6  # uninstrumented steps needed for a choice; until then every step is timed
+GPU_TIME_CHECK_EVERY_STEPS = 64  # k is chosen again this often, from the latest steps
+GPU_TIME_MAX_EVERY = 256
 
 
 def log(message: str) -> None:
@@ -97,6 +107,11 @@ class Runtime:
         self._step_event = None
         self._step_instrumented = False
         self._step_overhead_ns = 0  # host time of the boundary that started the current step (our own cost)
+        self._gpu_every = max(1, config.gpu_time_every)  # GPU time on steps with step % k == 0
+        self._gpu_auto = config.gpu_time_every == 0
+        self._gpu_next_check = GPU_TIME_FIRST_CHECK_STEP
+        self._event_ns = collections.deque(maxlen=16)  # host ns of the latest CUDA event records
+        self._host_ns = collections.deque(maxlen=32)  # host ns of the latest uninstrumented steps
         self._pending = collections.deque()
         self._last_drain_perf_ns = 0
         self._events = None
@@ -264,24 +279,24 @@ class Runtime:
         if self.current_step is None:
             if not self._first_boundary():
                 return
-        torch = sys.modules.get("torch") if self._framework == "torch" else None
-        capturing = self._cuda and torch is not None and torch.cuda.is_current_stream_capturing()
-        end_event = None
-        if self._cuda and not capturing:
-            end_event = torch.cuda.Event(enable_timing=True)
-            end_event.record()
         finished = self.current_step
+        step = 0 if finished is None else finished + 1
+        event = None
+        if self._cuda and (self._step_event is not None or step % self._gpu_every == 0):
+            event = self._record_event()
         if finished is not None:
-            if self._nvtx is not None and self._nvtx_handle is not None and not capturing:
+            if self._nvtx is not None and self._nvtx_handle is not None:
                 self._nvtx.end(self._nvtx_handle)
                 self._nvtx_handle = None
-            self._pending.append(_PendingStep(finished, self._step_wall_ns, (perf_ns - self._step_perf_ns) / 1e6,
-                                              self._step_event, end_event, self._step_source,
+            host_ns = perf_ns - self._step_perf_ns
+            if finished > 0 and not self._step_instrumented:
+                self._host_ns.append(host_ns)
+            self._pending.append(_PendingStep(finished, self._step_wall_ns, host_ns / 1e6, self._step_event,
+                                              event if self._step_event is not None else None, self._step_source,
                                               self._step_instrumented, self._step_overhead_ns))
             heavy = self._after_step(finished)
         else:
             heavy = False
-        step = 0 if finished is None else finished + 1
         self.current_step = step
         self._step_source = source
         self._step_instrumented = heavy  # the window's export or the snapshot ran at the start of this step
@@ -294,11 +309,37 @@ class Runtime:
             self._last_drain_perf_ns = perf_ns
             self._drain(block_s=0.0)
         self._maybe_memory_stats(step, perf_ns)
-        if self._nvtx is not None and not capturing:
+        if self._gpu_auto and self._cuda and step >= self._gpu_next_check:
+            self._choose_gpu_every(step)
+        if self._nvtx is not None:
             self._nvtx_handle = self._nvtx.start(child_config.nvtx_range_name(step))
         self._step_perf_ns = perf_ns
         self._step_wall_ns = wall_ns
-        self._step_event = end_event
+        self._step_event = event if step % self._gpu_every == 0 else None
+
+    def _record_event(self):
+        """A timing CUDA event recorded on the current stream, or None while the stream is being captured
+        into a CUDA graph (recording a timing event there is an error). Its host cost is kept for k."""
+        torch = sys.modules["torch"]
+        started_ns = time.perf_counter_ns()
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        self._event_ns.append(time.perf_counter_ns() - started_ns)
+        return event
+
+    def _choose_gpu_every(self, step: int) -> None:
+        every = gpu_time_every(self._event_ns, self._host_ns, self._gpu_every)
+        self._gpu_next_check = step + (1 if every is None else GPU_TIME_CHECK_EVERY_STEPS)
+        if every is None or every == self._gpu_every:
+            return
+        event_ns, host_ns = _median(self._event_ns), _median(self._host_ns)
+        self._gpu_every = every
+        self._events.append({"kind": "run", "event": "gpu-time-every", "rank": self.rank, "from_step": step + 1,
+                             "every": self._gpu_every, "event_us": round(event_ns / 1e3, 3),
+                             "step_host_ms": round(host_ns / 1e6, 6), "budget_pct": GPU_TIME_BUDGET_PCT,
+                             "t_ns": time.time_ns()})
 
     def _first_boundary(self) -> bool:
         """Everything that waits for the first step: rank, framework, files, exit hooks."""
@@ -565,6 +606,31 @@ class Runtime:
                     if f is not None:
                         f.close()
                 self.disabled = True
+
+
+def gpu_time_every(event_ns, host_ns, current: int) -> int | None:
+    """Time one step in k on the GPU: the smallest k that keeps the events within GPU_TIME_BUDGET_PCT of a step.
+
+    ``event_ns``: host ns of recent event records; ``host_ns``: host ns of recent steps. A timed step among
+    untimed ones needs two events (its start and its end); with k = 1 one event ends a step and starts the
+    next. ``current`` is kept until the choice moves by a factor of 1.5, so k does not flap. None: too few
+    samples to choose yet."""
+    if not event_ns or len(host_ns) < GPU_TIME_MIN_STEPS:
+        return None
+    event, host = _median(event_ns), _median(host_ns)
+    budget = GPU_TIME_BUDGET_PCT / 100.0 * host
+    if event <= budget:
+        every = 1
+    else:
+        every = min(GPU_TIME_MAX_EVERY, max(2, math.ceil(2 * event / max(budget, 1.0))))
+    if every != 1 and current != 1 and current / 1.5 < every < current * 1.5:
+        return current
+    return every
+
+
+def _median(values) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
 
 
 def _framework_versions(torch, jax) -> dict:

@@ -17,6 +17,7 @@ ENV_TRACE_STEPS = "GPUDIAG_TRACE_STEPS"  # steps in the window; 0 = no trace
 ENV_SNAPSHOT_AT = "GPUDIAG_SNAPSHOT_AT"  # "window" (end of the trace window), a step number, or "exit"
 ENV_HISTORY_MAX_ENTRIES = "GPUDIAG_HISTORY_MAX_ENTRIES"  # allocator history ring size; 0 = off
 ENV_MEMORY_STATS_INTERVAL_MS = "GPUDIAG_MEMORY_STATS_INTERVAL_MS"  # at most one memory_stats record per interval
+ENV_GPU_TIME_EVERY = "GPUDIAG_GPU_TIME_EVERY"  # CUDA-event GPU time on every k-th step; 0 = auto
 ENV_SYNC_DEBUG = "GPUDIAG_SYNC_DEBUG"  # 1: capture synchronizing calls inside the trace window
 ENV_NVTX = "GPUDIAG_NVTX"  # 1: one NVTX start/end range per step (gpudiag.step_<N>)
 ENV_DISABLE = "GPUDIAG_DISABLE"  # 1: the bootstrap does nothing at all
@@ -38,6 +39,7 @@ class ChildConfig:
     snapshot_at: str = "window"
     history_max_entries: int = 100_000
     memory_stats_interval_ms: float = 500.0
+    gpu_time_every: int = 0  # 0: every step unless the events cost more than 0.5 % of a step (bootstrap_runtime)
     sync_debug: bool = True
     nvtx: bool = True
 
@@ -50,6 +52,7 @@ class ChildConfig:
             ENV_SNAPSHOT_AT: str(self.snapshot_at),
             ENV_HISTORY_MAX_ENTRIES: str(self.history_max_entries),
             ENV_MEMORY_STATS_INTERVAL_MS: str(self.memory_stats_interval_ms),
+            ENV_GPU_TIME_EVERY: str(self.gpu_time_every),
             ENV_SYNC_DEBUG: "1" if self.sync_debug else "0",
             ENV_NVTX: "1" if self.nvtx else "0",
         }
@@ -98,6 +101,7 @@ def from_env(environ=None) -> ChildConfig | None:
         snapshot_at=snapshot_at,
         history_max_entries=max(0, num(ENV_HISTORY_MAX_ENTRIES, defaults.history_max_entries, int)),
         memory_stats_interval_ms=max(0.0, num(ENV_MEMORY_STATS_INTERVAL_MS, defaults.memory_stats_interval_ms, float)),
+        gpu_time_every=max(0, num(ENV_GPU_TIME_EVERY, defaults.gpu_time_every, int)),
         sync_debug=env.get(ENV_SYNC_DEBUG, "1") != "0",
         nvtx=env.get(ENV_NVTX, "1") != "0",
     )

@@ -36,6 +36,7 @@ class ProfileOptions:
     snapshot_at: str = "window"
     history_max_entries: int = 100_000
     memory_stats_interval_ms: float = 500.0
+    gpu_time_every: int = 0
     sync_debug: bool = True
     nvtx: bool = True
     nvml: bool = True
@@ -48,10 +49,12 @@ class ProfileOptions:
     def child_config(self, run_dir: str) -> ChildConfig:
         if self.ncu is not None:  # under ncu: step marks only, no other profiler
             return ChildConfig(run_dir=run_dir, mode="ncu", trace_steps=0, snapshot_at="exit", history_max_entries=0,
-                               memory_stats_interval_ms=self.memory_stats_interval_ms, sync_debug=False, nvtx=True)
+                               memory_stats_interval_ms=self.memory_stats_interval_ms, gpu_time_every=self.gpu_time_every,
+                               sync_debug=False, nvtx=True)
         return ChildConfig(run_dir=run_dir, mode="light", trace_start=self.trace_start, trace_steps=self.trace_steps,
                            snapshot_at=self.snapshot_at, history_max_entries=self.history_max_entries,
-                           memory_stats_interval_ms=self.memory_stats_interval_ms, sync_debug=self.sync_debug,
+                           memory_stats_interval_ms=self.memory_stats_interval_ms, gpu_time_every=self.gpu_time_every,
+                           sync_debug=self.sync_debug,
                            nvtx=self.nvtx)
 
 

@@ -21,6 +21,11 @@ def render(result) -> str:
         share = f", {own_pct:.2f} % of the median host step time" if own_pct is not None else ""
         note += (f" gpudiag's own work at each step boundary took {own_us:,.1f} µs per step on average{share}; "
                  "it is part of the host times.")
+    every, timed = meta.get("gpu_time_every"), result.summary.get("step_gpu_timed_count")
+    if every is not None and every > 1:
+        note += (f" GPU time was measured on one step in {every} ({timed:,} of {result.summary.get('step_count', 0):,} "
+                 "measured steps): a CUDA event cost more than 0.5 % of a step here, so light mode timed a sample; "
+                 "`gpudiag profile --gpu-time-every 1` times every step.")
     if meta.get("chart_stride", 1) > 1:
         note += f" Every {meta['chart_stride']}th step is drawn, plus all warm-up and outlier steps."
     parts.append(f'<p class="muted">{note}</p>')
@@ -43,7 +48,8 @@ def _chart(result) -> str:
             fig.add_scatter(x=rows["step"], y=rows["host_ms"], mode="lines+markers", name=f"host ms{suffix}",
                             marker=dict(size=4))
         if rows["gpu_ms"].notna().any():
-            fig.add_scatter(x=rows["step"], y=rows["gpu_ms"], mode="lines+markers", name=f"GPU ms{suffix}",
+            timed = rows.dropna(subset=["gpu_ms"])  # only a sample of the steps when light mode sampled GPU time
+            fig.add_scatter(x=timed["step"], y=timed["gpu_ms"], mode="lines+markers", name=f"GPU ms{suffix}",
                             marker=dict(size=4))
         for flag, label, symbol in (("warmup", "warm-up", "circle-open"), ("outlier", "outlier", "x")):
             marked = rows[rows[flag]]

@@ -118,7 +118,7 @@ def _assert_torch_light_folder(run: Path, manifest: dict, steps: list[dict], syn
     for artifact in (f"events/rank{rank}.jsonl", f"memory/rank{rank}.stats.jsonl",
                      f"memory/rank{rank}.snapshot.json.gz", f"trace/rank{rank}.json.gz", "nvml.csv"):
         assert artifact in manifest["artifacts"], artifact
-    assert all(s["gpu_ms"] is not None and s["gpu_ms"] > 0 for s in steps[2:])
+    _assert_gpu_time_sampling(run, steps, rank)
     # gpudiag's own boundary work is recorded for every step, inside its host time. Its share is judged by
     # benchmarks/light_overhead_paired.py on long runs; in these short runs one-off costs weigh (H200,
     # 2026-12-03 14:05: a mean 195-205 µs per step, 8.5-9.8 % of a 2 ms step, and steps.own_overhead says so)
@@ -143,6 +143,30 @@ def _assert_torch_light_folder(run: Path, manifest: dict, steps: list[dict], syn
     assert all(s["dur_ns"] is None or s["dur_ns"] >= 0 for s in syncs)
 
 
+def _gpu_time_every_records(run: Path, rank: int = 0) -> list[dict]:
+    return [e for e in _events(run, rank) if e["kind"] == "run" and e.get("event") == "gpu-time-every"]
+
+
+def _assert_gpu_time_sampling(run: Path, steps: list[dict], rank: int = 0, every: int | None = None):
+    """Step t has a GPU time exactly when t % k == 0, k the latest gpu-time-every choice (1 before any;
+    ``every`` when fixed); the step at which k changed may go either way."""
+    choices = _gpu_time_every_records(run, rank)
+    if every is not None:
+        assert choices == [], choices
+    changed_at = {c["from_step"] - 1 for c in choices}
+    for s in steps:
+        if s["step"] < 2 or s["step"] in changed_at:
+            continue
+        k = every or next((c["every"] for c in reversed(choices) if c["from_step"] <= s["step"]), 1)
+        timed = s["gpu_ms"] is not None
+        assert timed == (s["step"] % k == 0), (s["step"], k, s["gpu_ms"], choices)
+        assert not timed or s["gpu_ms"] > 0, s
+    for c in choices:  # each choice keeps 2 events per k steps within the 0.5 % budget
+        assert c["budget_pct"] == 0.5 and c["every"] >= 2 and c["event_us"] > 0
+        assert 2 * c["event_us"] / c["every"] <= 0.005 * c["step_host_ms"] * 1000 or c["every"] == 256, c
+    assert sum(s["gpu_ms"] is not None for s in steps) >= len(steps) // max(c["every"] for c in choices + [{"every": 1}])
+
+
 def test_torch_light(tmp_path):
     run = tmp_path / "torch-light"
     r, wall = _profile(run, ["--trace-start", "10", "--trace-steps", "3"],
@@ -150,7 +174,8 @@ def test_torch_light(tmp_path):
     assert r.returncode == 0
     findings = _report(run)
     manifest, steps, syncs = _record("train_mlp", "light", r, run, wall, findings,
-                                     note=f"ops={sorted({s['op'] for s in _events(run) if s['kind'] == 'sync'})}")
+                                     note=f"ops={sorted({s['op'] for s in _events(run) if s['kind'] == 'sync'})} "
+                                          f"gpu-time-every={[c['every'] for c in _gpu_time_every_records(run)]}")
     _assert_torch_light_folder(run, manifest, steps, syncs)
     sync_findings = [f for f in findings["findings"] if f["id"] == "sync.host_sync"]
     assert sync_findings, [f["id"] for f in findings["findings"]]
@@ -164,14 +189,17 @@ def test_torch_light_torchrun_one_worker(tmp_path):
     if not os.path.exists(torchrun):
         pytest.skip("no torchrun")
     run = tmp_path / "torchrun-light"
-    r, wall = _profile(run, ["--trace-start", "10", "--trace-steps", "3"],
+    r, wall = _profile(run, ["--trace-start", "10", "--trace-steps", "3", "--gpu-time-every", "1"],
                        [torchrun, "--nproc-per-node", "1", str(EXAMPLES / "train_mlp.py"), "--steps", "40",
                         "--device", "cuda"])
     assert r.returncode == 0
     findings = _report(run)
-    manifest, steps, syncs = _record("train_mlp torchrun x1", "light", r, run, wall, findings)
+    manifest, steps, syncs = _record("train_mlp torchrun x1", "light", r, run, wall, findings,
+                                     note="--gpu-time-every 1")
     assert manifest["ranks"] == [0]
     _assert_torch_light_folder(run, manifest, steps, syncs)
+    _assert_gpu_time_sampling(run, steps, every=1)
+    assert all(s["gpu_ms"] is not None for s in steps[2:])
 
 
 def test_torch_no_optimizer_marker(tmp_path):

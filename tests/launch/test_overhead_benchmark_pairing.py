@@ -44,7 +44,7 @@ def test_a_steady_drift_with_no_cost_reads_as_no_cost():
     order = paired.block_order(4)
     medians = [(kind, 2.0 * (1.01 ** i)) for i, kind in enumerate(order)]
     rows = paired.summarize(medians)
-    for kind in ("light-api", "light-history", "light-steps", "control", "profiler"):
+    for kind in ("light-history", "light-steps", "light-every", "control", "profiler"):
         assert rows[kind]["pct"] == pytest.approx(0.0, abs=0.01), kind
     # light and after share one plain neighbour pair with a block between: half a block of drift each way
     assert rows["light"]["pct"] == pytest.approx(-0.5, abs=0.05)

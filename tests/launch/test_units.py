@@ -15,7 +15,8 @@ from parsers.manifest import read_manifest
 
 def test_child_config_round_trips_through_the_environment(tmp_path):
     config = child_config.ChildConfig(run_dir=str(tmp_path), trace_start=7, trace_steps=2, snapshot_at="12",
-                                      history_max_entries=5, memory_stats_interval_ms=0.5, sync_debug=False)
+                                      history_max_entries=5, memory_stats_interval_ms=0.5, gpu_time_every=4,
+                                      sync_debug=False)
     assert child_config.from_env(config.to_env()) == config
     assert config.trace_stop == 9 and config.snapshot_step == 12
     assert child_config.ChildConfig(run_dir="x", trace_start=10, trace_steps=3).snapshot_step == 12
@@ -24,6 +25,39 @@ def test_child_config_round_trips_through_the_environment(tmp_path):
     assert child_config.from_env({**config.to_env(), "GPUDIAG_DISABLE": "1"}) is None
     bad = child_config.from_env({**config.to_env(), "GPUDIAG_TRACE_START": "soon", "GPUDIAG_MODE": "odd"})
     assert bad.trace_start == 10 and bad.mode == "light"  # bad values fall back to defaults, never raise
+    assert child_config.from_env({**config.to_env(), "GPUDIAG_GPU_TIME_EVERY": "-3"}).gpu_time_every == 0
+
+
+US, MS = 1_000, 1_000_000
+
+
+@pytest.mark.parametrize("event_ns, step_ns, current, every", [
+    (5 * US, 2.2 * MS, 1, 1),      # 5 µs per event, 0.23 % of a 2.2 ms step: every step
+    (45 * US, 100 * MS, 1, 1),     # the H200's 45 µs against a 100 ms step: 0.045 %
+    (45 * US, 2.2 * MS, 1, 9),     # the H200's 45 µs against its MLP's 2.2 ms step: 2 events per 9 steps ≈ 0.45 %
+    (45 * US, 2.2 * MS, 8, 8),     # within a factor 1.5 of the current choice: kept
+    (45 * US, 2.2 * MS, 16, 9),    # outside it: changed
+    (45 * US, 1.1 * MS, 9, 17),
+    (45 * US, 10 * US, 1, 256),    # capped
+])
+def test_gpu_time_is_sampled_only_when_the_events_cost_more_than_the_budget(event_ns, step_ns, current, every):
+    from diagnose.launch import bootstrap_runtime
+
+    assert bootstrap_runtime.GPU_TIME_BUDGET_PCT == 0.5
+    chosen = bootstrap_runtime.gpu_time_every([event_ns] * 4, [step_ns] * 10, current)
+    assert chosen == every
+    if every > 1 and chosen != current:  # the events of one timed step in k stay within the budget
+        assert 2 * event_ns / every <= 0.005 * step_ns or every == bootstrap_runtime.GPU_TIME_MAX_EVERY
+
+
+def test_gpu_time_sampling_waits_for_enough_steps_and_reads_medians():
+    from diagnose.launch import bootstrap_runtime
+
+    assert bootstrap_runtime.gpu_time_every([], [2 * MS] * 10, 1) is None
+    assert bootstrap_runtime.gpu_time_every([45 * US], [2 * MS] * 5, 1) is None
+    # one slow step (a checkpoint) and one slow event do not move the median
+    steps = [2.2 * MS] * 9 + [900 * MS]
+    assert bootstrap_runtime.gpu_time_every([45 * US] * 5 + [9000 * US], steps, 1) == 9
 
 
 def test_rank_comes_from_the_launcher_env():
