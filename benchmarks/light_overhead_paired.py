@@ -20,6 +20,12 @@ of ``--block-steps`` steps, and every measured block sits between two plain bloc
                    choice of k (GPU time on one step in k when the events cost more than 0.5 % of a
                    step) saves. (``light-api``, light plus the in-process NVML thread, showed no cost in
                    three H200 calls and gave its place to this one; ``--kinds`` brings it back.)
+    light-late     ``light`` in a block of 3 x ``--window-block-steps`` steps, counting only the steps from
+                   ``LATE_FIRST_STEP`` on: light mode's steady state, long after the window.
+    gap            a plain block that stands still after step 8 for as long as the latest light block's
+                   window took to close (profiler export, snapshot), counted from the same step as
+                   ``light``: what a pause of the GPU alone costs the steps after it (the clocks drop
+                   while the GPU idles and take time to come back).
     control        a plain block under another name: the noise floor of this pairing (A/A).
     profiler       torch.profiler with Python stacks over the whole block, as the trace window runs it
                    (CUPTI detached at stop, so the next plain block is clean): torch.profiler's own cost.
@@ -56,16 +62,20 @@ TARGET_PCT = 3.0
 TRACE_START = 5
 TRACE_STEPS = 3
 # kinds measured against their plain neighbours, in group order; "light" is always followed by "after"
-KINDS = ("light", "light-history", "light-steps", "light-every", "control", "profiler")
+KINDS = ("light", "light-late", "gap", "light-history", "light-steps", "light-every", "control", "profiler")
 ALL_KINDS = KINDS + ("light-api",)
 LIGHT_OPTIONS = {
     "light": dict(trace_start=TRACE_START, trace_steps=TRACE_STEPS, nvml=False),
     "light-api": dict(trace_start=TRACE_START, trace_steps=TRACE_STEPS),
+    "light-late": dict(trace_start=TRACE_START, trace_steps=TRACE_STEPS, nvml=False),
     "light-history": dict(trace_steps=0, snapshot_at="exit", nvml=False),
     "light-steps": dict(trace_steps=0, history_max_entries=0, nvml=False),
     "light-every": dict(trace_steps=0, history_max_entries=0, nvml=False, gpu_time_every=1),
 }
-WINDOW_KINDS = ("light", "light-api")  # their first TRACE_START + TRACE_STEPS + 1 steps hold the window
+WINDOW_KINDS = ("light", "light-api", "light-late", "gap")  # their first TRACE_START + TRACE_STEPS + 1 steps hold
+# the window (or, for gap, the pause)
+LATE_FIRST_STEP = 150
+WINDOW_CLOSE_S: list[float] = []  # how long each light block's window took to close (its step 8's overhead_us)
 
 
 def make_step(device: str, width: int, depth: int, batch: int):
@@ -93,10 +103,12 @@ def make_step(device: str, width: int, depth: int, batch: int):
     return step
 
 
-def time_steps(step, n: int) -> list[float]:
+def time_steps(step, n: int, pause_at: int = -1, pause_s: float = 0.0) -> list[float]:
     times = []
     last = time.perf_counter()
-    for _ in range(n):
+    for i in range(n):
+        if i == pause_at:
+            time.sleep(pause_s)
         step()
         now = time.perf_counter()
         times.append((now - last) * 1000)
@@ -109,6 +121,10 @@ def run_block(kind: str, step, n: int, skip: int, work: Path, index: int) -> tup
     snapshot too), and for light kinds their step records' ``overhead_us`` and whether they have a GPU time."""
     if kind in ("plain", "after", "control"):
         return time_steps(step, n)[skip:], {}
+    first = skip + (TRACE_START + TRACE_STEPS + 1 if kind in WINDOW_KINDS else 0)
+    if kind == "gap":  # the pause sits in step 8 as the window's close does in light (inside its boundary)
+        pause_s = statistics.median(WINDOW_CLOSE_S) if WINDOW_CLOSE_S else 0.0
+        return time_steps(step, n, pause_at=TRACE_START + TRACE_STEPS + 1, pause_s=pause_s)[first:], {}
     if kind == "profiler":
         import torch
 
@@ -122,10 +138,15 @@ def run_block(kind: str, step, n: int, skip: int, work: Path, index: int) -> tup
             window.stop()
     import diagnose
 
-    first = skip + (TRACE_START + TRACE_STEPS + 1 if kind in WINDOW_KINDS else 0)
+    if kind == "light-late":
+        first = LATE_FIRST_STEP
     with diagnose.profile(out=work / f"block{index:03d}", quiet=True, **LIGHT_OPTIONS[kind]) as run:
         times = time_steps(step, n)
-    return times[first:], step_records(run.path, first)
+    records = step_records(run.path, first)
+    close_s = records.pop("window_close_s")
+    if kind in ("light", "light-api", "light-late") and close_s is not None:
+        WINDOW_CLOSE_S.append(close_s)
+    return times[first:], records
 
 
 def step_records(run_path: Path, first_step: int) -> dict[str, list]:
@@ -135,7 +156,9 @@ def step_records(run_path: Path, first_step: int) -> dict[str, list]:
 
     steps, _ = read_events(Path(run_path) / "events" / "rank0.jsonl")
     kept = steps[(steps["step"] >= first_step) & ~steps["instrumented"]]
-    return {"overhead_us": kept["overhead_us"].dropna().tolist(), "gpu_timed": kept["gpu_ms"].notna().tolist()}
+    close = steps.loc[steps["step"] == TRACE_START + TRACE_STEPS, "overhead_us"].dropna()
+    return {"overhead_us": kept["overhead_us"].dropna().tolist(), "gpu_timed": kept["gpu_ms"].notna().tolist(),
+            "window_close_s": float(close.iloc[0]) / 1e6 if len(close) else None}
 
 
 def group_order(group: int, kinds: tuple[str, ...] = KINDS) -> list[str]:
@@ -253,6 +276,7 @@ def main(argv=None) -> int:
 
         def run(kind: str) -> None:
             n = args.window_block_steps if kind in WINDOW_KINDS else args.block_steps
+            n = 3 * n if kind == "light-late" else n
             times, records = run_block(kind, step, n, args.skip, Path(work), len(medians))
             medians.append((kind, statistics.median(times)))
             own = records.get("overhead_us", [])

@@ -258,7 +258,7 @@ class Runtime:
 
     # ---- the boundary
     def boundary(self, source: str) -> None:
-        if self.disabled or os.getpid() != self.pid:
+        if self.disabled:  # a forked child is switched off by _disable_in_fork_child (os.register_at_fork)
             return
         if not self._lock.acquire(blocking=False):
             return  # re-entered from a signal handler in the middle of a boundary
@@ -433,26 +433,25 @@ class Runtime:
     # ---- per-step records
     def _drain(self, block_s: float) -> None:
         """Write the held step records whose GPU time is known (all of them after ``block_s`` at most), in one write."""
-        deadline = time.monotonic() + block_s
+        deadline = time.monotonic() + block_s if block_s else None
         lines = []
+        pending_steps, step_line, rank = self._pending, event_log.step_line, self.rank
         try:
-            while self._pending:
-                pending = self._pending[0]
+            while pending_steps:
+                pending = pending_steps[0]
                 gpu_ms = None
-                if pending.start_event is not None and pending.end_event is not None:
+                if pending.end_event is not None and pending.start_event is not None:
                     while not pending.end_event.query():
+                        if deadline is None:
+                            return  # not done yet: read it at a later boundary
                         if time.monotonic() >= deadline:
-                            if block_s == 0.0:
-                                return  # not done yet: read it at a later boundary
                             break  # at exit and still running: write the step without GPU time
                         time.sleep(0.005)
                     else:
-                        gpu_ms = pending.start_event.elapsed_time(pending.end_event)
-                self._pending.popleft()
-                lines.append(event_log.step_line(
-                    self.rank, pending.step, pending.t_start_ns, round(pending.host_ms, 6),
-                    None if gpu_ms is None else round(gpu_ms, 6), pending.source, pending.instrumented,
-                    round(pending.overhead_ns / 1e3, 3)))
+                        gpu_ms = round(pending.start_event.elapsed_time(pending.end_event), 6)
+                pending_steps.popleft()
+                lines.append(step_line(rank, pending.step, pending.t_start_ns, round(pending.host_ms, 6), gpu_ms,
+                                       pending.source, pending.instrumented, round(pending.overhead_ns / 1e3, 3)))
         finally:
             if lines:
                 self._events.append_lines(lines)

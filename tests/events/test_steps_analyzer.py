@@ -114,3 +114,22 @@ def test_chart_rows_are_bounded():
     result = steps.analyze(fake_profile(step_events={0: fake_steps([10.0] * n, [10.0] * n)}), TH)
     assert len(result.tables["steps"]) <= TH.steps.max_chart_steps + 3
     assert result.meta["chart_stride"] == 4
+
+
+def test_sampled_gpu_time_is_counted_drawn_and_said():
+    """Light mode times one step in 9 on the GPU when events are dear: the medians use those steps, the
+    chart keeps enough of them to draw the GPU line, and the report says one step in 9."""
+    n = 9_000
+    gpu = [1.0 if step % 9 == 0 else float("nan") for step in range(n)]
+    result = steps.analyze(fake_profile(step_events={0: fake_steps([3.0] * n, gpu)}), TH)
+    assert result.summary["step_gpu_timed_count"] == 1_000 - 1  # step 0 is a warm-up step
+    assert result.summary["step_gpu_time_median_ms"] == 1.0 and result.meta["gpu_time_every"] == 9
+    assert "steps.host_bound" in ids(result)
+    chart = result.tables["steps"]
+    assert chart["gpu_ms"].notna().sum() >= 500 and len(chart) <= 2 * TH.steps.max_chart_steps + 3
+    from reports.sections.steps import render
+
+    html = render(result)
+    assert "GPU time was measured on one step in 9 (999 of 8,997 measured steps)" in html
+    every = steps.analyze(fake_profile(step_events={0: fake_steps([3.0] * 20, [1.0] * 20)}), TH)
+    assert every.meta["gpu_time_every"] == 1 and "one step in" not in render(every)

@@ -118,3 +118,23 @@ def test_own_time_per_step_is_recorded_in_the_step_it_was_spent_in(tmp_path, mon
     assert result.summary["gpudiag_overhead_pct"] > 50 and finding.cost_share > 0.5
     high = Thresholds().with_overrides({"steps": {"own_overhead_pct": 100.0}})
     assert "steps.own_overhead" not in {f.id for f in steps_analyzer.analyze(load(run.path), high).findings}
+
+
+def test_a_forked_child_records_nothing(tmp_path):
+    """The boundary has no getpid() check (a syscall per step): os.register_at_fork switches the child off."""
+    import os
+
+    with diagnose.profile(out=tmp_path / "nb", trace_steps=0, nvml=False, quiet=True) as run:
+        for _ in range(5):
+            diagnose.step()
+        pid = os.fork()
+        if pid == 0:
+            code = 0 if bootstrap_runtime.active() is None or bootstrap_runtime.active().disabled else 3
+            for _ in range(5):
+                diagnose.step()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        for _ in range(5):
+            diagnose.step()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert [r["step"] for r in records(run.path) if r["kind"] == "step"] == list(range(9))

@@ -44,7 +44,7 @@ def test_a_steady_drift_with_no_cost_reads_as_no_cost():
     order = paired.block_order(4)
     medians = [(kind, 2.0 * (1.01 ** i)) for i, kind in enumerate(order)]
     rows = paired.summarize(medians)
-    for kind in ("light-history", "light-steps", "light-every", "control", "profiler"):
+    for kind in ("light-late", "gap", "light-history", "light-steps", "light-every", "control", "profiler"):
         assert rows[kind]["pct"] == pytest.approx(0.0, abs=0.01), kind
     # light and after share one plain neighbour pair with a block between: half a block of drift each way
     assert rows["light"]["pct"] == pytest.approx(-0.5, abs=0.05)
@@ -96,4 +96,13 @@ def test_a_short_cpu_run_writes_every_kind(tmp_path):
     data = json.loads(out.read_text())
     assert set(data["rows"]) == {"plain", "after", *paired.KINDS}
     assert all(data["rows"][k]["blocks"] == 2 for k in paired.KINDS)
+    assert data["rows"]["light-every"]["gpu_timed_pct"] == 0.0  # no CUDA here: no step has a GPU time
+    assert 0 < paired.WINDOW_CLOSE_S[0] < 60  # the light blocks' window close (export) was timed for "gap"
     assert data["verdict"] in ("PASS", "FAIL", "NO VERDICT")
+
+
+def test_kinds_can_be_chosen_and_light_api_brought_back():
+    order = paired.block_order(1, ("light", "light-api"))
+    assert order == ["plain", "light", "after", "plain", "light-api", "plain"]
+    with pytest.raises(SystemExit):
+        paired.main(["--kinds", "light,nonsense"])
