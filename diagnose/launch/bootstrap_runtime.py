@@ -57,8 +57,8 @@ _RUNTIME = None  # the active Runtime, if any
 # on the H200 host (2026-12-03, benchmarks/light_overhead_paired.py); a SIGKILL or a crash in native
 # code loses at most this much of the step log.
 STEP_RECORD_INTERVAL_NS = 100_000_000
-# GPU time costs a CUDA event record per timed step: 45 µs a call on the H200 host (2026-12-03), 2 % of
-# a 2.2 ms step. With --gpu-time-every 0 (auto, the default) the steps are timed on the GPU one in k,
+# GPU time costs a CUDA event record per timed step: 45-68 µs a call inside a training loop on the H200 host
+# (2026-12-03, tools/boundary_breakdown.py), 2-3 % of a 2.3 ms step. With --gpu-time-every 0 (auto, the default) the steps are timed on the GPU one in k,
 # k chosen so the events cost at most this share of a step's host time; every step when they cost less.
 GPU_TIME_BUDGET_PCT = 0.5
 GPU_TIME_FIRST_CHECK_STEP = 8  # the first choice of k, from the steps before (step 0 and window steps excluded)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# GPU call of 2026-12-03, session 4 (device tool, nvidia-h200). Usage: OUT=/dir bash tools/gpu_session4.sh
+# One device call (nvidia-h200) for light mode's overhead, as run on 2026-12-03. Usage: OUT=/dir bash tools/gpu_overhead_session.sh
+# (env PAIRED_S, PAIRED_MAX_S: the benchmark's time limits; TOTAL_S: the whole call's)
 #   1. benchmarks/light_overhead_paired.py: light mode vs plain vs torch.profiler in one process (issue 3)
-#   2. tools/boundary_breakdown.py: where the step boundary's own time goes
-#   3. tests/gpu with the time left (the code changed since it last ran on the GPU)
+#   2. tools/event_cost_probe.py and tools/boundary_breakdown.py: what an event record costs, where the
+#      boundary's own time goes
+#   3. tests/gpu with the time left
 # Every log goes straight to a file under $OUT (no pipes: a killed run must not leave a reader waiting).
 set -u
 OUT=${OUT:?set OUT}
@@ -19,6 +21,8 @@ timeout -k 10 ${PAIRED_S:-330} python3 benchmarks/light_overhead_paired.py --max
 echo "paired rc=$?"; cat $L/paired.log; tail -3 $L/paired_blocks.log
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader
 
+log "event cost probe"
+timeout -k 5 60 python3 tools/event_cost_probe.py > $L/probe.log 2>&1; echo "probe rc=$?"; cat $L/probe.log
 log "boundary breakdown"
 timeout -k 5 90 python3 tools/boundary_breakdown.py > $L/breakdown.log 2>&1; echo "breakdown rc=$?"; grep -v USDT $L/breakdown.log
 
