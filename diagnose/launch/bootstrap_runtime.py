@@ -75,17 +75,6 @@ def log(message: str) -> None:
         pass
 
 
-class _PendingStep:
-    __slots__ = ("step", "t_start_ns", "host_ms", "start_event", "end_event", "source", "instrumented",
-                 "overhead_ns")
-
-    def __init__(self, step, t_start_ns, host_ms, start_event, end_event, source, instrumented, overhead_ns):
-        self.step, self.t_start_ns, self.host_ms = step, t_start_ns, host_ms
-        self.start_event, self.end_event = start_event, end_event
-        self.source, self.instrumented = source, instrumented
-        self.overhead_ns = overhead_ns
-
-
 class Runtime:
     def __init__(self, config):
         self.config = config
@@ -112,7 +101,11 @@ class Runtime:
         self._gpu_next_check = GPU_TIME_FIRST_CHECK_STEP
         self._event_ns = collections.deque(maxlen=16)  # host ns of the latest CUDA event records
         self._host_ns = collections.deque(maxlen=32)  # host ns of the latest uninstrumented steps
+        # finished steps not yet written: (step, t_start_ns, host_ms, start_event, end_event, source, instrumented,
+        # overhead_ns), plain tuples (a class instance per step cost more on the H200 host)
         self._pending = collections.deque()
+        self._window_start = (config.trace_start if config.trace_steps > 0 and config.mode != "ncu" else None)
+        self._stats_interval_ns = config.memory_stats_interval_ms * 1e6
         self._last_drain_perf_ns = 0
         self._events = None
         self._stats = None
@@ -291,16 +284,18 @@ class Runtime:
             host_ns = perf_ns - self._step_perf_ns
             if finished > 0 and not self._step_instrumented:
                 self._host_ns.append(host_ns)
-            self._pending.append(_PendingStep(finished, self._step_wall_ns, host_ns / 1e6, self._step_event,
-                                              event if self._step_event is not None else None, self._step_source,
-                                              self._step_instrumented, self._step_overhead_ns))
-            heavy = self._after_step(finished)
+            self._pending.append((finished, self._step_wall_ns, host_ns / 1e6, self._step_event,
+                                  event if self._step_event is not None else None, self._step_source,
+                                  self._step_instrumented, self._step_overhead_ns))
+            # only the window's close and the snapshot are heavy; most steps have neither left to do
+            heavy = (self._window is not None or (self._history_on and not self._snapshot_written)) and \
+                self._after_step(finished)
         else:
             heavy = False
         self.current_step = step
         self._step_source = source
         self._step_instrumented = heavy  # the window's export or the snapshot ran at the start of this step
-        if step == self.config.trace_start and self.config.trace_steps > 0 and self.config.mode != "ncu":
+        if step == self._window_start:
             self._open_window(step)
         if self._window is not None:
             self._window_steps.append((step, wall_ns))
@@ -438,20 +433,20 @@ class Runtime:
         pending_steps, step_line, rank = self._pending, event_log.step_line, self.rank
         try:
             while pending_steps:
-                pending = pending_steps[0]
+                step, t_start_ns, host_ms, start_event, end_event, source, instrumented, overhead_ns = pending_steps[0]
                 gpu_ms = None
-                if pending.end_event is not None and pending.start_event is not None:
-                    while not pending.end_event.query():
+                if end_event is not None and start_event is not None:
+                    while not end_event.query():
                         if deadline is None:
                             return  # not done yet: read it at a later boundary
                         if time.monotonic() >= deadline:
                             break  # at exit and still running: write the step without GPU time
                         time.sleep(0.005)
                     else:
-                        gpu_ms = round(pending.start_event.elapsed_time(pending.end_event), 6)
+                        gpu_ms = round(start_event.elapsed_time(end_event), 6)
                 pending_steps.popleft()
-                lines.append(step_line(rank, pending.step, pending.t_start_ns, round(pending.host_ms, 6), gpu_ms,
-                                       pending.source, pending.instrumented, round(pending.overhead_ns / 1e3, 3)))
+                lines.append(step_line(rank, step, t_start_ns, round(host_ms, 6), gpu_ms, source, instrumented,
+                                       round(overhead_ns / 1e3, 3)))
         finally:
             if lines:
                 self._events.append_lines(lines)
@@ -460,8 +455,7 @@ class Runtime:
     def _maybe_memory_stats(self, step: int, perf_ns: int) -> None:
         if self._stats is None:
             return
-        interval_ns = self.config.memory_stats_interval_ms * 1e6
-        if self._last_stats_perf_ns is not None and perf_ns - self._last_stats_perf_ns < interval_ns:
+        if self._last_stats_perf_ns is not None and perf_ns - self._last_stats_perf_ns < self._stats_interval_ns:
             return
         self._last_stats_perf_ns = perf_ns
         memory = _load("memory_capture")
