@@ -22,10 +22,13 @@ Result per arm against plain: median of all its steps / median of all plain step
 "median step"), and the same with means; bootstrap 95 % intervals that resample whole rounds. Verdict:
 PASS when light's median interval tops out at or below the 3 % target, FAIL when its bottom is above.
 
-Biases, all toward a higher cost for light: the step log is written every 100 ms and memory_stats read
-every 500 ms of wall time, so with light on a third of the time each light step carries about three
-times its share; and the step that spans a plain run enters the choice of k as one long step. The
-window's after-effects are not in this measure: light_overhead_paired.py's ``after`` and
+Light is on a third of the time, so the two intervals light mode keeps by the clock (the step log is
+written every 100 ms, memory_stats read every 500 ms) are tripled here: each light step then carries the
+share of those writes and reads it has when light is on all the time. Without that, the first H200 run
+(2026-12-03 17:32) put a log write on most first steps after switching on (+100 µs at that position
+against +57 µs at the others). The shift by position in a run is printed to show such effects. One bias
+is left, toward a higher cost: the step that spans a plain run enters the choice of k as one long step.
+The window's after-effects are not in this measure: light_overhead_paired.py's ``after`` and
 ``light-late`` kinds measure those (plain blocks right after light read -0.7 .. -1.2 %, H200).
 
     PYTHONPATH=$PWD python3 benchmarks/light_overhead_interleaved.py            # on the GPU machine
@@ -48,6 +51,7 @@ sys.path[:0] = [p for p in (str(REPO), str(REPO / "benchmarks")) if p not in sys
 from light_overhead_paired import TARGET_PCT, make_step, time_steps  # noqa: E402
 
 ARMS = ("light", "plain", "plain-b")
+LIGHT_SHARE = 1 / len(ARMS)  # of the wall time: the clock-kept intervals are divided by it
 
 
 class StepHook:
@@ -75,7 +79,7 @@ def run_rounds(step, hook: StepHook, run_steps: int, seconds: float, max_rounds:
     rng = random.Random(seed)
     rounds = []
     t0 = time.monotonic()
-    while len(rounds) < max_rounds and (not rounds or time.monotonic() - t0 < seconds):
+    while len(rounds) < max_rounds and (not rounds or not seconds or time.monotonic() - t0 < seconds):
         order = list(ARMS)
         rng.shuffle(order)
         times = {}
@@ -110,6 +114,10 @@ def summarize(times: np.ndarray, resamples: int = 2000) -> dict[str, dict]:
                 low, high = round_bootstrap(times, i, stat, resamples)
                 row[f"{name}_pct"] = 100 * (pooled_ratio(times, i, stat) - 1)
                 row[f"{name}_ci_low_pct"], row[f"{name}_ci_high_pct"] = 100 * (low - 1), 100 * (high - 1)
+        if arm != "plain":
+            row["shift_by_position_us"] = [
+                1000 * float(np.median(times[:, i, p]) - np.median(times[:, ARMS.index("plain"), p]))
+                for p in range(times.shape[2])]
         rows[arm] = row
     return rows
 
@@ -153,13 +161,17 @@ def main(argv=None) -> int:
     p.add_argument("--warmup-steps", type=int, default=500)
     p.add_argument("--first-steps", type=int, default=40, help="light steps before the measure (window, snapshot)")
     p.add_argument("--run-steps", type=int, default=4, help="steps per run of one arm")
-    p.add_argument("--seconds", type=float, default=120, help="start no new round after this long")
+    p.add_argument("--seconds", type=float, default=120, help="start no new round after this long; 0: only --max-rounds")
     p.add_argument("--max-rounds", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write the step times and the table here")
     args = p.parse_args(argv)
-    if args.run_steps < 2 or args.first_steps < 10:
-        raise SystemExit("--run-steps must be at least 2 and --first-steps at least 10 (window and snapshot)")
+    from diagnose.launch.light import ProfileOptions
+
+    window_done = ProfileOptions.trace_start + ProfileOptions.trace_steps + 1  # the first step after the snapshot
+    if args.run_steps < 2 or args.first_steps <= window_done:
+        raise SystemExit(f"--run-steps must be at least 2 and --first-steps above {window_done} "
+                         "(the default window and the snapshot come first)")
     import torch
 
     import diagnose
@@ -168,12 +180,18 @@ def main(argv=None) -> int:
     step = make_step(args.device, args.width, args.depth, args.batch)
     time_steps(step, args.warmup_steps)
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="gpudiag-interleaved-") as work:
-        with diagnose.profile(out=Path(work) / "run", quiet=True, nvml=False) as run:
-            time_steps(step, args.first_steps)
-            hook = StepHook(bootstrap_runtime.active())
-            times = run_rounds(step, hook, args.run_steps, args.seconds, args.max_rounds, args.seed)
-        own = own_time(run.path, args.first_steps)
+    record_interval_ns = bootstrap_runtime.STEP_RECORD_INTERVAL_NS
+    bootstrap_runtime.STEP_RECORD_INTERVAL_NS = round(record_interval_ns / LIGHT_SHARE)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpudiag-interleaved-") as work:
+            with diagnose.profile(out=Path(work) / "run", quiet=True, nvml=False,
+                                  memory_stats_interval_ms=ProfileOptions.memory_stats_interval_ms / LIGHT_SHARE) as run:
+                time_steps(step, args.first_steps)
+                hook = StepHook(bootstrap_runtime.active())
+                times = run_rounds(step, hook, args.run_steps, args.seconds, args.max_rounds, args.seed)
+            own = own_time(run.path, args.first_steps)
+    finally:
+        bootstrap_runtime.STEP_RECORD_INTERVAL_NS = record_interval_ns
     elapsed_s = time.monotonic() - t0
     rows = summarize(times)
     outcome, text = verdict(rows, own)
@@ -192,6 +210,9 @@ def main(argv=None) -> int:
                      f"{row['median_ci_high_pct']:+.2f}% {row['mean_pct']:>+13.2f}% "
                      f"{row['mean_ci_low_pct']:>+8.2f}% .. {row['mean_ci_high_pct']:+.2f}%")
         print(line)
+    print("median shift by position in a run (µs, against plain at the same position): "
+          + "; ".join(f"{arm} " + " ".join(f"{v:+.0f}" for v in rows[arm]["shift_by_position_us"])
+                      for arm in ARMS if arm != "plain"))
     own_line = (f"light steps: {own['records']} step records for {light_steps} light steps timed; own "
                 f"{own['own_us']:.1f} µs/step mean, {own['own_median_us']:.1f} median; "
                 f"GPU-timed {own['gpu_timed_pct']:.1f}%" if own["own_us"] is not None else "no step records")

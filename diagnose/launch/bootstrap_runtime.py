@@ -385,13 +385,25 @@ class Runtime:
         if self._history_on:
             self._expect(self._path("snapshot"))
         if self.config.nvtx and gpu:
-            self._nvtx = _load("nvtx_ranges").open_backend(allow_torch_import=self.config.mode == "ncu")
-            if self._nvtx is None and self.config.mode == "ncu":
+            self._start_nvtx()
+        _load("exit_hooks").install(lambda: self.flush("exit"))
+        return True
+
+    def _start_nvtx(self) -> None:
+        """Open an NVTX backend when a tool can receive the ranges (always under ncu), and say which way it went."""
+        nvtx_ranges = _load("nvtx_ranges")
+        ncu = self.config.mode == "ncu"
+        listening = ncu or self.config.nvtx_always or nvtx_ranges.tool_may_listen()
+        if listening:
+            self._nvtx = nvtx_ranges.open_backend(allow_torch_import=ncu)
+            if self._nvtx is None and ncu:
                 self.log_once("no-nvtx", "no NVTX library found (torch CUDA, the nvtx package or libnvToolsExt); "
                                          "steps carry no NVTX ranges, so ncu's step window cannot match: "
                                          "use --launch-skip/--launch-count")
-        _load("exit_hooks").install(lambda: self.flush("exit"))
-        return True
+        why = ("no NVTX tool in the environment (" + ", ".join(nvtx_ranges.TOOL_ENV) + " unset)" if not listening
+               else "no NVTX library found" if self._nvtx is None else None)
+        self._events.append({"kind": "run", "event": "nvtx", "rank": self.rank, "ranges": self._nvtx is not None,
+                             "backend": getattr(self._nvtx, "name", None), "why_not": why, "t_ns": time.time_ns()})
 
     @staticmethod
     def _jax_on_gpu(jax) -> bool:
@@ -443,10 +455,9 @@ class Runtime:
                             break  # at exit and still running: write the step without GPU time
                         time.sleep(0.005)
                     else:
-                        gpu_ms = round(start_event.elapsed_time(end_event), 6)
+                        gpu_ms = start_event.elapsed_time(end_event)
                 pending_steps.popleft()
-                lines.append(step_line(rank, step, t_start_ns, round(host_ms, 6), gpu_ms, source, instrumented,
-                                       round(overhead_ns / 1e3, 3)))
+                lines.append(step_line(rank, step, t_start_ns, host_ms, gpu_ms, source, instrumented, overhead_ns / 1e3))
         finally:
             if lines:
                 self._events.append_lines(lines)

@@ -19,7 +19,8 @@ ENV_HISTORY_MAX_ENTRIES = "GPUDIAG_HISTORY_MAX_ENTRIES"  # allocator history rin
 ENV_MEMORY_STATS_INTERVAL_MS = "GPUDIAG_MEMORY_STATS_INTERVAL_MS"  # at most one memory_stats record per interval
 ENV_GPU_TIME_EVERY = "GPUDIAG_GPU_TIME_EVERY"  # CUDA-event GPU time on every k-th step; 0 = auto
 ENV_SYNC_DEBUG = "GPUDIAG_SYNC_DEBUG"  # 1: capture synchronizing calls inside the trace window
-ENV_NVTX = "GPUDIAG_NVTX"  # 1: one NVTX start/end range per step (gpudiag.step_<N>)
+ENV_NVTX = "GPUDIAG_NVTX"  # 1: NVTX ranges per step (gpudiag.step_<N>) when an NVTX tool can receive them;
+# always: whether or not one seems to be there; 0: none
 ENV_DISABLE = "GPUDIAG_DISABLE"  # 1: the bootstrap does nothing at all
 
 MODES = ("light", "ncu", "in-process")
@@ -42,6 +43,7 @@ class ChildConfig:
     gpu_time_every: int = 0  # 0: every step unless the events cost more than 0.5 % of a step (bootstrap_runtime)
     sync_debug: bool = True
     nvtx: bool = True
+    nvtx_always: bool = False  # ranges even when no NVTX tool is in the environment (ncu mode needs no this)
 
     def to_env(self) -> dict[str, str]:
         return {
@@ -54,7 +56,7 @@ class ChildConfig:
             ENV_MEMORY_STATS_INTERVAL_MS: str(self.memory_stats_interval_ms),
             ENV_GPU_TIME_EVERY: str(self.gpu_time_every),
             ENV_SYNC_DEBUG: "1" if self.sync_debug else "0",
-            ENV_NVTX: "1" if self.nvtx else "0",
+            ENV_NVTX: ("always" if self.nvtx_always else "1") if self.nvtx else "0",
         }
 
     def as_dict(self) -> dict:
@@ -104,6 +106,7 @@ def from_env(environ=None) -> ChildConfig | None:
         gpu_time_every=max(0, num(ENV_GPU_TIME_EVERY, defaults.gpu_time_every, int)),
         sync_debug=env.get(ENV_SYNC_DEBUG, "1") != "0",
         nvtx=env.get(ENV_NVTX, "1") != "0",
+        nvtx_always=env.get(ENV_NVTX) == "always",
     )
 
 

@@ -90,12 +90,6 @@ class LineAppender:
                 self._fd = None
 
 
-def _json_float(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "null"
-    return repr(float(value))  # what json.dumps writes for a float
-
-
 _STEP_SOURCES = ("optimizer", "marker")
 
 
@@ -108,19 +102,27 @@ def encode_line(record: dict) -> bytes:
     return (text + "\n").encode("utf-8")
 
 
+_STEP_FORMAT = ('{"kind":"step","rank":%d,"step":%d,"t_start_ns":%d,"host_ms":%.6f,"gpu_ms":%s,"source":"%s",'
+                '"instrumented":%s,"overhead_us":%.3f}\n')
+
+
 def step_line(rank: int, step: int, t_start_ns: int, host_ms: float, gpu_ms: float | None, source: str,
               instrumented: bool, overhead_us: float) -> bytes:
-    """A step record as one JSON line, formatted directly: the same bytes as ``encode_line`` gives for
-    the same dict, at a fraction of the cost (this runs at every training step; the JSON encoder was
-    8.5 of the boundary's 29 µs in a training loop on the dev CPU)."""
-    if source not in _STEP_SOURCES:  # a string that may need escaping
-        return encode_line({"kind": "step", "rank": rank, "step": step, "t_start_ns": t_start_ns, "host_ms": host_ms,
-                            "gpu_ms": gpu_ms, "source": source, "instrumented": instrumented,
-                            "overhead_us": overhead_us})
-    return (f'{{"kind":"step","rank":{int(rank)},"step":{int(step)},"t_start_ns":{int(t_start_ns)},'
-            f'"host_ms":{_json_float(host_ms)},"gpu_ms":{_json_float(gpu_ms)},"source":"{source}",'
-            f'"instrumented":{"true" if instrumented else "false"},"overhead_us":{_json_float(overhead_us)}}}\n'
-            ).encode()
+    """A step record as one JSON line: ms to 6 decimals (the ns), µs to 3. One %-format instead of the JSON
+    encoder, because this runs for every training step: on the H200 host writing ~40 step records took
+    440 µs with the encoder-equivalent formatting (2026-12-03), about 10 µs a step."""
+    if (source in _STEP_SOURCES and math.isfinite(host_ms) and math.isfinite(overhead_us)
+            and (gpu_ms is None or math.isfinite(gpu_ms))):
+        return (_STEP_FORMAT % (rank, step, t_start_ns, host_ms, "null" if gpu_ms is None else "%.6f" % gpu_ms,
+                                source, "true" if instrumented else "false", overhead_us)).encode()
+    # an unknown source (a string that may need escaping) or a value JSON cannot hold: the encoder
+    return encode_line({"kind": "step", "rank": rank, "step": step, "t_start_ns": t_start_ns,
+                        "host_ms": _rounded(host_ms, 6), "gpu_ms": _rounded(gpu_ms, 6), "source": source,
+                        "instrumented": instrumented, "overhead_us": _rounded(overhead_us, 3)})
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return round(value, digits) if value is not None and math.isfinite(value) else value
 
 
 class JsonlAppender(LineAppender):

@@ -38,7 +38,7 @@ class ProfileOptions:
     memory_stats_interval_ms: float = 500.0
     gpu_time_every: int = 0
     sync_debug: bool = True
-    nvtx: bool = True
+    nvtx: bool | str = True  # True: ranges when an NVTX tool is in the environment; "always"; False
     nvml: bool = True
     nvml_hz: float = DEFAULT_HZ
     ncu: ncu_mode.NcuOptions | None = None
@@ -55,7 +55,7 @@ class ProfileOptions:
                            snapshot_at=self.snapshot_at, history_max_entries=self.history_max_entries,
                            memory_stats_interval_ms=self.memory_stats_interval_ms, gpu_time_every=self.gpu_time_every,
                            sync_debug=self.sync_debug,
-                           nvtx=self.nvtx)
+                           nvtx=bool(self.nvtx), nvtx_always=self.nvtx == "always")
 
 
 @dataclass

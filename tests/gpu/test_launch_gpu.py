@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.launch import nvtx_ranges
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 NCU_LIMIT_S = 120
@@ -119,6 +121,7 @@ def _assert_torch_light_folder(run: Path, manifest: dict, steps: list[dict], syn
                      f"memory/rank{rank}.snapshot.json.gz", f"trace/rank{rank}.json.gz", "nvml.csv"):
         assert artifact in manifest["artifacts"], artifact
     _assert_gpu_time_sampling(run, steps, rank)
+    _assert_nvtx(run, rank, expected=nvtx_ranges.tool_may_listen())  # no NVTX tool listens: no ranges pushed
     # gpudiag's own boundary work is recorded for every step, inside its host time. Its share is judged by
     # benchmarks/light_overhead_paired.py on long runs; in these short runs one-off costs weigh (H200,
     # 2026-12-03 14:05: a mean 195-205 µs per step, 8.5-9.8 % of a 2 ms step, and steps.own_overhead says so)
@@ -141,6 +144,14 @@ def _assert_torch_light_folder(run: Path, manifest: dict, steps: list[dict], syn
     assert (str(script), _sync_line(script)) in lines
     assert all(f.startswith(str(EXAMPLES)) for f, _ in lines)
     assert all(s["dur_ns"] is None or s["dur_ns"] >= 0 for s in syncs)
+
+
+def _assert_nvtx(run: Path, rank: int, expected: bool):
+    """The run says whether the steps carry NVTX ranges: pushed under ncu (the window) or with a tool in the
+    environment, not otherwise (the library would drop them)."""
+    records = [e for e in _events(run, rank) if e["kind"] == "run" and e.get("event") == "nvtx"]
+    assert len(records) == 1 and records[0]["ranges"] is expected, records
+    assert (records[0]["backend"] is not None) is expected and (records[0]["why_not"] is None) is expected
 
 
 def _gpu_time_every_records(run: Path, rank: int = 0) -> list[dict]:
@@ -243,6 +254,7 @@ def _ncu_run(tmp_path, name, command):
     raw = (run / "ncu" / "raw.csv").read_text()
     assert raw.count("\n") >= 3 and "gpu__time_duration.sum" in raw
     assert "kernel launches" in text and "report" in text
+    _assert_nvtx(run, 0, expected=True)
     findings = _report(run)
     assert findings["findings"]
     return run, text

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import warnings
 
@@ -100,19 +101,28 @@ def test_jsonl_appender_writes_whole_lines_and_refuses_a_second_writer(tmp_path)
 
 @pytest.mark.parametrize("host_ms, gpu_ms, source, instrumented, overhead_us", [
     (1.764512, 1.760001, "optimizer", False, 21.437),
+    (1.7645124999, 1.7600006, "optimizer", False, 21.4374999),  # rounded to the ns and the ns/1000
     (0.000001, None, "marker", True, 0.0),
     (12345.678901, 1e-06, "optimizer", False, 1234567.891),
+    (2.0, 3.0, "marker", False, 7.0),
     (3.5, float("nan"), "marker", False, float("inf")),  # not finite: null, as append writes it
     (2.0, 1.0, 'odd "source"\n', False, 5.0),  # not one of the two sources: through the encoder
 ])
-def test_step_line_writes_the_bytes_the_json_encoder_would(host_ms, gpu_ms, source, instrumented, overhead_us):
-    from diagnose.launch.event_log import _ENCODER, _clean, step_line
+def test_step_line_is_the_record_rounded_to_ns(host_ms, gpu_ms, source, instrumented, overhead_us):
+    """One JSON line that parses to the step record with ms to 6 decimals and µs to 3 (what the run folder's
+    contract says), whichever way it was formatted."""
+    from diagnose.launch.event_log import _clean, step_line
 
-    record = {"kind": "step", "rank": 3, "step": 12345, "t_start_ns": 1796239003581976984, "host_ms": host_ms,
-              "gpu_ms": gpu_ms, "source": source, "instrumented": instrumented, "overhead_us": overhead_us}
+    def rounded(value, digits):
+        return round(value, digits) if value is not None and math.isfinite(value) else value
+
+    record = {"kind": "step", "rank": 3, "step": 12345, "t_start_ns": 1796239003581976984,
+              "host_ms": rounded(host_ms, 6), "gpu_ms": rounded(gpu_ms, 6), "source": source,
+              "instrumented": instrumented, "overhead_us": rounded(overhead_us, 3)}
     line = step_line(3, 12345, 1796239003581976984, host_ms, gpu_ms, source, instrumented, overhead_us)
-    assert line == (_ENCODER.encode(_clean(record)) + "\n").encode()
+    assert line.endswith(b"}\n") and line.count(b"\n") == 1
     assert json.loads(line) == _clean(record)
+    assert list(json.loads(line)) == list(record)  # the fields in the contract's order
 
 
 def test_expected_artifacts_cover_every_rank_of_the_world():

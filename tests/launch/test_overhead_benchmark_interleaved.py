@@ -1,0 +1,75 @@
+"""benchmarks/light_overhead_interleaved.py: the pooled ratios, their intervals, the verdict, and one short
+CPU run that checks the hook switch really stops and restarts light mode's step boundaries.
+
+Hand-made step times for the statistics (no timing here: the benchmark itself runs on the GPU machine).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from tests.paths import REPO
+
+spec = importlib.util.spec_from_file_location("light_overhead_interleaved",
+                                              REPO / "benchmarks" / "light_overhead_interleaved.py")
+interleaved = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(interleaved)
+
+
+def _times(light_factor: float, rounds: int = 300, run_steps: int = 4, drift: float = 0.0, noise: float = 0.05,
+           seed: int = 1) -> np.ndarray:
+    """(rounds, arms, steps) step times around 2 ms: light scaled by light_factor, a slow drift over the
+    rounds shared by all arms (what interleaving cancels) and per-step noise."""
+    rng = np.random.default_rng(seed)
+    base = 2.0 * (1 + drift * np.sin(np.linspace(0, 6, rounds)))[:, None, None]
+    times = base * (1 + noise * rng.standard_normal((rounds, 3, run_steps)))
+    times[:, interleaved.ARMS.index("light"), :] *= light_factor
+    return times
+
+
+def test_a_drift_shared_by_all_arms_cancels_and_the_cost_is_found():
+    rows = interleaved.summarize(_times(1.02, drift=0.15), resamples=400)
+    light, control = rows["light"], rows["plain-b"]
+    assert light["median_pct"] == pytest.approx(2.0, abs=0.6) and light["mean_pct"] == pytest.approx(2.0, abs=0.6)
+    assert light["median_ci_low_pct"] < light["median_pct"] < light["median_ci_high_pct"]
+    assert control["median_ci_low_pct"] < 0 < control["median_ci_high_pct"]
+    assert len(light["shift_by_position_us"]) == 4 and "median_pct" not in rows["plain"]
+
+
+def test_verdict_passes_below_the_target_fails_above_it_and_abstains_across_it():
+    assert interleaved.verdict(interleaved.summarize(_times(1.01, noise=0.01), resamples=300))[0] == "PASS"
+    outcome, text = interleaved.verdict(interleaved.summarize(_times(1.06, noise=0.01), resamples=300))
+    assert outcome == "FAIL" and "+6.0" in text
+    outcome, text = interleaved.verdict(interleaved.summarize(_times(1.03, rounds=20, noise=0.2), resamples=300))
+    assert outcome == "NO VERDICT" and "straddles" in text
+
+
+def test_the_round_bootstrap_is_repeatable_and_brackets_the_ratio():
+    times = _times(1.02)
+    low, high = interleaved.round_bootstrap(times, 0, np.median, resamples=300)
+    assert low < interleaved.pooled_ratio(times, 0, np.median) < high
+    assert interleaved.round_bootstrap(times, 0, np.median, resamples=300) == (low, high)
+
+
+def test_a_short_cpu_run_switches_light_mode_on_and_off(tmp_path):
+    pytest.importorskip("torch")
+    from diagnose.launch import bootstrap_runtime
+
+    interval = bootstrap_runtime.STEP_RECORD_INTERVAL_NS
+    out = tmp_path / "interleaved.json"
+    interleaved.main(["--device", "cpu", "--width", "32", "--depth", "2", "--batch", "4", "--warmup-steps", "5",
+                      "--first-steps", "16", "--run-steps", "3", "--seconds", "0", "--max-rounds", "6",
+                      "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert np.asarray(data["times_ms"]).shape == (6, 3, 3)
+    light_steps = data["rows"]["light"]["steps"]
+    assert light_steps == 18 and data["rows"]["plain"]["steps"] == 18
+    # one step record per light step (the last light step is still open at the end, the first step after
+    # the warm-up closes the last warm-up step): the boundaries ran in light runs only
+    assert data["own"]["records"] in (light_steps - 1, light_steps)
+    assert data["verdict"] in ("PASS", "FAIL", "NO VERDICT")
+    assert bootstrap_runtime.STEP_RECORD_INTERVAL_NS == interval  # the tripled interval was put back
+    assert bootstrap_runtime.active() is None
