@@ -5,8 +5,9 @@ steps defines the step) or from ``diagnose.step()``; once a marker is seen it al
 defines steps. Step N is the work between boundary N and boundary N+1. Per step: host
 time, CUDA-event GPU time (read lazily with ``event.query()``, never a sync; on every
 k-th step only when an event costs more than GPU_TIME_BUDGET_PCT of a step), an NVTX
-range (when an NVTX tool can receive it, always under ncu), and now and then allocator stats. A short profiler window, the allocator history
-and sync capture are the only heavier parts, at the window's edges.
+range (when an NVTX tool can receive it; always under ncu), and now and then allocator
+stats. A short profiler window, the allocator history and sync capture are the only
+heavier parts, at the window's edges.
 
 Rules kept here: standard library only until the user imports torch or jax; nothing
 touches CUDA before the user does (torch's lazy-init queue); no RNG, no extra syncs; any

@@ -43,7 +43,7 @@ class ChildConfig:
     gpu_time_every: int = 0  # 0: every step unless the events cost more than 0.5 % of a step (bootstrap_runtime)
     sync_debug: bool = True
     nvtx: bool = True
-    nvtx_always: bool = False  # ranges even when no NVTX tool is in the environment (ncu mode needs no this)
+    nvtx_always: bool = False  # ranges even when no NVTX tool is in the environment (ncu mode pushes them anyway)
 
     def to_env(self) -> dict[str, str]:
         return {

@@ -46,6 +46,10 @@ class ProfileOptions:
     quiet: bool = False
     extra_env: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        if self.nvtx not in (True, False, "always"):
+            raise TypeError(f"nvtx must be True, False or 'always', not {self.nvtx!r}")
+
     def child_config(self, run_dir: str) -> ChildConfig:
         if self.ncu is not None:  # under ncu: step marks only, no other profiler
             return ChildConfig(run_dir=run_dir, mode="ncu", trace_steps=0, snapshot_at="exit", history_max_entries=0,

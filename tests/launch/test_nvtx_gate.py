@@ -74,3 +74,13 @@ def test_profile_options_take_always(tmp_path):
     assert ProfileOptions(nvtx="always").child_config(str(tmp_path)).nvtx_always is True
     assert ProfileOptions().child_config(str(tmp_path)).nvtx_always is False
     assert ProfileOptions(nvtx=False).child_config(str(tmp_path)).nvtx is False
+    with pytest.raises(TypeError, match="nvtx must be"):
+        ProfileOptions(nvtx="off")  # a truthy string that would have meant the opposite
+
+
+def test_the_api_refuses_an_unknown_nvtx_value_as_bad_input():
+    import diagnose
+    from parsers.errors import InputError
+
+    with pytest.raises(InputError, match="nvtx must be"):
+        diagnose.profile(nvtx="sometimes")
