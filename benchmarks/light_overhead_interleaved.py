@@ -37,8 +37,10 @@ The window's after-effects are not in this measure: light_overhead_paired.py's `
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -48,7 +50,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [p for p in (str(REPO), str(REPO / "benchmarks")) if p not in sys.path]
-from light_overhead_paired import TARGET_PCT, make_step, time_steps  # noqa: E402
+from light_overhead_paired import TARGET_PCT, device_info, make_step, step_records, time_steps  # noqa: E402
 
 ARMS = ("light", "plain", "plain-b")
 LIGHT_SHARE = 1 / len(ARMS)  # of the wall time: the clock-kept intervals are divided by it
@@ -142,14 +144,26 @@ def verdict(rows: dict[str, dict], own: dict | None = None) -> tuple[str, str]:
 def own_time(run_path: Path, first_step: int) -> dict:
     """gpudiag's own µs per light step (``overhead_us``), the share of them GPU-timed, and how many records
     the measured part wrote (one per light step: a check that detaching the hook stops the boundaries)."""
-    from parsers.events import read_events
+    records = step_records(run_path, first_step)
+    own, timed = records["overhead_us"], records["gpu_timed"]
+    return {"records": len(timed), "own_us": statistics.fmean(own) if own else None,
+            "own_median_us": statistics.median(own) if own else None,
+            "gpu_timed_pct": 100 * sum(timed) / len(timed) if timed else None}
 
-    steps, _ = read_events(Path(run_path) / "events" / "rank0.jsonl")
-    kept = steps[(steps["step"] >= first_step) & ~steps["instrumented"]]
-    own = kept["overhead_us"].dropna()
-    return {"records": int(len(kept)), "own_us": float(own.mean()) if len(own) else None,
-            "own_median_us": float(own.median()) if len(own) else None,
-            "gpu_timed_pct": float(100 * kept["gpu_ms"].notna().mean()) if len(kept) else None}
+
+@contextlib.contextmanager
+def light_share_intervals():
+    """While light is on LIGHT_SHARE of the time, its clock-kept intervals divided by that share: the step
+    log's here (a module constant the boundary reads), memory_stats' as the profile options yielded."""
+    from diagnose.launch import bootstrap_runtime
+    from diagnose.launch.light import ProfileOptions
+
+    record_interval_ns = bootstrap_runtime.STEP_RECORD_INTERVAL_NS
+    bootstrap_runtime.STEP_RECORD_INTERVAL_NS = round(record_interval_ns / LIGHT_SHARE)
+    try:
+        yield {"memory_stats_interval_ms": ProfileOptions.memory_stats_interval_ms / LIGHT_SHARE}
+    finally:
+        bootstrap_runtime.STEP_RECORD_INTERVAL_NS = record_interval_ns
 
 
 def main(argv=None) -> int:
@@ -180,24 +194,18 @@ def main(argv=None) -> int:
     step = make_step(args.device, args.width, args.depth, args.batch)
     time_steps(step, args.warmup_steps)
     t0 = time.monotonic()
-    record_interval_ns = bootstrap_runtime.STEP_RECORD_INTERVAL_NS
-    bootstrap_runtime.STEP_RECORD_INTERVAL_NS = round(record_interval_ns / LIGHT_SHARE)
-    try:
-        with tempfile.TemporaryDirectory(prefix="gpudiag-interleaved-") as work:
-            with diagnose.profile(out=Path(work) / "run", quiet=True, nvml=False,
-                                  memory_stats_interval_ms=ProfileOptions.memory_stats_interval_ms / LIGHT_SHARE) as run:
-                time_steps(step, args.first_steps)
-                hook = StepHook(bootstrap_runtime.active())
-                times = run_rounds(step, hook, args.run_steps, args.seconds, args.max_rounds, args.seed)
-            own = own_time(run.path, args.first_steps)
-    finally:
-        bootstrap_runtime.STEP_RECORD_INTERVAL_NS = record_interval_ns
+    with tempfile.TemporaryDirectory(prefix="gpudiag-interleaved-") as work:
+        with light_share_intervals() as options, \
+                diagnose.profile(out=Path(work) / "run", quiet=True, nvml=False, **options) as run:
+            time_steps(step, args.first_steps)
+            hook = StepHook(bootstrap_runtime.active())
+            times = run_rounds(step, hook, args.run_steps, args.seconds, args.max_rounds, args.seed)
+        own = own_time(run.path, args.first_steps)
     elapsed_s = time.monotonic() - t0
     rows = summarize(times)
     outcome, text = verdict(rows, own)
     light_steps = rows["light"]["steps"]
-    cuda = torch.version.cuda if args.device != "cpu" else None
-    gpu = torch.cuda.get_device_name() if args.device != "cpu" else "cpu"
+    cuda, gpu = device_info(torch, args.device)
     print(f"torch {torch.__version__} cuda {cuda} on {gpu}; {args.width}x{args.depth} MLP, batch {args.batch}; "
           f"{len(times)} rounds of {len(ARMS)} runs of {args.run_steps} steps after {args.first_steps} light steps, "
           f"{elapsed_s:.0f} s")

@@ -108,6 +108,13 @@ def make_step(device: str, width: int, depth: int, batch: int):
     return step
 
 
+def device_info(torch, device: str) -> tuple[str | None, str]:
+    """(CUDA version, GPU name) for the benchmarks' header lines; (None, "cpu") on the CPU."""
+    if device == "cpu":
+        return None, "cpu"
+    return torch.version.cuda, torch.cuda.get_device_name()
+
+
 def time_steps(step, n: int, pause_at: int = -1, pause_s: float = 0.0) -> list[float]:
     times = []
     last = time.perf_counter()
@@ -301,8 +308,7 @@ def main(argv=None) -> int:
     elapsed_s = time.monotonic() - t0
     rows = summarize(medians, own_us, gpu_timed)
     outcome, text = verdict(rows)
-    cuda = torch.version.cuda if args.device != "cpu" else None
-    gpu = torch.cuda.get_device_name() if args.device != "cpu" else "cpu"
+    cuda, gpu = device_info(torch, args.device)
     print(f"\ntorch {torch.__version__} cuda {cuda} on {gpu}; {args.width}x{args.depth} MLP, batch {args.batch}; "
           f"{len(medians)} blocks of {args.block_steps} steps ({args.window_block_steps} with a window; first "
           f"{args.skip} left out), {elapsed_s:.0f} s")

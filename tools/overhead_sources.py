@@ -25,8 +25,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
-from light_overhead_interleaved import ARMS, LIGHT_SHARE, StepHook, own_time, round_bootstrap, run_rounds  # noqa: E402
-from light_overhead_paired import make_step, time_steps  # noqa: E402
+from light_overhead_interleaved import (ARMS, StepHook, light_share_intervals, own_time, round_bootstrap,  # noqa: E402
+                                        run_rounds)
+from light_overhead_paired import device_info, make_step, time_steps  # noqa: E402
 
 NO_EVENTS = 1_000_000_000  # gpu_time_every: only step 0 would be timed
 RUNTIME_VARIANTS = {
@@ -76,15 +77,10 @@ def measure(variant: str, step, args, work: Path) -> dict:
         hook.set(False)
         return {"times": times, "own": None}
     # as in the benchmark: light is on a third of the time, so its clock-kept intervals are tripled
-    options = {"memory_stats_interval_ms": 500 / LIGHT_SHARE, **RUNTIME_VARIANTS[variant]}
-    record_interval_ns = bootstrap_runtime.STEP_RECORD_INTERVAL_NS
-    bootstrap_runtime.STEP_RECORD_INTERVAL_NS = round(record_interval_ns / LIGHT_SHARE)
-    try:
-        with diagnose.profile(out=work / variant, quiet=True, nvml=False, **options) as run:
-            time_steps(step, 40)
-            times = run_rounds(step, StepHook(bootstrap_runtime.active()), args.run_steps, args.seconds, 10**9, 0)
-    finally:
-        bootstrap_runtime.STEP_RECORD_INTERVAL_NS = record_interval_ns
+    with light_share_intervals() as options, \
+            diagnose.profile(out=work / variant, quiet=True, nvml=False, **{**options, **RUNTIME_VARIANTS[variant]}) as run:
+        time_steps(step, 40)
+        times = run_rounds(step, StepHook(bootstrap_runtime.active()), args.run_steps, args.seconds, 10**9, 0)
     return {"times": times, "own": own_time(run.path, 40)}
 
 
@@ -110,7 +106,7 @@ def main(argv=None) -> int:
 
     step = make_step(args.device, 1024, 4, 64)
     time_steps(step, 500)
-    print(f"torch {torch.__version__} on {torch.cuda.get_device_name() if args.device != 'cpu' else 'cpu'}; "
+    print(f"torch {torch.__version__} on {device_info(torch, args.device)[1]}; "
           f"runs of {args.run_steps} steps, {args.seconds:g} s a variant; shifts are light arm - plain arm, µs")
     print(f"{'variant':<18} {'rounds':>6} {'plain ms':>8} {'median shift':>13} {'95% interval':>17} "
           f"{'mean shift':>10} {'own med':>7} {'own mean':>8} {'GPU-timed':>9}  shift by position (median)")

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.launch.bootstrap_runtime import GPU_TIME_BUDGET_PCT
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
@@ -74,7 +75,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
                         "warmup_steps_per_rank": th.steps.warmup_steps,
                         "warmup_excluded": int(steps["warmup"].sum()),
                         "median_step_ms": result.summary.get("step_time_median_ms"),
-                        "gpu_time_every": gpu_time_every(measured)})
+                        "gpu_time_every": gpu_time_every(measured), "gpu_time_budget_pct": GPU_TIME_BUDGET_PCT})
     if len(measured) >= th.steps.min_steps:
         result.findings.extend(f for f in (_host_bound(measured, th), _unstable(steps, measured, th),
                                            _own_overhead(result.summary, th)) if f)

@@ -23,11 +23,9 @@ def render(result) -> str:
                  "it is part of the host times.")
     every, timed = meta.get("gpu_time_every"), result.summary.get("step_gpu_timed_count")
     if every is not None and every > 1:
-        from diagnose.launch.bootstrap_runtime import GPU_TIME_BUDGET_PCT
-
         note += (f" GPU time was measured on one step in {every} ({timed:,} of {result.summary.get('step_count', 0):,} "
                  f"measured steps): light mode times a sample when a CUDA event costs more than "
-                 f"{GPU_TIME_BUDGET_PCT:g} % of a step (or when --gpu-time-every asks); "
+                 f"{meta['gpu_time_budget_pct']:g} % of a step (or when --gpu-time-every asks); "
                  "`gpudiag profile --gpu-time-every 1` times every step.")
     if meta.get("chart_stride", 1) > 1:
         note += f" Every {meta['chart_stride']}th step is drawn, plus all warm-up and outlier steps."
