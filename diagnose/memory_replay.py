@@ -36,6 +36,7 @@ from parsers.snapshot import MemorySnapshot, SMALL_POOL_MAX_BLOCK_BYTES
 
 MIN_BLOCK_BYTES = 512  # kMinBlockSize
 SMALL_SEGMENT_BYTES = 2 << 20  # kSmallBuffer
+NO_MAX_SPLIT = 1 << 62  # max_split_size when none is set
 
 ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP, OOM, OTHER = range(9)
 ACTION_CODES = {"alloc": ALLOC, "free_requested": FREE_REQUESTED, "free_completed": FREE_COMPLETED,
@@ -147,6 +148,356 @@ class _Segments:
         start = self.starts[i]
         return start if self.info[start][0] == addr else None
 
+    def map_pages(self, addr: int, size: int, entry: int) -> tuple[int, int]:
+        """Add the expandable pages [addr, addr + size) as one range with the ranges they touch; (ident, pool).
+
+        The snapshot calls a contiguous mapped range a segment, so new pages extend the range
+        they adjoin (and keep its ident and pool) instead of starting one of their own.
+        """
+        below = self.touching_end(addr)
+        above = addr + size if (addr + size) in self.info else None
+        if below is not None:
+            pool = self.info[below][1]
+        elif above is not None:
+            pool = self.info[above][1]
+        else:
+            pool = 0 if size <= SMALL_SEGMENT_BYTES else 1
+        start, end = addr, addr + size
+        ident = None
+        if below is not None:
+            start, ident = below, self.remove(below)[3]
+        if above is not None:
+            info = self.remove(above)
+            end = info[0]
+            ident = info[3] if ident is None else ident
+        if ident is None:
+            ident = self.new_ident(addr, size, pool, True, entry)
+        self.add(start, end, pool, True, ident)
+        row = self.rows[ident]
+        row["size_bytes"] = max(row["size_bytes"], end - start)
+        return ident, pool
+
+    def cut(self, start: int, lo: int, hi: int) -> None:
+        """Unmap [lo, hi) from the range at ``start``, keeping what is left on either side (same ident)."""
+        end, pool, expandable, ident = self.remove(start)
+        if start < lo:
+            self.add(start, lo, pool, expandable, ident)
+        if hi < end:
+            self.add(hi, end, pool, expandable, ident)
+
+
+class _FreeBlocks:
+    """The free blocks, by start and by end (to merge a freed block with its neighbours), and by size per pool.
+
+    The largest free block is read from a max-heap per pool rather than a scan of every free
+    block; blocks taken or merged away stay in the heap and are dropped when they reach its top.
+    The two maps agree on every real history; a corrupt one (a block freed twice, overlapping
+    frees) can leave them apart, so removals tolerate a missing side rather than raise.
+    """
+
+    def __init__(self) -> None:
+        self.end_of: dict[int, int] = {}  # free block start → end
+        self.start_of: dict[int, int] = {}  # free block end → start
+        self.pool_of: dict[int, int] = {}  # free block start → pool it was made in (0 small, 1 large)
+        self.heaps: tuple[list, list] = ([], [])  # per pool, (-size, start, end); stale entries skipped lazily
+
+    def put(self, s: int, e: int, pool: int) -> None:
+        """Record [s, e) as one free block of ``pool``, as it is (no merging)."""
+        self.end_of[s] = e
+        self.start_of[e] = s
+        self.pool_of[s] = pool
+        heapq.heappush(self.heaps[pool], (s - e, s, e))
+
+    def merge_in(self, s: int, e: int, pool: int, segment_starts: dict) -> None:
+        """Free [s, e) and merge it with free neighbours of the same segment (a segment start is a wall)."""
+        if s not in segment_starts:
+            prev = self.start_of.pop(s, None)
+            if prev is not None:
+                self.end_of.pop(prev, None)
+                s = prev
+        if e not in segment_starts:
+            nxt = self.end_of.pop(e, None)
+            if nxt is not None:
+                self.start_of.pop(nxt, None)
+                e = nxt
+        self.put(s, e, pool)
+
+    def join(self, s: int, e: int, pool: int) -> None:
+        """Free newly mapped pages [s, e) as one block with the free blocks right before and after them.
+
+        No wall here: the pages and their neighbours are one expandable range (``_Segments.map_pages``).
+        """
+        prev = self.start_of.pop(s, None)
+        if prev is not None:
+            self.end_of.pop(prev, None)
+            s = prev
+        nxt = self.end_of.pop(e, None)
+        if nxt is not None:
+            self.start_of.pop(nxt, None)
+            e = nxt
+        self.put(s, e, pool)
+
+    def take_block_at(self, s: int) -> int | None:
+        """Take the free block starting at ``s`` out of the set; its end, or None when none starts there."""
+        e = self.end_of.pop(s, None)
+        if e is not None:
+            self.start_of.pop(e, None)
+        return e
+
+    def take_range(self, s: int, e: int, pool: int) -> bool:
+        """Take [s, e) out of the free set (it must lie inside one free block)."""
+        for fs, fe in self.end_of.items():
+            if fs <= s and e <= fe:
+                self.end_of.pop(fs, None)
+                self.start_of.pop(fe, None)
+                if fs < s:
+                    self.put(fs, s, pool)
+                if e < fe:
+                    self.put(e, fe, pool)
+                return True
+        return False
+
+    def largest(self, pool: int) -> int:
+        """Size of the largest free block of ``pool`` (0 if none): stale heap tops are dropped on the way."""
+        heap = self.heaps[pool]
+        if len(heap) > 4 * len(self.end_of) + 1024:  # too many stale entries: rebuild from the live set
+            heap[:] = [(s - e, s, e) for s, e in self.end_of.items() if self.pool_of.get(s) == pool]
+            heapq.heapify(heap)
+        while heap:
+            _, s, e = heap[0]
+            if self.end_of.get(s) == e and self.pool_of.get(s) == pool:
+                return e - s
+            heapq.heappop(heap)
+        return 0
+
+    def largest_per_pool(self) -> tuple[int, int]:
+        """(small, large): what a sample point, an OOM or a segment growth records."""
+        return self.largest(0), self.largest(1)
+
+
+@dataclass(frozen=True)
+class _History:
+    """One device's history in ``seq`` order, decoded once into the per-entry arrays the replay reads."""
+
+    trace: pd.DataFrame
+    codes: np.ndarray  # action code (OTHER for a name the replay does not know)
+    addr: np.ndarray
+    size: np.ndarray  # bytes asked for
+    rounded: np.ndarray  # block size the pool is asked for (round_size)
+
+
+def _decode_history(snapshot: MemorySnapshot, device: int, settings: dict) -> _History:
+    """Action names to codes and every block's rounded size, vectorised, so the loop does no per-entry decoding."""
+    trace = snapshot.trace_for(device).sort_values("seq", kind="stable").reset_index(drop=True)
+    size = trace["size_bytes"].to_numpy(dtype=np.int64)
+    return _History(trace=trace, codes=trace["action"].map(ACTION_CODES).fillna(OTHER).to_numpy(dtype=np.int64),
+                    addr=trace["addr"].to_numpy(dtype=np.int64), size=size, rounded=_rounded_sizes(size, settings))
+
+
+def _max_split_bytes(settings: dict) -> int:
+    """``max_split_size`` in bytes; unset (≤ 0) means no limit, kept as a size no block reaches."""
+    max_split = int(settings.get("max_split_size", -1) or -1)
+    return max_split if max_split > 0 else NO_MAX_SPLIT
+
+
+def _sample_points(sample_at: np.ndarray | None, n: int) -> list[int]:
+    """The entries after which the free-block set is read: those asked for that exist, and always the last."""
+    asked = {int(i) for i in (sample_at if sample_at is not None else ())} | {n - 1}
+    return sorted(i for i in asked if 0 <= i < n)
+
+
+class _AllocatorState:
+    """The allocator's segments, free blocks and live blocks, moved forward one history entry at a time.
+
+    Besides the state it keeps what the frames are built from afterwards: the block size each
+    entry allocated or freed, the segment each touched, one row per block that lived, how many
+    entries the model could not apply (``mismatches``), and the largest free block per pool at
+    the sample points (``largest_at``) and just before each segment growth (``growth_before``).
+    """
+
+    def __init__(self, initial: dict, max_split: int, n: int) -> None:
+        self.max_split = max_split
+        self.segments = _Segments()
+        self.free = _FreeBlocks()
+        # block start → [block size, requested, allocation row, pending(bool), pool, segment ident]
+        self.live: dict[int, list] = {}
+        # [addr, block size, requested, alloc entry, free_requested entry, free_completed entry, stack_id,
+        #  estimated, segment ident]
+        self.alloc_rows: list[list] = []
+        self.block_bytes = [0] * n  # block size the entry allocated / freed
+        self.entry_ident = [-1] * n
+        self.mismatches = 0
+        self.largest_at: dict[int, tuple[int, int]] = {}  # entry → largest free block (small, large) after it
+        self.growth_before: dict[int, tuple[int, int]] = {}  # segment growth entry → largest free block before it
+        self._restore_segments(initial["segments"])
+        self._restore_live_blocks(initial["blocks"])
+        self._free_what_is_not_live()
+
+    def _restore_segments(self, segments: list[tuple]) -> None:
+        """Segments mapped before the history; their size is what they held reserved then."""
+        for start, end, pool, expandable in segments:
+            ident = self.segments.new_ident(start, end - start, pool, expandable, -1)
+            self.segments.rows[ident]["initial_reserved_bytes"] = end - start
+            self.segments.add(start, end, pool, expandable, ident)
+
+    def _restore_live_blocks(self, blocks: list[tuple]) -> None:
+        """Blocks live before the history: allocation rows with no alloc entry (-2 for a free already requested)."""
+        segs = self.segments
+        for b_addr, b_size, b_req, stack_id, pending, estimated in blocks:
+            seg_start = segs.containing(b_addr)
+            ident = segs.info[seg_start][3] if seg_start is not None else -1
+            pool = segs.info[seg_start][1] if seg_start is not None else 1
+            self.live[b_addr] = [b_size, b_req, len(self.alloc_rows), pending, pool, ident]
+            free_requested_entry = -2 if pending else -1
+            self.alloc_rows.append([b_addr, b_size, b_req, -1, free_requested_entry, -1, stack_id, estimated, ident])
+            if ident >= 0:
+                row = segs.rows[ident]
+                row["initial_active_bytes"] = row.get("initial_active_bytes", 0) + b_size
+                if not pending:
+                    row["initial_allocated_bytes"] = row.get("initial_allocated_bytes", 0) + b_size
+
+    def _free_what_is_not_live(self) -> None:
+        """Every gap between live blocks of a segment is one free block of that segment's pool."""
+        for start in self.segments.starts:
+            end, pool = self.segments.info[start][:2]
+            cursor = start
+            for b_addr in sorted(a for a in self.live if start <= a < end):
+                if b_addr > cursor:
+                    self.free.put(cursor, b_addr, pool)
+                cursor = max(cursor, b_addr + self.live[b_addr][0])
+            if cursor < end:
+                self.free.put(cursor, end, pool)
+
+    def apply(self, history: _History, sample_points: list[int]) -> None:
+        """Apply every entry in order, reading the largest free block per pool after each sample point and OOM.
+
+        Plain Python over lists, one branch per action: this loop is the replay's cost. A sample
+        point whose own entry was skipped (its handler returned False) is not read.
+        """
+        codes, addr, size, rounded = (history.codes.tolist(), history.addr.tolist(), history.size.tolist(),
+                                      history.rounded.tolist())
+        stack = history.trace["stack_id"].to_numpy(dtype=np.int64).tolist()
+        alloc, free_requested, free_completed = self.alloc, self.free_requested, self.free_completed
+        segment_alloc, segment_map, segment_release = self.segment_alloc, self.segment_map, self.segment_release
+        largest_at, largest_per_pool = self.largest_at, self.free.largest_per_pool
+        first = 0
+        for last in sample_points:
+            for i in range(first, last + 1):
+                code = codes[i]
+                applied = True
+                if code == ALLOC:
+                    applied = alloc(i, addr[i], rounded[i], size[i], stack[i])
+                elif code == FREE_REQUESTED:
+                    applied = free_requested(i, addr[i])
+                elif code == FREE_COMPLETED:
+                    applied = free_completed(i, addr[i])
+                elif code == SEGMENT_ALLOC:
+                    segment_alloc(i, addr[i], size[i])
+                elif code == SEGMENT_MAP:
+                    segment_map(i, addr[i], size[i])
+                elif code == SEGMENT_FREE or code == SEGMENT_UNMAP:
+                    applied = segment_release(i, addr[i], size[i], code == SEGMENT_FREE)
+                elif code == OOM:
+                    largest_at[i] = largest_per_pool()
+            if applied and last not in largest_at:
+                largest_at[last] = largest_per_pool()
+            first = last + 1
+
+    def alloc(self, i: int, a: int, want: int, requested: int, stack_id: int) -> bool:
+        """Hand out the block at ``a``; False (skipped) when no segment holds ``a``."""
+        seg_start = self.segments.containing(a)
+        if seg_start is None:
+            self.mismatches += 1
+            return False
+        _, pool, expandable, ident = self.segments.info[seg_start]
+        self.entry_ident[i] = ident
+        block = self._take_block(a, want, pool, expandable)
+        self.block_bytes[i] = block
+        old = self.live.get(a)
+        if old is not None:  # the model missed this block's free: close it here
+            self.mismatches += 1
+            self.alloc_rows[old[2]][5] = i
+        self.live[a] = [block, requested, len(self.alloc_rows), False, pool, ident]
+        self.alloc_rows.append([a, block, requested, i, -1, -1, stack_id, False, ident])
+        return True
+
+    def _take_block(self, a: int, want: int, pool: int, expandable: bool) -> int:
+        """The block handed out at ``a`` for ``want`` bytes: the free block there, split if ``should_split`` says so."""
+        end = self.free.take_block_at(a)
+        if end is None:
+            if not self.free.take_range(a, a + want, pool):
+                self.mismatches += 1
+            return want
+        rest = end - a - want
+        if rest >= 0 and _should_split(rest, want, pool == 0, expandable, self.max_split):
+            self.free.put(a + want, end, pool)
+            return want
+        if rest < 0:
+            self.mismatches += 1
+        return end - a
+
+    def free_requested(self, i: int, a: int) -> bool:
+        """Mark the block at ``a`` pending (allocated drops); False (skipped) when no block there awaits it."""
+        blk = self.live.get(a)
+        if blk is None or blk[3]:
+            self.mismatches += 1
+            return False
+        blk[3] = True
+        self.block_bytes[i] = blk[0]
+        self.alloc_rows[blk[2]][4] = i
+        self.entry_ident[i] = blk[5]
+        return True
+
+    def free_completed(self, i: int, a: int) -> bool:
+        """Return the block at ``a`` to the free set (active drops); False (skipped) when no block lives there."""
+        blk = self.live.pop(a, None)
+        if blk is None:
+            self.mismatches += 1
+            return False
+        self.block_bytes[i] = blk[0]
+        row = self.alloc_rows[blk[2]]
+        if not blk[3]:
+            row[4] = i  # its free_requested came before the history: allocated drops here
+        row[5] = i
+        self.entry_ident[i] = blk[5]
+        self.free.merge_in(a, a + blk[0], blk[4], self.segments.info)
+        return True
+
+    def segment_alloc(self, i: int, a: int, s: int) -> None:
+        """A new cudaMalloc segment, free as a whole; small pool when it is a small-buffer size."""
+        self.growth_before[i] = self.free.largest_per_pool()
+        pool = 0 if s <= SMALL_SEGMENT_BYTES else 1
+        ident = self.segments.new_ident(a, s, pool, False, i)
+        self.segments.add(a, a + s, pool, False, ident)
+        self.entry_ident[i] = ident
+        self.free.put(a, a + s, pool)
+        self.block_bytes[i] = s
+
+    def segment_map(self, i: int, a: int, s: int) -> None:
+        """New pages of an expandable segment: they extend the range they touch and its free block."""
+        self.growth_before[i] = self.free.largest_per_pool()
+        ident, pool = self.segments.map_pages(a, s, i)
+        self.entry_ident[i] = ident
+        self.free.join(a, a + s, pool)
+        self.block_bytes[i] = s
+
+    def segment_release(self, i: int, a: int, s: int, whole_segment: bool) -> bool:
+        """``segment_free`` (``whole_segment``) or ``segment_unmap`` of [a, a + s); False (skipped) if unmapped."""
+        seg_start = self.segments.containing(a)
+        if seg_start is None:
+            self.mismatches += 1
+            return False
+        end, pool, _, ident = self.segments.info[seg_start]
+        self.entry_ident[i] = ident
+        self.block_bytes[i] = s
+        if not self.free.take_range(a, a + s, pool):
+            self.mismatches += 1
+        if whole_segment or (seg_start == a and end == a + s):
+            self.segments.remove(seg_start)
+        else:
+            self.segments.cut(seg_start, a, a + s)
+        return True
+
 
 def replay(snapshot: MemorySnapshot, device: int = 0, sample_at: np.ndarray | None = None) -> ReplayResult:
     """Rebuild the allocator state of ``device`` over its history; sample the free-block set at ``sample_at``.
@@ -154,278 +505,63 @@ def replay(snapshot: MemorySnapshot, device: int = 0, sample_at: np.ndarray | No
     ``sample_at`` holds entry indices (0-based, ascending) after which the largest free block is
     taken; the last entry is always sampled.
     """
-    trace = snapshot.trace_for(device).sort_values("seq", kind="stable").reset_index(drop=True)
     settings = snapshot.metadata.get("allocator_settings") or {}
-    max_split = int(settings.get("max_split_size", -1) or -1)
-    max_split = max_split if max_split > 0 else 1 << 62
-    n = len(trace)
-    codes = trace["action"].map(ACTION_CODES).fillna(OTHER).to_numpy(dtype=np.int64)
-    addr = trace["addr"].to_numpy(dtype=np.int64)
-    size = trace["size_bytes"].to_numpy(dtype=np.int64)
-    rounded = _rounded_sizes(size, settings)
-    final_segments = snapshot.segments_for(device)
-    final_blocks = snapshot.blocks_for(device)
+    max_split = _max_split_bytes(settings)
+    history = _decode_history(snapshot, device, settings)
+    initial = _initial_state(snapshot.segments_for(device), snapshot.blocks_for(device), history, max_split)
+    n = len(history.trace)
+    state = _AllocatorState(initial, max_split, n)
+    state.apply(history, _sample_points(sample_at, n))
 
-    segs = _Segments()
-    free_end: dict[int, int] = {}  # free block start → end
-    free_start: dict[int, int] = {}  # free block end → start
-    free_pool: dict[int, int] = {}  # free block start → pool it was made in (0 small, 1 large)
-    heaps: tuple[list, list] = ([], [])  # per pool, (-size, start, end) of free blocks; stale entries skipped lazily
-    push = heapq.heappush
-    live: dict[int, list] = {}  # block start → [block size, requested, allocation row, pending(bool), pool, segment ident]
-    alloc_rows: list[list] = []  # [addr, block size, requested, alloc entry, free_requested entry, free_completed entry, stack_id, estimated]
+    block_bytes = np.asarray(state.block_bytes, dtype=np.int64)
+    entry_ident = np.asarray(state.entry_ident, dtype=np.int64)
+    seg_rows = _segment_rows(state.segments.rows)
+    timeline, initial_totals = _timeline(history.trace, history.codes, history.size, block_bytes, entry_ident, seg_rows,
+                                         initial, state.alloc_rows)
+    return ReplayResult(
+        device=device, timeline=timeline, samples=_samples(timeline, state.largest_at),
+        segments_final=_final_segments(state.segments, state.live),
+        growth=_growth(timeline, history.codes, history.size, history.rounded, state.growth_before),
+        ooms=_ooms(history.trace, timeline, history.codes, history.size, history.rounded, state.largest_at),
+        allocations=_allocations(state.alloc_rows, snapshot.stacks), segment_rows=seg_rows, entry_segment=entry_ident,
+        initial=initial_totals,
+        meta={"entries": n, "mismatches": state.mismatches,
+              "estimated_blocks": int(sum(1 for r in state.alloc_rows if r[7])),
+              "pre_existing_blocks": len(initial["blocks"]), "pre_existing_segments": len(initial["segments"]),
+              "max_split_size_bytes": None if max_split >= NO_MAX_SPLIT else max_split},
+    )
 
-    initial = _initial_state(final_segments, final_blocks, codes, addr, size, rounded, settings, max_split)
-    for start, end, pool, expandable in initial["segments"]:
-        ident = segs.new_ident(start, end - start, pool, expandable, -1)
-        segs.rows[ident]["initial_reserved_bytes"] = end - start
-        segs.add(start, end, pool, expandable, ident)
-    for b_addr, b_size, b_req, stack_id, pending, estimated in initial["blocks"]:
-        seg_start = segs.containing(b_addr)
-        ident = segs.info[seg_start][3] if seg_start is not None else -1
-        live[b_addr] = [b_size, b_req, len(alloc_rows), pending, segs.info[seg_start][1] if seg_start is not None else 1, ident]
-        alloc_rows.append([b_addr, b_size, b_req, -1, -1 if not pending else -2, -1, stack_id, estimated, ident])
-        if ident >= 0:
-            segs.rows[ident]["initial_active_bytes"] = segs.rows[ident].get("initial_active_bytes", 0) + b_size
-            if not pending:
-                segs.rows[ident]["initial_allocated_bytes"] = segs.rows[ident].get("initial_allocated_bytes", 0) + b_size
-    for start in segs.starts:
-        end = segs.info[start][0]
-        cursor = start
-        for b_addr in sorted(a for a in live if start <= a < end):
-            if b_addr > cursor:
-                free_end[cursor] = b_addr
-                free_start[b_addr] = cursor
-                free_pool[cursor] = segs.info[start][1]
-                push(heaps[segs.info[start][1]], (cursor - b_addr, cursor, b_addr))
-            cursor = max(cursor, b_addr + live[b_addr][0])
-        if cursor < end:
-            free_end[cursor] = end
-            free_start[end] = cursor
-            free_pool[cursor] = segs.info[start][1]
-            push(heaps[segs.info[start][1]], (cursor - end, cursor, end))
 
-    block_bytes = [0] * n  # block size the entry allocated / freed
-    entry_ident = [-1] * n
-    mismatches = 0
-    samples = set(int(i) for i in (sample_at if sample_at is not None else ())) | {n - 1}
-    largest_at: dict[int, tuple[int, int]] = {}  # entry → largest free block (small, large) after it
-    growth_before: dict[int, tuple[int, int]] = {}  # segment growth entry → largest free block just before it
-
-    def largest_in(pool: int) -> int:
-        heap = heaps[pool]
-        if len(heap) > 4 * len(free_end) + 1024:  # too many stale entries: rebuild from the live set
-            heap[:] = [(s - e, s, e) for s, e in free_end.items() if free_pool.get(s) == pool]
-            heapq.heapify(heap)
-        while heap:
-            _, s, e = heap[0]
-            if free_end.get(s) == e and free_pool.get(s) == pool:
-                return e - s
-            heapq.heappop(heap)
-        return 0
-
-    def largest_free() -> tuple[int, int]:
-        return largest_in(0), largest_in(1)
-
-    def put_free(s: int, e: int, pool: int) -> None:
-        free_end[s] = e
-        free_start[e] = s
-        free_pool[s] = pool
-        push(heaps[pool], (s - e, s, e))
-
-    def add_free(s: int, e: int, pool: int) -> None:
-        """Free [s, e) and merge it with free neighbours of the same segment (a segment start is a wall)."""
-        if s not in seg_info:
-            prev = free_start.pop(s, None)
-            if prev is not None:
-                del free_end[prev]
-                s = prev
-        if e not in seg_info:
-            nxt = free_end.pop(e, None)
-            if nxt is not None:
-                del free_start[nxt]
-                e = nxt
-        free_end[s] = e
-        free_start[e] = s
-        free_pool[s] = pool
-        push(heaps[pool], (s - e, s, e))
-
-    def remove_free_range(s: int, e: int, pool: int) -> bool:
-        """Take [s, e) out of the free set (it must lie inside one free block)."""
-        for fs, fe in free_end.items():
-            if fs <= s and e <= fe:
-                del free_end[fs]
-                del free_start[fe]
-                if fs < s:
-                    put_free(fs, s, pool)
-                if e < fe:
-                    put_free(e, fe, pool)
-                return True
-        return False
-
-    codes_l, addr_l, size_l, rounded_l = codes.tolist(), addr.tolist(), size.tolist(), rounded.tolist()
-    stack_l = trace["stack_id"].to_numpy(dtype=np.int64).tolist()
-    seg_info = segs.info
-    for i in range(n):
-        code = codes_l[i]
-        a = addr_l[i]
-        if code == ALLOC:
-            seg_start = segs.containing(a)
-            if seg_start is None:
-                mismatches += 1
-                continue
-            info = seg_info[seg_start]
-            entry_ident[i] = info[3]
-            want = rounded_l[i]
-            end = free_end.pop(a, None)
-            if end is None:
-                if not remove_free_range(a, a + want, info[1]):
-                    mismatches += 1
-                block = want
-            else:
-                del free_start[end]
-                rest = end - a - want
-                if rest >= 0 and _should_split(rest, want, info[1] == 0, info[2], max_split):
-                    free_end[a + want] = end
-                    free_start[end] = a + want
-                    free_pool[a + want] = info[1]
-                    push(heaps[info[1]], (a + want - end, a + want, end))
-                    block = want
-                elif rest < 0:
-                    mismatches += 1
-                    block = end - a
-                else:
-                    block = end - a
-            block_bytes[i] = block
-            old = live.get(a)
-            if old is not None:  # the model missed this block's free: close it here
-                mismatches += 1
-                alloc_rows[old[2]][5] = i
-            live[a] = [block, size_l[i], len(alloc_rows), False, info[1], info[3]]
-            alloc_rows.append([a, block, size_l[i], i, -1, -1, stack_l[i], False, info[3]])
-        elif code == FREE_REQUESTED:
-            blk = live.get(a)
-            if blk is None or blk[3]:
-                mismatches += 1
-                continue
-            blk[3] = True
-            block_bytes[i] = blk[0]
-            alloc_rows[blk[2]][4] = i
-            entry_ident[i] = blk[5]
-        elif code == FREE_COMPLETED:
-            blk = live.pop(a, None)
-            if blk is None:
-                mismatches += 1
-                continue
-            block_bytes[i] = blk[0]
-            row = alloc_rows[blk[2]]
-            if not blk[3]:
-                row[4] = i  # its free_requested came before the history: allocated drops here
-            row[5] = i
-            entry_ident[i] = blk[5]
-            add_free(a, a + blk[0], blk[4])
-        elif code == SEGMENT_ALLOC or code == SEGMENT_MAP:
-            growth_before[i] = largest_free()
-            s = size_l[i]
-            pool = 0 if s <= SMALL_SEGMENT_BYTES and code == SEGMENT_ALLOC else 1
-            if code == SEGMENT_MAP:
-                below = segs.touching_end(a)
-                above = a + s if (a + s) in seg_info else None
-                if below is not None:
-                    pool = seg_info[below][1]
-                elif above is not None:
-                    pool = seg_info[above][1]
-                elif s <= SMALL_SEGMENT_BYTES:
-                    pool = 0
-                start, end = a, a + s
-                ident = None
-                if below is not None:
-                    info = segs.remove(below)
-                    start, ident = below, info[3]
-                if above is not None:
-                    info = segs.remove(above)
-                    end = info[0]
-                    ident = info[3] if ident is None else ident
-                if ident is None:
-                    ident = segs.new_ident(a, s, pool, True, i)
-                segs.add(start, end, pool, True, ident)
-                entry_ident[i] = ident
-                # the new pages join the free block before and after them (same expandable range)
-                prev = free_start.pop(a, None)
-                lo = a
-                if prev is not None:
-                    del free_end[prev]
-                    lo = prev
-                hi = a + s
-                nxt = free_end.pop(a + s, None)
-                if nxt is not None:
-                    del free_start[nxt]
-                    hi = nxt
-                put_free(lo, hi, pool)
-                rows = segs.rows[ident]
-                rows["size_bytes"] = max(rows["size_bytes"], end - start)
-            else:
-                ident = segs.new_ident(a, s, pool, False, i)
-                segs.add(a, a + s, pool, False, ident)
-                entry_ident[i] = ident
-                put_free(a, a + s, pool)
-            block_bytes[i] = s
-        elif code == SEGMENT_FREE or code == SEGMENT_UNMAP:
-            s = size_l[i]
-            seg_start = segs.containing(a)
-            if seg_start is None:
-                mismatches += 1
-                continue
-            info = seg_info[seg_start]
-            entry_ident[i] = info[3]
-            block_bytes[i] = s
-            if not remove_free_range(a, a + s, info[1]):
-                mismatches += 1
-            if code == SEGMENT_FREE or (seg_start == a and info[0] == a + s):
-                segs.remove(seg_start)
-            else:  # unmap part of an expandable range: keep what is left on either side
-                end, pool, expandable, ident = segs.remove(seg_start)
-                if seg_start < a:
-                    segs.add(seg_start, a, pool, expandable, ident)
-                if a + s < end:
-                    segs.add(a + s, end, pool, expandable, ident)
-        elif code == OOM:
-            largest_at[i] = largest_free()
-        if i in samples and i not in largest_at:
-            largest_at[i] = largest_free()
-
-    final_state = _final_segments(segs, live, free_end)
-    block_arr = np.asarray(block_bytes, dtype=np.int64)
-    ident_arr = np.asarray(entry_ident, dtype=np.int64)
-    seg_rows = pd.DataFrame(segs.rows, columns=["ident", "address", "size_bytes", "pool", "is_expandable", "created_entry",
-                                                "initial_reserved_bytes", "initial_allocated_bytes", "initial_active_bytes"])
+def _segment_rows(rows: list[dict]) -> pd.DataFrame:
+    """Every segment (or expandable range) that existed, with what it held before the history (0 if created in it)."""
+    seg_rows = pd.DataFrame(rows, columns=["ident", "address", "size_bytes", "pool", "is_expandable", "created_entry",
+                                           "initial_reserved_bytes", "initial_allocated_bytes", "initial_active_bytes"])
     seg_rows["initial_reserved_bytes"] = np.where(seg_rows["created_entry"] < 0, seg_rows["initial_reserved_bytes"].fillna(seg_rows["size_bytes"]), 0)
     seg_rows[["initial_allocated_bytes", "initial_active_bytes"]] = seg_rows[["initial_allocated_bytes", "initial_active_bytes"]].fillna(0)
-    seg_rows = seg_rows.astype({c: np.int64 for c in ("ident", "address", "size_bytes", "created_entry", "initial_reserved_bytes",
-                                                      "initial_allocated_bytes", "initial_active_bytes")})
+    return seg_rows.astype({c: np.int64 for c in ("ident", "address", "size_bytes", "created_entry", "initial_reserved_bytes",
+                                                  "initial_allocated_bytes", "initial_active_bytes")})
+
+
+def _allocations(alloc_rows: list[list], stacks: pd.DataFrame) -> pd.DataFrame:
+    """Every block that lived during the history, with the Python line that allocated it (None if unknown)."""
     allocations = pd.DataFrame(alloc_rows, columns=["addr", "block_bytes", "requested_bytes", "alloc_entry",
                                                     "free_requested_entry", "free_completed_entry", "stack_id", "estimated",
                                                     "segment_ident"])
-    allocations["location"] = snapshot.stacks["location"].to_numpy(dtype=object)[allocations["stack_id"].clip(lower=0)] \
-        if len(snapshot.stacks) else None
+    allocations["location"] = stacks["location"].to_numpy(dtype=object)[allocations["stack_id"].clip(lower=0)] \
+        if len(stacks) else None
     allocations.loc[allocations["stack_id"] < 0, "location"] = None
-    timeline, initial_totals = _timeline(trace, codes, size, block_arr, ident_arr, seg_rows, initial, alloc_rows)
-    result = ReplayResult(
-        device=device, timeline=timeline, samples=_samples(timeline, largest_at),
-        segments_final=final_state, growth=_growth(timeline, codes, size, rounded, growth_before),
-        ooms=_ooms(trace, timeline, codes, size, rounded, largest_at), allocations=allocations,
-        segment_rows=seg_rows, entry_segment=ident_arr, initial=initial_totals,
-        meta={"entries": n, "mismatches": mismatches, "estimated_blocks": int(sum(1 for r in alloc_rows if r[7])),
-              "pre_existing_blocks": len(initial["blocks"]), "pre_existing_segments": len(initial["segments"]),
-              "max_split_size_bytes": None if max_split >= 1 << 62 else max_split},
-    )
-    return result
+    return allocations
 
 
-def _initial_state(final_segments: pd.DataFrame, final_blocks: pd.DataFrame, codes, addr, size, rounded,
-                   settings, max_split) -> dict:
+def _initial_state(final_segments: pd.DataFrame, final_blocks: pd.DataFrame, history: _History, max_split: int) -> dict:
     """Segments and live blocks before the first trace entry: the snapshot minus the trace's effects."""
-    # segments: undo the trace's segment actions, newest first
+    segments = _segments_before_history(final_segments, history)
+    return {"segments": segments, "blocks": _blocks_before_history(final_blocks, segments, history, max_split)}
+
+
+def _segments_before_history(final_segments: pd.DataFrame, history: _History) -> list[tuple]:
+    """(start, end, pool, expandable) of each range at the dump with the trace's segment actions undone, newest first."""
+    codes, addr, size = history.codes, history.addr, history.size
     ranges: dict[int, list] = {}
     for seg in final_segments.itertuples():
         ranges[int(seg.address)] = [int(seg.address) + int(seg.total_size_bytes), 0 if seg.pool == "small" else 1,
@@ -441,9 +577,17 @@ def _initial_state(final_segments: pd.DataFrame, final_blocks: pd.DataFrame, cod
             _cut_range(ranges, a, a + s)
         else:  # SEGMENT_UNMAP: put the pages back
             _join_range(ranges, a, a + s, s)
-    segments = sorted((start, v[0], v[1], v[2]) for start, v in ranges.items())
+    return sorted((start, v[0], v[1], v[2]) for start, v in ranges.items())
 
-    # blocks: live at the snapshot and never allocated in the trace, or freed in it before any alloc there
+
+def _blocks_before_history(final_blocks: pd.DataFrame, segments: list[tuple], history: _History,
+                           max_split: int) -> list[tuple]:
+    """(addr, block size, requested, stack_id, pending, estimated) of each block live before the first entry.
+
+    Those live at the dump and never allocated in the trace (exact), and those the trace frees
+    before any alloc there (only the requested size is known: the block size is estimated).
+    """
+    codes, addr, size, rounded = history.codes, history.addr, history.size, history.rounded
     block_events = np.isin(codes, (ALLOC, FREE_REQUESTED, FREE_COMPLETED))
     ev_idx = np.flatnonzero(block_events)
     first_addr, first_pos = np.unique(addr[ev_idx], return_index=True)
@@ -472,6 +616,8 @@ def _initial_state(final_segments: pd.DataFrame, final_blocks: pd.DataFrame, cod
     out = []
     for j, (a, b_size, req, stack_id, pending, estimated) in enumerate(blocks):
         k = int(np.searchsorted(starts, a, side="right")) - 1
+        if k < 0 or a >= segments[k][1]:
+            continue  # a live block outside every segment: a corrupt snapshot (real ones never have one)
         seg_end, pool, expandable = segments[k][1], segments[k][2], segments[k][3]
         limit = seg_end
         if j + 1 < len(blocks) and blocks[j + 1][0] < seg_end:
@@ -481,7 +627,7 @@ def _initial_state(final_segments: pd.DataFrame, final_blocks: pd.DataFrame, cod
             if rest < 0 or not _should_split(rest, b_size, pool == 0, expandable, max_split):
                 b_size = limit - a
         out.append((a, b_size, req, stack_id, pending, estimated))
-    return {"segments": segments, "blocks": out}
+    return out
 
 
 def _cut_range(ranges: dict, lo: int, hi: int) -> None:
@@ -505,7 +651,7 @@ def _join_range(ranges: dict, lo: int, hi: int, size: int) -> None:
     ranges[start] = [end, pool, True]
 
 
-def _final_segments(segs: _Segments, live: dict, free_end: dict) -> pd.DataFrame:
+def _final_segments(segs: _Segments, live: dict) -> pd.DataFrame:
     rows = []
     live_sorted = sorted(live.items())
     keys = [a for a, _ in live_sorted]

@@ -168,3 +168,26 @@ def test_cli_exits_2_without_traceback(tmp_path, name):
     assert str(path) in proc.stderr + proc.stdout
     if name == "fake_evil":
         assert not marker.exists()
+
+
+def test_fake_corrupt_history_is_replayed_with_mismatches_not_a_crash():
+    """The real churn history with two entries moved by 512 bytes and two dropped (found by mutating it):
+    the free-block maps of the replay fell out of step and `gpudiag report` ended in a KeyError."""
+    from diagnose.memory_replay import replay
+    from diagnose.profile_data import Profile
+    from parsers.snapshot import snapshot_from_dict
+    from tests.memory.conftest import snapshot_path
+
+    path = snapshot_path("churn")
+    raw = loads_plain(gzip.decompress(path.read_bytes()), path)
+    trace = raw["device_traces"][0]
+    for op, i in (("addr", 1704), ("del", 1887), ("del", 2084), ("addr", 2348)):  # indexes after the earlier ops
+        if op == "del":
+            del trace[i]
+        else:
+            trace[i] = dict(trace[i], addr=trace[i]["addr"] + (-512 if i == 1704 else 512))
+    snapshot = snapshot_from_dict(raw, "fake_corrupt_churn")
+    replayed = replay(snapshot, 0)
+    assert replayed.meta["mismatches"] >= 2
+    result = fragmentation.analyze(Profile(snapshots={0: snapshot}))
+    assert any(f.id.startswith("fragmentation.") for f in result.findings)
