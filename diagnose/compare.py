@@ -19,7 +19,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from diagnose.analysis import Analysis
+from diagnose.analysis import Analysis, analyze
+from diagnose.findings import jsonable
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
@@ -166,6 +167,21 @@ class Diff:
     options: DiffOptions = field(default_factory=DiffOptions)
     warnings: list[str] = field(default_factory=list)
 
+    def to_dict(self) -> dict:
+        """The comparison as plain data (schema ``gpudiag.diff/1``, docs/diff.md); non-finite numbers → None."""
+
+        def records(df: pd.DataFrame) -> list[dict]:
+            return [{k: jsonable(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
+
+        return {"schema": SCHEMA, "a": jsonable(self.source_a), "b": jsonable(self.source_b),
+                "options": {"alpha": self.options.alpha, "min_samples": self.options.min_samples,
+                            "test": "Mann-Whitney U, two-sided"},
+                "metrics": records(self.metrics), "kernels": records(self.kernels),
+                "findings": {"added": jsonable(self.findings_added), "removed": jsonable(self.findings_removed),
+                             "severity_changed": jsonable(self.findings_changed)},
+                "keys_only_in_a": list(self.keys_only_in_a), "keys_only_in_b": list(self.keys_only_in_b),
+                "warnings": list(self.warnings)}
+
     def regressions(self, pct: float, include_unknown_noise: bool = False) -> pd.DataFrame:
         """Worse-direction changes larger than ``pct`` % that are significant (or of unknown noise, if asked):
         summary metrics and per-kernel median launch time / L2 hit rate, one row each."""
@@ -235,12 +251,10 @@ def compare(profile_a: Profile, profile_b: Profile, analysis_a: Analysis | None 
             analysis_b: Analysis | None = None, thresholds: Thresholds | None = None,
             options: DiffOptions | None = None) -> Diff:
     """Compare run B against run A (A is the baseline). Analyses are computed when not given."""
-    import diagnose
-
     th = thresholds or Thresholds()
     options = options or DiffOptions()
-    analysis_a = analysis_a if analysis_a is not None else diagnose.analyze(profile_a, th)
-    analysis_b = analysis_b if analysis_b is not None else diagnose.analyze(profile_b, th)
+    analysis_a = analysis_a if analysis_a is not None else analyze(profile_a, th)
+    analysis_b = analysis_b if analysis_b is not None else analyze(profile_b, th)
     steps_a, steps_b = step_samples(profile_a, th), step_samples(profile_b, th)
     metrics = _metrics(analysis_a.summary, analysis_b.summary, steps_a, steps_b, options)
     kernels = kernel_diff(profile_a.kernels, profile_b.kernels, options)
@@ -258,9 +272,9 @@ def compare(profile_a: Profile, profile_b: Profile, analysis_a: Analysis | None 
 
 def diff_paths(path_a, path_b, thresholds: Thresholds | None = None, options: DiffOptions | None = None) -> Diff:
     """Load and compare two run folders or artifacts (anything ``diagnose.load`` reads)."""
-    import diagnose
+    from diagnose.load import load
 
-    return compare(diagnose.load(path_a), diagnose.load(path_b), thresholds=thresholds, options=options)
+    return compare(load(path_a), load(path_b), thresholds=thresholds, options=options)
 
 
 METRIC_COLUMNS = ["key", "unit", "direction", "a", "b", "delta", "change_pct", "n_a", "n_b", "p_value",
@@ -389,20 +403,3 @@ def _findings(a: Analysis, b: Analysis) -> tuple[list[dict], list[dict], list[di
                             "title_a": fa[i].title, "title_b": fb[i].title,
                             "verdict": "worse" if fb[i].severity > fa[i].severity else "better"})
     return added, removed, changed
-
-
-def diff_to_dict(diff: Diff) -> dict:
-    """The comparison as plain data (schema ``gpudiag.diff/1``, docs/diff.md); non-finite numbers → None."""
-    from diagnose.findings import _jsonable
-
-    def records(df: pd.DataFrame) -> list[dict]:
-        return [{k: _jsonable(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
-
-    return {"schema": SCHEMA, "a": _jsonable(diff.source_a), "b": _jsonable(diff.source_b),
-            "options": {"alpha": diff.options.alpha, "min_samples": diff.options.min_samples,
-                        "test": "Mann-Whitney U, two-sided"},
-            "metrics": records(diff.metrics), "kernels": records(diff.kernels),
-            "findings": {"added": _jsonable(diff.findings_added), "removed": _jsonable(diff.findings_removed),
-                         "severity_changed": _jsonable(diff.findings_changed)},
-            "keys_only_in_a": list(diff.keys_only_in_a), "keys_only_in_b": list(diff.keys_only_in_b),
-            "warnings": list(diff.warnings)}

@@ -44,7 +44,7 @@ class Subject:
         out = {"kind": self.kind, "name": self.name}
         if self.severity is not None:
             out["severity"] = self.severity.label
-        out.update({k: _jsonable(v) for k, v in self.figures.items()})
+        out.update({k: jsonable(v) for k, v in self.figures.items()})
         return out
 
 
@@ -56,8 +56,8 @@ class Evidence:
     threshold: float | None = None
 
     def to_json(self) -> dict:
-        return {"metric": self.metric, "value": _jsonable(self.value), "unit": self.unit,
-                "threshold": _jsonable(self.threshold)}
+        return {"metric": self.metric, "value": jsonable(self.value), "unit": self.unit,
+                "threshold": jsonable(self.threshold)}
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class Finding:
             "analyzer": self.analyzer,
             "severity": self.severity.label,
             "title": self.title,
-            "cost_share": _jsonable(self.cost_share),
+            "cost_share": jsonable(self.cost_share),
             "subjects": [s.to_json() for s in self.subjects],
             "evidence": [e.to_json() for e in self.evidence],
             "recommendation": self.recommendation,
@@ -118,7 +118,8 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (-int(f.severity), -(f.cost_share or 0.0), f.id))
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
+    """``v`` as plain JSON data: numpy scalars unwrapped, NaN and infinities → None, keys as text."""
     if v is None:
         return None
     if hasattr(v, "item") and not isinstance(v, (list, tuple, dict, str)):
@@ -129,7 +130,7 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
         return None
     if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): jsonable(x) for k, x in v.items()}
     return v

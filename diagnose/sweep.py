@@ -222,10 +222,11 @@ _STATS_ALLOCATED = re.compile(r"allocated_bytes\.all\.peak|peak_allocated|alloca
 
 def measure_run(run_dir: Path) -> dict:
     """Step time, peak memory and step count of one finished run folder (diagnose.load + analyze)."""
-    import diagnose
+    from diagnose.analysis import analyze
+    from diagnose.load import load
 
-    profile = diagnose.load(run_dir)
-    summary = diagnose.analyze(profile).summary
+    profile = load(run_dir)
+    summary = analyze(profile).summary
     out = {"step_count": int(summary.get("step_count", 0) or 0),
            "step_time_median_ms": float(summary.get("step_time_median_ms", float("nan"))),
            "peak_reserved_bytes": _first(summary, PEAK_RESERVED_KEYS),
@@ -280,11 +281,11 @@ class Sweep:
         return self.rows[self.rows["status"] == "ok"]
 
     def to_dict(self) -> dict:
-        from diagnose.findings import _jsonable
+        from diagnose.findings import jsonable
 
         return {"schema": SCHEMA, "folder": str(self.folder), "command": list(self.template),
                 "grid": [{"name": n, "values": v} for n, v in self.grid],
-                "rows": [_jsonable(r) for r in self.rows.to_dict(orient="records")],
+                "rows": [jsonable(r) for r in self.rows.to_dict(orient="records")],
                 "warnings": list(self.warnings)}
 
 

@@ -10,9 +10,9 @@ import math
 
 import pandas as pd
 
-from reports.figures import figure_html, plotly_js, table_html
+from reports.figures import figure_html, table_html
 from reports.format import value_human
-from reports.html import _env
+from reports.templating import render_page
 
 MAX_KERNEL_BARS = 20
 _COLORS = {"worse": "\x1b[31;1m", "better": "\x1b[32;1m"}
@@ -20,9 +20,7 @@ _RESET = "\x1b[0m"
 
 
 def render_diff_json(diff) -> str:
-    from diagnose.compare import diff_to_dict
-
-    return json.dumps(diff_to_dict(diff), indent=2, allow_nan=False, default=str) + "\n"
+    return json.dumps(diff.to_dict(), indent=2, allow_nan=False, default=str) + "\n"
 
 
 def _fmt(value, unit: str) -> str:
@@ -144,12 +142,10 @@ def _kernel_table(diff) -> str:
 
 
 def render_diff_html(diff) -> str:
-    from diagnose.compare import diff_to_dict
-
-    data = diff_to_dict(diff)
-    return _env().get_template("diff.html").render(
-        a=diff.source_a, b=diff.source_b, metrics=_metric_rows(diff), alpha=diff.options.alpha,
+    data = diff.to_dict()
+    return render_page(
+        "diff.html", a=diff.source_a, b=diff.source_b, metrics=_metric_rows(diff), alpha=diff.options.alpha,
         added=diff.findings_added, removed=diff.findings_removed, changed=diff.findings_changed,
         only_a=diff.keys_only_in_a, only_b=diff.keys_only_in_b, warnings=diff.warnings,
         step_figure=_step_figure(diff), kernel_figure=_kernel_figure(diff), kernel_table=_kernel_table(diff),
-        data=data, plotly_js=plotly_js().replace("</script", "<\\/script"))
+        data=data)

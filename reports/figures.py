@@ -1,7 +1,7 @@
 """Plotly figures as HTML fragments, and the one inlined copy of plotly.js.
 
 Every figure is ``to_html(full_html=False, include_plotlyjs=False)``; the page
-inlines plotly.js once (see ``reports/html.py``), so the report works offline.
+inlines plotly.js once (``reports/templating.py`` and ``templates/_base.html``), so the report works offline.
 """
 from __future__ import annotations
 

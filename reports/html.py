@@ -11,10 +11,9 @@ import importlib
 import json
 from dataclasses import dataclass
 
-import jinja2
-
-from reports.figures import plotly_js, table_html
+from reports.figures import table_html
 from reports.format import share_human, value_human
+from reports.templating import render_page
 
 SECTION_TITLES = {
     "l2": "L2 cache", "occupancy": "Occupancy", "launch_config": "Launch configuration",
@@ -32,13 +31,6 @@ class Section:
     anchor: str
     title: str
     html: str
-
-
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),
-                             autoescape=jinja2.select_autoescape(["html"]), keep_trailing_newline=True)
-    env.policies["json.dumps_kwargs"] = {"sort_keys": True, "default": str}
-    return env
 
 
 def section_anchor(analyzer: str) -> str:
@@ -118,11 +110,10 @@ def render_html(analysis) -> str:
                                 render_section(name, result)))
     data = {"schema": "gpudiag.report-data/1", "summary": analysis.summary,
             "findings": [f.to_json() for f in analysis.findings]}
-    return _env().get_template("report.html").render(
-        source=analysis.source, findings=[_finding_view(f) for f in analysis.findings],
+    return render_page(
+        "report.html", source=analysis.source, findings=[_finding_view(f) for f in analysis.findings],
         sections=sections, summary_items=_summary_items(analysis.summary), warnings=analysis.warnings,
         data=json.loads(json.dumps(data, default=str, allow_nan=False)) if _finite(data) else _scrub(data),
-        plotly_js=plotly_js().replace("</script", "<\\/script"),
     )
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from diagnose.findings import _jsonable
+from diagnose.findings import jsonable
 
 SCHEMA = "gpudiag.findings/1"
 
@@ -11,8 +11,8 @@ SCHEMA = "gpudiag.findings/1"
 def to_dict(analysis) -> dict:
     return {
         "schema": SCHEMA,
-        "source": _jsonable(analysis.source),
-        "summary": {k: _jsonable(v) for k, v in sorted(analysis.summary.items())},
+        "source": jsonable(analysis.source),
+        "summary": {k: jsonable(v) for k, v in sorted(analysis.summary.items())},
         "findings": [f.to_json() for f in analysis.findings],
         "warnings": list(analysis.warnings),
     }

@@ -7,9 +7,9 @@ import math
 
 import pandas as pd
 
-from reports.figures import figure_html, plotly_js, table_html
+from reports.figures import figure_html, table_html
 from reports.format import bytes_human
-from reports.html import _env
+from reports.templating import render_page
 
 TABLE_COLUMNS = ("status", "samples_per_s", "steps_per_s", "step_time_median_ms", "peak_reserved_bytes",
                  "peak_allocated_bytes", "pareto", "exit_code")
@@ -60,13 +60,13 @@ def _table(sweep) -> pd.DataFrame:
 def render_sweep_html(sweep) -> str:
     rows = sweep.rows
     failed = rows[rows["status"] != "ok"]
-    return _env().get_template("sweep.html").render(
-        folder=str(sweep.folder), command=" ".join(sweep.template), grid=sweep.grid, n=len(rows),
+    return render_page(
+        "sweep.html", folder=str(sweep.folder), command=" ".join(sweep.template), grid=sweep.grid, n=len(rows),
         n_ok=int((rows["status"] == "ok").sum()), figure=_figure(sweep),
         table=table_html(_table(sweep), "sweep-table", float_fmt="{:,.4g}"),
         failed=[{"label": r["label"], "status": r["status"], "exit_code": r["exit_code"], "reason": r["reason"]}
                 for _, r in failed.iterrows()],
-        warnings=sweep.warnings, data=sweep.to_dict(), plotly_js=plotly_js().replace("</script", "<\\/script"))
+        warnings=sweep.warnings, data=sweep.to_dict())
 
 
 def render_sweep_terminal(sweep) -> str:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from diagnose.analysis import Analysis
-from diagnose.compare import compare, diff_to_dict
+from diagnose.compare import compare
 from diagnose.findings import Finding, Severity
 from diagnose.profile_data import Profile
 from parsers.events import STEPS_SCHEMA
@@ -102,5 +102,5 @@ def test_renderers_on_empty_diff_and_escaping():
     assert data["schema"] == "gpudiag.diff/1" and data["kernels"][0]["status"] == "added"
     empty = compare(fake_profile(), fake_profile(), fake_analysis({}), fake_analysis({}))
     assert "0 shared metrics" in render_diff_terminal(empty)
-    assert diff_to_dict(empty)["metrics"] == []
+    assert empty.to_dict()["metrics"] == []
     assert "The two runs share no summary metric" in render_diff_html(empty)
