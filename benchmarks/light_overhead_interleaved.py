@@ -62,18 +62,18 @@ class StepHook:
     def __init__(self, runtime):
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        if runtime is None or runtime._optimizer_hook_handle is None:
+        if runtime is None or runtime.steps.optimizer_hook_handle is None:
             raise SystemExit("light mode did not hook the optimizer: nothing to switch")
         self._register = register_optimizer_step_post_hook
-        self._runtime = runtime
+        self._steps = runtime.steps
 
     def set(self, on: bool) -> None:
-        runtime = self._runtime
-        if on and runtime._optimizer_hook_handle is None:
-            runtime._optimizer_hook_handle = self._register(runtime._optimizer_hook)
-        elif not on and runtime._optimizer_hook_handle is not None:
-            runtime._optimizer_hook_handle.remove()
-            runtime._optimizer_hook_handle = None
+        steps = self._steps
+        if on and steps.optimizer_hook_handle is None:
+            steps.optimizer_hook_handle = self._register(steps.on_optimizer_step)
+        elif not on and steps.optimizer_hook_handle is not None:
+            steps.optimizer_hook_handle.remove()
+            steps.optimizer_hook_handle = None
 
 
 def run_rounds(step, hook: StepHook, run_steps: int, seconds: float, max_rounds: int, seed: int) -> np.ndarray:
@@ -155,15 +155,15 @@ def own_time(run_path: Path, first_step: int) -> dict:
 def light_share_intervals():
     """While light is on LIGHT_SHARE of the time, its clock-kept intervals divided by that share: the step
     log's here (a module constant the boundary reads), memory_stats' as the profile options yielded."""
-    from diagnose.launch import bootstrap_runtime
     from diagnose.launch.light import ProfileOptions
+    from diagnose.launch.runtime import steps
 
-    record_interval_ns = bootstrap_runtime.STEP_RECORD_INTERVAL_NS
-    bootstrap_runtime.STEP_RECORD_INTERVAL_NS = round(record_interval_ns / LIGHT_SHARE)
+    record_interval_ns = steps.STEP_RECORD_INTERVAL_NS
+    steps.STEP_RECORD_INTERVAL_NS = round(record_interval_ns / LIGHT_SHARE)
     try:
         yield {"memory_stats_interval_ms": ProfileOptions.memory_stats_interval_ms / LIGHT_SHARE}
     finally:
-        bootstrap_runtime.STEP_RECORD_INTERVAL_NS = record_interval_ns
+        steps.STEP_RECORD_INTERVAL_NS = record_interval_ns
 
 
 def main(argv=None) -> int:
@@ -189,7 +189,7 @@ def main(argv=None) -> int:
     import torch
 
     import diagnose
-    from diagnose.launch import bootstrap_runtime
+    from diagnose.launch.runtime import lifecycle
 
     step = make_step(args.device, args.width, args.depth, args.batch)
     time_steps(step, args.warmup_steps)
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
         with light_share_intervals() as options, \
                 diagnose.profile(out=Path(work) / "run", quiet=True, nvml=False, **options) as run:
             time_steps(step, args.first_steps)
-            hook = StepHook(bootstrap_runtime.active())
+            hook = StepHook(lifecycle.active())
             times = run_rounds(step, hook, args.run_steps, args.seconds, args.max_rounds, args.seed)
         own = own_time(run.path, args.first_steps)
     elapsed_s = time.monotonic() - t0

@@ -10,44 +10,24 @@ The library API (the CLI is a thin layer over it)::
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from diagnose.analysis import Analysis, analyze  # noqa: E402
-from diagnose.findings import Evidence, Finding, Result, Severity, Subject  # noqa: E402
-from diagnose.load import load  # noqa: E402
-from diagnose.launch.api import profile  # noqa: E402
-from diagnose.profile_data import Profile  # noqa: E402
-from diagnose.thresholds import Thresholds  # noqa: E402
-from parsers.errors import InputError  # noqa: E402
-
-
-def write_html(analysis: Analysis, path) -> str:
-    """Render the self-contained HTML report to ``path``; returns the path."""
-    from reports.html import render_html
-
-    from diagnose._io import atomic_write_text
-
-    atomic_write_text(path, render_html(analysis))
-    return str(path)
-
-
-def write_json(analysis: Analysis, path) -> str:
-    """Write the findings JSON (schema ``gpudiag.findings/1``) to ``path``."""
-    from reports.json_report import render_json
-
-    from diagnose._io import atomic_write_text
-
-    atomic_write_text(path, render_json(analysis))
-    return str(path)
+from diagnose.analysis import Analysis, analyze
+from diagnose.findings import Evidence, Finding, Result, Severity, Subject
+from diagnose.launch.api import profile
+from diagnose.load import load
+from diagnose.outputs import write_html, write_json
+from diagnose.profile_data import Profile
+from diagnose.thresholds import Thresholds
+from diagnose.version import __version__
+from parsers.errors import InputError
 
 
 def step() -> None:
     """Mark a training-step boundary (JAX, or torch without an optimizer). No-op outside `gpudiag profile`."""
     try:
-        from diagnose.launch import bootstrap_runtime
+        from diagnose.launch.runtime import lifecycle
     except ImportError:
         return
-    bootstrap_runtime.step()
+    lifecycle.step()
 
 
 __all__ = ["Analysis", "Evidence", "Finding", "InputError", "Profile", "Result", "Severity", "Subject",

@@ -40,7 +40,7 @@ def analyze(profile: Profile, thresholds: Thresholds | None = None, only: list[s
 
 
 def describe_source(profile: Profile) -> dict[str, Any]:
-    from diagnose import __version__
+    from diagnose.version import __version__
 
     m = profile.manifest
     return {

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from diagnose import __version__
+from diagnose.version import __version__
 from parsers.errors import InputError
 
 EXIT_BAD_INPUT = 2

@@ -11,12 +11,14 @@ from typing import Any
 
 import pandas as pd
 
+from parsers import reader as tables
+
 
 @dataclass
 class Profile:
     sources: list[str] = field(default_factory=list)  # the files that were read
     manifest: dict[str, Any] = field(default_factory=dict)  # run manifest (empty for a single artifact)
-    kernels: pd.DataFrame | None = None  # ncu: one row per profiled kernel launch (parsers.ncu.KERNELS_SCHEMA)
+    kernels: pd.DataFrame | None = None  # ncu: one row per profiled kernel launch (parsers.ncu_kernels.KERNELS_SCHEMA)
     traces: dict[int, Any] = field(default_factory=dict)  # rank → parsers.trace.Trace
     snapshots: dict[int, Any] = field(default_factory=dict)  # rank → parsers.snapshot.MemorySnapshot
     memory_stats: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → per-step allocator stats
@@ -27,13 +29,34 @@ class Profile:
 
     def __post_init__(self) -> None:
         if self.kernels is None:
-            from parsers.ncu import KERNELS_SCHEMA
+            from parsers.ncu_kernels import KERNELS_SCHEMA
 
             self.kernels = KERNELS_SCHEMA.empty()
         if self.nvml is None:
             from parsers.nvml import NVML_SCHEMA
 
             self.nvml = NVML_SCHEMA.empty()
+
+    def add(self, table: str, value: Any, rank: int) -> None:
+        """Put what a reader read (``parsers.reader.Reader.read``) into the table it declares; ``rank`` is the
+        one the file's name gives, used where the content does not say."""
+        if table == tables.KERNELS:
+            self.kernels = value if not len(self.kernels) else pd.concat([self.kernels, value], ignore_index=True)
+        elif table == tables.TRACES:
+            self.traces[value.rank if value.rank is not None else rank] = value
+        elif table == tables.SNAPSHOTS:
+            self.snapshots[rank] = value
+        elif table == tables.MEMORY_STATS:
+            self.memory_stats[rank] = value
+        elif table == tables.EVENTS:
+            steps, syncs = value
+            self.step_events[rank] = steps
+            if len(syncs):
+                self.sync_records[rank] = syncs
+        elif table == tables.NVML:
+            self.nvml = value
+        else:
+            raise ValueError(f"a Profile has no table {table!r}")
 
     def has(self, what: str) -> bool:
         value = getattr(self, what)

@@ -4,8 +4,11 @@ Two sources (docs/step-timings.md describes both):
 
 * ``events/rank<N>.jsonl`` written by ``gpudiag profile``: one JSON object a line,
   ``"kind"`` = ``step`` | ``sync`` | ``run``; other kinds are skipped so newer
-  writers stay readable. A run killed mid-write leaves a last line without its
-  newline: it is dropped with a warning. Any other bad line is an error naming it.
+  writers stay readable. Of the ``run`` records only the ``gpu-time-every`` ones are
+  kept (``GpuTimeChoice``, in ``steps.attrs["gpu_time_choices"]``): when and why the
+  runtime timed only one step in k, and against which budget. A run killed mid-write
+  leaves a last line without its newline: it is dropped with a warning. Any other bad
+  line is an error naming it.
 * step timings a user wrote themselves: CSV with header ``name,step,elapsed_ms`` or
   ``name,step,start_ms,end_ms`` (optional ``rank``, ``host_ms``, ``t_start_ns``),
   or a JSON list of objects with the same keys. ``elapsed_ms`` is the GPU time
@@ -20,12 +23,14 @@ import json
 import math
 import os
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 from parsers.trace_stream import JSONDecodeError, _loads as json_loads
 import pandas as pd
 
 from parsers.errors import InputError
+from parsers.reader import EVENTS, JSON, TEXT, Reader, compact_json, first_line
 from parsers.limits import read_input
 from parsers.schema import BOOL, F64, I64, STR, Schema, conform
 from parsers.unicode_text import has_lone_surrogate
@@ -63,6 +68,26 @@ SYNCS_SCHEMA = Schema(
     },
 )
 
+
+@dataclass(frozen=True)
+class GpuTimeChoice:
+    """A ``{"kind": "run", "event": "gpu-time-every"}`` record: from ``from_step`` on, rank ``rank`` timed one
+    step in ``every`` on the GPU, because a CUDA event record cost ``event_us`` of host time against a
+    ``step_host_ms`` step and its budget is ``budget_pct`` % of a step. Absent numbers are NaN.
+
+    A tuple of these, sorted by (rank, from_step), is ``steps.attrs["gpu_time_choices"]``; empty when the
+    runtime never chose (every step timed, a fixed --gpu-time-every, or not a gpudiag log). Frozen plain
+    values, not a frame: pandas compares and copies ``attrs`` when it concatenates frames."""
+    rank: int
+    from_step: int
+    every: int
+    event_us: float
+    step_host_ms: float
+    budget_pct: float
+    t_ns: float
+
+
+GPU_TIME_EVERY_EVENT = "gpu-time-every"
 STEP_NAME = "step"  # the name of a whole-step record
 _RUN_KINDS = ("step", "sync", "run")
 
@@ -74,10 +99,11 @@ def read_events(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not body:
         raise InputError(path, "is empty; expected step timings (gpudiag events JSONL, or CSV/JSON "
                                "with name,step,elapsed_ms — see docs/step-timings.md)")
+    choices: list[GpuTimeChoice] = []
     if body.startswith("["):
         steps, syncs, dropped = _user_records(path, _json_list(path, text), "entry"), [], []
     elif body.startswith("{"):
-        steps, syncs, dropped = _jsonl(path, text)
+        steps, syncs, dropped, choices = _jsonl(path, text)
     else:
         rows, dropped = _csv_rows(path, text)
         steps, syncs = _user_records(path, rows, "line"), []
@@ -86,6 +112,7 @@ def read_events(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
     for message in dropped:
         warnings.warn(message, stacklevel=2)
     steps_frame.attrs["warnings"] = dropped
+    steps_frame.attrs["gpu_time_choices"] = tuple(sorted(choices, key=lambda c: (c.rank, c.from_step)))
     return steps_frame, syncs_frame
 
 
@@ -100,11 +127,12 @@ def _lines(text: str) -> tuple[list[str], bool]:
     return [line.rstrip("\r") for line in lines], ends_cleanly
 
 
-def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str]]:
+def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str], list[GpuTimeChoice]]:
     lines, ends_cleanly = _lines(text)
     steps: list[dict] = []
     syncs: list[dict] = []
     dropped: list[str] = []
+    choices: list[GpuTimeChoice] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -123,13 +151,15 @@ def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str]]:
                 steps.append(_step_record(record))
             elif kind == "sync":
                 syncs.append(_sync_record(record))
-            # "run" headers and kinds newer than this reader are skipped
+            elif kind == "run" and record.get("event") == GPU_TIME_EVERY_EVENT:
+                choices.append(_gpu_time_choice(record))
+            # other "run" records and kinds newer than this reader are skipped
         except ValueError as e:
             raise InputError(path, f"line {number}: {e}") from None
     if not steps and not syncs and not any(
             _is_record_line(line) for line in lines):
         raise InputError(path, "has no complete event record; expected JSON lines with \"kind\": \"step\" or \"sync\"")
-    return steps, syncs, dropped
+    return steps, syncs, dropped, choices
 
 
 def _is_record_line(line: str) -> bool:
@@ -150,6 +180,15 @@ def _step_record(r: dict) -> dict:
             "name": STEP_NAME if name is None else str(name),
             "t_start_ns": _number(r, "t_start_ns"), "host_ms": host_ms, "gpu_ms": gpu_ms,
             "instrumented": bool(r.get("instrumented", False)), "overhead_us": _duration(r, "overhead_us")}
+
+
+def _gpu_time_choice(r: dict) -> GpuTimeChoice:
+    every = _index(r, "every")
+    if every < 1:
+        raise ValueError(f"every should be a whole number ≥ 1, found {r.get('every')!r}")
+    return GpuTimeChoice(rank=_index(r, "rank", default=0), from_step=_index(r, "from_step"), every=every,
+                         event_us=_duration(r, "event_us"), step_host_ms=_duration(r, "step_host_ms"),
+                         budget_pct=_duration(r, "budget_pct"), t_ns=_number(r, "t_ns"))
 
 
 def _sync_record(r: dict) -> dict:
@@ -329,3 +368,19 @@ def _read_text(path) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(path, f"is not UTF-8 text (byte {e.start}); expected step timings") from None
+
+
+def is_events(head: bytes) -> bool:
+    """gpudiag's event log (JSON lines of step / sync / run records), or a user's step timings as a
+    JSON list or a CSV (docs/step-timings.md)."""
+    compact = compact_json(head)
+    if compact is None:
+        line = first_line(head)
+        return line.startswith("name,") or line.startswith("step,")
+    if '"kind":"step"' in compact or '"kind":"sync"' in compact or '"kind":"run"' in compact:
+        return True
+    return compact.startswith("[{") and '"step":' in compact and ('"elapsed_ms":' in compact or '"end_ms":' in compact)
+
+
+READERS = (Reader("events", EVENTS, is_events, read_events, "a step-timing log (gpudiag's events JSON lines, or "
+                  "a JSON list or CSV of step timings)", (JSON, TEXT)),)

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from parsers.errors import InputError
+from parsers.reader import JSON, MEMORY_STATS, Reader, compact_json
 from parsers.limits import read_input
 from parsers.schema import F64, I64, STR, Schema, conform
 
@@ -124,3 +125,14 @@ def _row(record: dict, path, number: int) -> dict:
         except OverflowError:  # a JSON integer beyond float range
             raise InputError(path, f"line {number}: stats[{key!r}] is out of range ({str(value)[:40]}...)") from None
     return row
+
+
+def is_memory_stats(head: bytes) -> bool:
+    """A memory-stats log: torch's ``memory_stats()`` or JAX's ``memory_stats()`` per line."""
+    compact = compact_json(head)
+    return compact is not None and ('"kind":"memory_stats"' in compact or '"allocated_bytes.all.current"' in compact
+                                    or '"bytes_in_use"' in compact)
+
+
+READERS = (Reader("memory-stats", MEMORY_STATS, is_memory_stats, read_memory_stats,
+                  "a memory-stats log (torch or JAX memory_stats() as JSON lines)", (JSON,)),)

@@ -27,8 +27,9 @@ import pandas as pd
 
 from parsers.errors import InputError
 from parsers.limits import human_bytes, limit, open_input
-from parsers.ncu import ID_COLUMNS, STANDARD_METRICS, finish, parse_dims
+from parsers.ncu_kernels import ID_COLUMNS, STANDARD_METRICS, finish, parse_dims
 from parsers.ncu_units import column_name, to_base
+from parsers.reader import KERNELS, TEXT, Reader, head_text, is_json
 
 NA = ["", "n/a", "N/A", "no data", "nan", "-"]
 MAX_BYTES = 2 * 1024**3
@@ -461,3 +462,15 @@ def _details(path, text: str, header: list[str]) -> pd.DataFrame:
     out["nvtx_range"] = None
     out = out.reset_index(drop=True)
     return pd.concat([out, wide.reset_index(drop=True)], axis=1)
+
+
+def is_ncu_csv(head: bytes) -> bool:
+    """A CSV page of ncu (its ID columns), or ncu's stdout (its ``==PROF==`` lines)."""
+    if is_json(head):
+        return False
+    text = head_text(head)
+    return '"ID","Process ID"' in text or "==PROF==" in text or '"Kernel Name"' in text
+
+
+READERS = (Reader("ncu-csv", KERNELS, is_ncu_csv, read_ncu_csv,
+                  "an ncu CSV export (--csv --page raw or details, or ncu's stdout)", (TEXT,)),)

@@ -20,11 +20,19 @@ import pandas as pd
 
 from parsers.errors import InputError
 from parsers.limits import open_input
-from parsers.ncu import STANDARD_METRICS, finish
+from parsers.ncu_kernels import STANDARD_METRICS, finish
 from parsers.ncu_units import column_name, to_base
+from parsers.reader import BINARY, KERNELS, Reader
 
 NEEDS_PACKAGE = (".ncu-rep needs NVIDIA's ncu-report package (pip install ncu-report; NVIDIA ships Linux x86_64 "
                  "wheels only); CSV exports work without it: ncu --import report.ncu-rep --csv --page raw > raw.csv")
+
+
+MAGIC = b"NVR\x00"
+
+
+def is_ncu_rep(head: bytes) -> bool:
+    return head[:4] == MAGIC
 
 
 def read_ncu_rep(path: str | os.PathLike) -> pd.DataFrame:
@@ -211,3 +219,6 @@ def _nvtx(action) -> str | None:
         return "/".join(names) or None
     except Exception:
         return None
+
+
+READERS = (Reader("ncu-rep", KERNELS, is_ncu_rep, read_ncu_rep, "an Nsight Compute report (.ncu-rep)", (BINARY,)),)

@@ -17,6 +17,7 @@ import warnings
 import pandas as pd
 
 from parsers.errors import InputError
+from parsers.reader import NVML, TEXT, Reader, first_line, is_json
 from parsers.limits import read_input
 from parsers.schema import F64, I64, Schema, conform
 
@@ -118,3 +119,14 @@ def _read_text(path: str | os.PathLike) -> str:
         return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", newline="").read()
     except UnicodeDecodeError as e:
         raise InputError(path, f"is not UTF-8 text (byte {e.start}); expected an NVML sample CSV") from None
+
+
+def is_nvml(head: bytes) -> bool:
+    """gpudiag's NVML samples CSV (nvml.csv)."""
+    if is_json(head):
+        return False
+    line = first_line(head)
+    return line.startswith("t_ns,") and "gpu_util_pct" in line
+
+
+READERS = (Reader("nvml", NVML, is_nvml, read_nvml, "an NVML samples CSV (nvml.csv)", (TEXT,)),)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from parsers.errors import InputError
+from parsers.reader import BINARY, JSON, SNAPSHOTS, Reader, compact_json
 from parsers.limits import check_json_nesting, check_rows, read_input
 from parsers.restricted_pickle import loads_plain
 from parsers.schema import BOOL, F64, I64, STR, Schema, conform
@@ -386,3 +387,22 @@ def _user_location(frames: tuple) -> tuple[str | None, str]:
     chosen = user or (python[0] if python else None)
     location = None if chosen is None else f"{chosen[0]}:{chosen[1]}"
     return location, " | ".join(f"{f}:{line} {name}" for f, line, name in python[:12])
+
+
+def is_snapshot_pickle(head: bytes) -> bool:
+    """A pickle (protocol 2 or later): what ``torch.cuda.memory._dump_snapshot`` writes."""
+    return head[:1] == b"\x80"
+
+
+def is_snapshot_json(head: bytes) -> bool:
+    """A snapshot as JSON: the pickle's dict written as JSON, or gpudiag's own form."""
+    compact = compact_json(head)
+    return compact is not None and ('"segments"' in compact or '"device_traces"' in compact
+                                    or '"gpudiag.snapshot' in compact)
+
+
+READERS = (
+    Reader("snapshot-pickle", SNAPSHOTS, is_snapshot_pickle, read_snapshot,
+           "a torch memory snapshot pickle (torch.cuda.memory._dump_snapshot)", (BINARY,)),
+    Reader("snapshot-json", SNAPSHOTS, is_snapshot_json, read_snapshot, "a memory snapshot as JSON", (JSON,)),
+)

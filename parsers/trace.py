@@ -24,7 +24,9 @@ import numpy as np
 import pandas as pd
 
 from parsers.errors import InputError
+from parsers.reader import JSON, TRACES, Reader, compact_json
 from parsers.schema import BOOL, CAT, F64, I64, Schema, conform
+from parsers.trace_collectives import COLLECTIVES_SCHEMA, CollectiveArgs
 from parsers.trace_nesting import enclosing, parents, thread_key
 from parsers.trace_stream import read_chunks
 
@@ -114,6 +116,8 @@ class Trace:
     flows: pd.DataFrame
     other: pd.DataFrame
     device_properties: pd.DataFrame
+    # what Kineto says of each collective (parsers.trace_collectives): op, process group, message size
+    collectives: pd.DataFrame = field(default_factory=COLLECTIVES_SCHEMA.empty)
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -197,6 +201,7 @@ class _Builder:
         self.unknown_cats: Counter = Counter()
         self.other_phases: Counter = Counter()
         self.n_events = 0
+        self.collectives = CollectiveArgs()
 
     def on_events(self, events: list) -> None:
         self.n_events += len(events)
@@ -298,6 +303,8 @@ class _Builder:
         elif table in ("annotations", "other"):
             t.add_codes("cat", [cat] * len(evs))
         t.commit(self.tables[table])
+        if table == "cpu_ops" or (table == "gpu" and kind == "kernel"):
+            self.collectives.on_events(evs)  # after the commit: a bucket retried after an error is seen once
 
     def _flows(self, evs: list) -> None:
         ts = _floats([e.get("ts") for e in evs])
@@ -392,6 +399,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
         flows=conform(frames["flows"], FLOW_SCHEMA),
         other=conform(frames["other"], OTHER_SCHEMA),
         device_properties=_device_properties(header),
+        collectives=b.collectives.frame(),
         metadata={"header": {k: v for k, v in header.items() if k not in ("deviceProperties",)},
                   "process_names": procs, "events": b.n_events},
         warnings=warnings,
@@ -683,3 +691,13 @@ def _nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
         hop[still] = hop[hop[still]]
         todo = still[hop[still] >= 0]
     return out
+
+
+def is_trace(head: bytes) -> bool:
+    """A Chrome-trace JSON: Kineto's (``traceEvents``, ``schemaVersion``) or JAX's perfetto export."""
+    compact = compact_json(head)
+    return compact is not None and ('"traceEvents"' in compact or '"schemaVersion"' in compact
+                                    or '"displayTimeUnit"' in compact)
+
+
+READERS = (Reader("trace", TRACES, is_trace, read_trace, "a PyTorch profiler (Kineto) or JAX perfetto trace", (JSON,)),)

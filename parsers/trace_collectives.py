@@ -4,8 +4,8 @@
 those args say which collective it is and in which process group ("Collective name",
 "Process Group Name", "Process Group Ranks", "In msg nelems", "dtype", "Seq" in newer
 torch), which is what lets ranks' kernels be matched exactly rather than by order.
-:class:`CollectiveArgs` collects them from the same event chunks ``read_trace`` sees;
-:func:`read_collectives` does a pass of its own over a file for a Trace that lacks them.
+:class:`CollectiveArgs` collects them from the same event chunks ``read_trace`` sees (``Trace.collectives``);
+:func:`read_collectives` does a pass of its own over a file, for tools that need only these.
 Rows are keyed like ``Trace.gpu`` (``ts_ns`` rounded the same way, ``correlation``) and
 ``Trace.cpu_ops`` (``ts_ns``, ``external_id``) so they join back.
 """

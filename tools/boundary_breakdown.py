@@ -28,7 +28,8 @@ def main(argv=None) -> int:
     import torch
 
     import diagnose
-    from diagnose.launch import bootstrap_runtime, event_log, nvtx_ranges
+    from diagnose.launch import event_log
+    from diagnose.launch.runtime import gpu_time, memory_capture, nvtx_ranges, steps
     from light_overhead_paired import make_step
 
     step = make_step(args.device, 1024, 4, 64)
@@ -47,9 +48,12 @@ def main(argv=None) -> int:
                 times.setdefault(label or name, []).append(time.perf_counter_ns() - t)
         setattr(owner, name, wrapper)
 
-    for name in ("boundary", "_drain", "_maybe_memory_stats", "_after_step", "_record_event", "_choose_gpu_every"):
-        timed(bootstrap_runtime.Runtime, name)
-    timed(event_log, "step_line")
+    for name in ("boundary", "drain", "_after_step"):
+        timed(steps.Steps, name)
+    timed(memory_capture.MemoryCapture, "maybe_stats")
+    timed(gpu_time.GpuTime, "record_event")
+    timed(gpu_time.GpuTime, "choose")
+    timed(steps, "step_line")
     timed(event_log, "write_all")
     for backend in (nvtx_ranges._TorchBackend, nvtx_ranges._NvtxPackageBackend):
         timed(backend, "start", f"nvtx start ({backend.name})")

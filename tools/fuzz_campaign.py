@@ -245,7 +245,7 @@ def atheris_worker(args, argv) -> None:
     from tests.fuzz.mutations import RandomChooser, case_seeds, kinds_for, mutate
 
     with atheris.instrument_imports(include=["parsers", "diagnose.load"]):
-        import parsers.events, parsers.manifest, parsers.memory_stats, parsers.ncu, parsers.nvml  # noqa: E401,F401
+        import parsers.events, parsers.run_folder, parsers.memory_stats, parsers.ncu, parsers.nvml  # noqa: E401,F401
         import parsers.snapshot, parsers.trace, parsers.trace_collectives  # noqa: E401,F401
         import diagnose.load  # noqa: F401
     from tests.fuzz.oracle import run_reader

@@ -69,7 +69,7 @@ def spin_hook(spin_ns: int):
 
 def measure(variant: str, step, args, work: Path) -> dict:
     import diagnose
-    from diagnose.launch import bootstrap_runtime
+    from diagnose.launch.runtime import lifecycle
 
     if variant in HOOK_VARIANTS:
         hook = FunctionHook(spin_hook(20_000) if variant == "spin-20us" else (lambda o, a, k: None))
@@ -80,7 +80,7 @@ def measure(variant: str, step, args, work: Path) -> dict:
     with light_share_intervals() as options, \
             diagnose.profile(out=work / variant, quiet=True, nvml=False, **{**options, **RUNTIME_VARIANTS[variant]}) as run:
         time_steps(step, 40)
-        times = run_rounds(step, StepHook(bootstrap_runtime.active()), args.run_steps, args.seconds, 10**9, 0)
+        times = run_rounds(step, StepHook(lifecycle.active()), args.run_steps, args.seconds, 10**9, 0)
     return {"times": times, "own": own_time(run.path, 40)}
 
 

@@ -22,20 +22,6 @@ MIN_COLLECTIVES = 3  # fewer matched collectives say nothing about a persistent 
 MAX_TIMELINE_ROWS = 6000
 
 
-def _metadata(trace) -> pd.DataFrame | None:
-    """Kineto's collective args: on the Trace when parsers.trace keeps them, else one extra pass over the file."""
-    meta = getattr(trace, "collectives", None)
-    if meta is not None:
-        return meta
-    from parsers.errors import InputError
-    from parsers.trace_collectives import read_collectives
-
-    try:
-        return read_collectives(trace.path)
-    except (InputError, OSError):
-        return None
-
-
 def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
     occ, times = [], {}
@@ -43,7 +29,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         trace = profile.traces[rank]
         gpu = trace.gpu
         has_comm = len(gpu) and (gpu["kind"].astype(str) == "comm").any()
-        o = col.occurrences(trace, rank, _metadata(trace) if has_comm else None)
+        o = col.occurrences(trace, rank, trace.collectives if has_comm else None)
         if len(o):
             occ.append(o)
             times[rank] = col.rank_times(trace)

@@ -4,7 +4,9 @@ Each step has a host time (wall clock from its start to the next step's) and a
 GPU time (between CUDA events recorded at its start and end). When host time
 well exceeds GPU time the GPU sits waiting for the host: data loading, Python
 overhead or syncs. Warm-up steps are left out of every median (see
-``Steps.warmup_steps``); docs/step-timings.md says how the figures are made.
+``Steps.warmup_steps``); docs/step-timings.md says how the figures are made. When light
+mode timed only one step in k, the budget it kept to comes from its own gpu-time-every
+records (``steps.attrs["gpu_time_choices"]``, parsers/events.py).
 """
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
-from diagnose.launch.bootstrap_runtime import GPU_TIME_BUDGET_PCT
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
@@ -75,7 +76,8 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
                         "warmup_steps_per_rank": th.steps.warmup_steps,
                         "warmup_excluded": int(steps["warmup"].sum()),
                         "median_step_ms": result.summary.get("step_time_median_ms"),
-                        "gpu_time_every": gpu_time_every(measured), "gpu_time_budget_pct": GPU_TIME_BUDGET_PCT})
+                        "gpu_time_every": gpu_time_every(measured),
+                        "gpu_time_budget_pct": gpu_time_budget_pct(profile)})
     if len(measured) >= th.steps.min_steps:
         result.findings.extend(f for f in (_host_bound(measured, th), _unstable(steps, measured, th),
                                            _own_overhead(result.summary, th)) if f)
@@ -118,6 +120,14 @@ def gpu_time_every(measured: pd.DataFrame) -> int | None:
         return 1
     gaps = timed.groupby("rank")["step"].diff().dropna()
     return int(gaps.median()) if len(gaps) else None
+
+
+def gpu_time_budget_pct(profile: Profile) -> float | None:
+    """The share of a step light mode let CUDA events cost when it chose k, from its gpu-time-every records
+    (the last one's, by rank and step; every choice of a run carries the same budget); None without any."""
+    choices = [c for f in profile.step_events.values() for c in f.attrs.get("gpu_time_choices", ())]
+    budgets = [c.budget_pct for c in sorted(choices, key=lambda c: (c.rank, c.from_step)) if np.isfinite(c.budget_pct)]
+    return float(budgets[-1]) if budgets else None
 
 
 def _per_rank(steps: pd.DataFrame) -> pd.DataFrame:

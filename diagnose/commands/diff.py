@@ -33,14 +33,13 @@ def command(run_a, run_b, output, json_path, fail_pct, include_unknown_noise, al
 
     Exit code: 0, or 1 with --fail-on-regression when a regression exceeds PCT; 2 for bad input.
     """
-    import diagnose
-    from diagnose.compare import DiffOptions, compare
+    from diagnose.compare import DiffOptions, diff_paths
     from reports.diff_html import render_diff_json, render_diff_terminal
 
     for p in (run_a, run_b):
         require_input_path(p)
     th = build_thresholds(config_path, thresholds)
-    diff = compare(diagnose.load(run_a), diagnose.load(run_b), thresholds=th, options=DiffOptions(alpha=alpha))
+    diff = diff_paths(run_a, run_b, thresholds=th, options=DiffOptions(alpha=alpha))
     click.echo(render_diff_terminal(diff, color=sys.stdout.isatty(), show_all=show_all), nl=False)
     if output:
         from diagnose._io import atomic_write_text

@@ -20,22 +20,24 @@ from parsers.errors import InputError
 @threshold_options
 def command(path, output, json_path, no_html, config_path, thresholds):
     """Diagnose PATH (a run folder, .ncu-rep, ncu CSV, trace or memory snapshot) into one offline HTML page."""
-    import diagnose
+    from diagnose.analysis import analyze
+    from diagnose.load import load
+    from diagnose.outputs import write_html, write_json
     from reports.terminal import render_terminal
 
     require_input_path(path)
     th = build_thresholds(config_path, thresholds)
-    profile = diagnose.load(path)
+    profile = load(path)
     if profile.manifest:
         refuse_empty_run(profile, path)
-    analysis = diagnose.analyze(profile, th)
+    analysis = analyze(profile, th)
     click.echo(render_terminal(analysis, color=sys.stdout.isatty()), nl=False)
     if not no_html:
         out = output or default_report_path(path)
-        diagnose.write_html(analysis, out)
+        write_html(analysis, out)
         click.echo(f"Wrote {out}")
     if json_path:
-        diagnose.write_json(analysis, json_path)
+        write_json(analysis, json_path)
         click.echo(f"Wrote {json_path}")
 
 

@@ -38,14 +38,14 @@ def command(grids, out, samples_expr, timeout_s, profile_args, no_profile, quiet
     """
     from diagnose import sweep as sw
     from diagnose._io import atomic_write_text
-    from diagnose.launch.run_folder import _safe, script_name
+    from diagnose.launch.run_dir import safe_name, script_name
     from reports.sweep_html import render_sweep_html, render_sweep_terminal
 
     grid = sw.parse_grid(grids)
     template = list(command)
     sw.check_template(template, grid)
     if out is None:
-        folder = Path("gpudiag-sweeps") / f"{time.strftime('%Y%m%d-%H%M%S')}-{_safe(script_name(template))}"
+        folder = Path("gpudiag-sweeps") / f"{time.strftime('%Y%m%d-%H%M%S')}-{safe_name(script_name(template))}"
     else:
         folder = Path(out)
         if folder.exists() and any(folder.iterdir()):

@@ -17,9 +17,10 @@ import sys
 import time
 
 from diagnose.launch import ncu as ncu_mode
-from diagnose.launch import run_folder, run_manifest
+from diagnose.launch import run_dir, run_manifest
 from diagnose.launch.light import ProfileOptions, Run, run_profiled
 from diagnose.launch.nvml_sampler import NvmlSampler
+from parsers import run_folder
 from parsers.errors import InputError
 
 
@@ -53,14 +54,14 @@ class InProcessProfile:
         self._expected: list[str] = []
 
     def __enter__(self) -> Run:
-        from diagnose.launch import bootstrap_runtime
         from diagnose.launch.child_config import ChildConfig
+        from diagnose.launch.runtime import lifecycle
 
-        if bootstrap_runtime.active() is not None:
+        if lifecycle.active() is not None:
             raise InputError(None, "this process is already being profiled (nested diagnose.profile or under "
                                    "`gpudiag profile`)")
         name = [sys.argv[0] or "notebook"] if sys.argv and sys.argv[0] not in ("", "-c") else ["notebook"]
-        folder = run_folder.new_run_folder(name, self.settings.out)
+        folder = run_dir.new_run_folder(name, self.settings.out)
         light = self.settings.child_config(str(folder))
         config = ChildConfig(**{**light.as_dict(), "mode": "in-process"})
         self._start_ns = time.time_ns()
@@ -76,16 +77,16 @@ class InProcessProfile:
                 if not self.settings.quiet:
                     print(f"gpudiag: no NVML samples: {self._sampler.unavailable_reason}", file=sys.stderr)
                 self._sampler = None
-        bootstrap_runtime.install(config)
+        lifecycle.install(config)
         self.run = Run(path=folder)
         return self.run
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        from diagnose.launch import bootstrap_runtime
+        from diagnose.launch.runtime import lifecycle
 
         faults = []
         try:
-            faults += bootstrap_runtime.uninstall()
+            faults += lifecycle.uninstall()
         finally:
             if self._sampler is not None:
                 self._sampler.stop()

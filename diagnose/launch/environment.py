@@ -26,7 +26,7 @@ def host_info() -> dict:
 
 
 def versions() -> dict:
-    from diagnose import __version__
+    from diagnose.version import __version__
 
     return {"gpudiag": __version__, "python": platform.python_version(),
             "torch": package_version("torch"), "jax": package_version("jax"), "jaxlib": package_version("jaxlib"),

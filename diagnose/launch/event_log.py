@@ -14,7 +14,7 @@ import json
 import math
 import os
 
-# the bootstrap loads fault_injection first, so this import works without the (heavy) diagnose package
+# in the child, runtime/__init__.py registers fault_injection before this module: no import of the diagnose package
 from diagnose.launch.fault_injection import armed as _fault_armed, due as _fault_due, write_half_and_die as _die_mid_write
 
 
@@ -90,9 +90,6 @@ class LineAppender:
                 self._fd = None
 
 
-_STEP_SOURCES = ("optimizer", "marker")
-
-
 def encode_line(record: dict) -> bytes:
     """``record`` as one JSON line, NaN/inf as null."""
     try:  # one reused encoder, no copy of the record (14 -> 8 µs a record on the dev CPU)
@@ -100,29 +97,6 @@ def encode_line(record: dict) -> bytes:
     except ValueError:  # NaN or inf somewhere: JSON has neither
         text = _ENCODER.encode(_clean(record))
     return (text + "\n").encode("utf-8")
-
-
-_STEP_FORMAT = ('{"kind":"step","rank":%d,"step":%d,"t_start_ns":%d,"host_ms":%.6f,"gpu_ms":%s,"source":"%s",'
-                '"instrumented":%s,"overhead_us":%.3f}\n')
-
-
-def step_line(rank: int, step: int, t_start_ns: int, host_ms: float, gpu_ms: float | None, source: str,
-              instrumented: bool, overhead_us: float) -> bytes:
-    """A step record as one JSON line: ms to 6 decimals (the ns), µs to 3. One %-format instead of the JSON
-    encoder, because this runs for every training step: on the H200 host writing ~40 step records took
-    440 µs with the encoder-equivalent formatting (2026-12-03), about 10 µs a step."""
-    if (source in _STEP_SOURCES and math.isfinite(host_ms) and math.isfinite(overhead_us)
-            and (gpu_ms is None or math.isfinite(gpu_ms))):
-        return (_STEP_FORMAT % (rank, step, t_start_ns, host_ms, "null" if gpu_ms is None else "%.6f" % gpu_ms,
-                                source, "true" if instrumented else "false", overhead_us)).encode()
-    # an unknown source (a string that may need escaping) or a value JSON cannot hold: the encoder
-    return encode_line({"kind": "step", "rank": rank, "step": step, "t_start_ns": t_start_ns,
-                        "host_ms": _rounded(host_ms, 6), "gpu_ms": _rounded(gpu_ms, 6), "source": source,
-                        "instrumented": instrumented, "overhead_us": _rounded(overhead_us, 3)})
-
-
-def _rounded(value: float | None, digits: int) -> float | None:
-    return round(value, digits) if value is not None and math.isfinite(value) else value
 
 
 class JsonlAppender(LineAppender):
@@ -133,7 +107,7 @@ class JsonlAppender(LineAppender):
             self.append_line(encode_line(record))
 
     def append_line(self, data: bytes) -> None:
-        """Append one already-encoded JSON line (``step_line``)."""
+        """Append one already-encoded JSON line (runtime.steps.step_line)."""
         if self.failed is not None:
             return
         if _fault_due("jsonl-line"):

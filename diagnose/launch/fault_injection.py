@@ -7,7 +7,7 @@ file) cannot be hit reliably from outside by timing, so the fault tests
     GPUDIAG_FAULT_INJECT=jsonl-line@12   SIGKILL this process halfway through the 12th line it appends
                                          to a JSONL file (events/stats; event_log.JsonlAppender)
     GPUDIAG_FAULT_INJECT=snapshot        SIGKILL halfway through writing the allocator snapshot's
-                                         temporary file (memory_capture.write_snapshot)
+                                         temporary file (runtime/memory_capture.write_snapshot)
 
 ``@N`` means the N-th time the point is reached in this process (default: the first);
 several points may be given, comma-separated. The variable is read once, at import; when it

@@ -16,12 +16,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnose.launch import fault_reports, run_folder, run_manifest
+from diagnose.launch import fault_reports, run_dir, run_manifest
 from diagnose.launch import ncu as ncu_mode
 from diagnose.launch.child_config import ChildConfig
 from diagnose.launch.nvml_sampler import DEFAULT_HZ, NvmlSampler
 from diagnose.launch.progress import EventsTail, ProgressPrinter
 from diagnose.launch.supervisor import Child
+from parsers import run_folder
 from parsers.errors import InputError
 from parsers.limits import human_bytes
 
@@ -76,9 +77,9 @@ class Run:
 
     def load(self):
         """The run as a Profile (diagnose.load)."""
-        import diagnose
+        from diagnose.load import load
 
-        return diagnose.load(self.path)
+        return load(self.path)
 
     def __fspath__(self) -> str:
         return os.fspath(self.path)
@@ -105,57 +106,24 @@ def run_profiled(command: list[str] | tuple[str, ...], options: ProfileOptions =
     command = [str(c) for c in command]
     if not command:
         raise InputError(None, "no command to profile: give it after --, e.g. gpudiag profile -- python train.py")
-    ncu_path = ncu_mode.find_ncu(options.ncu.ncu_path) if options.ncu is not None else None
-    folder = run_folder.new_run_folder(command, options.out)
+    mode = _NcuMode(options) if options.ncu is not None else _LightMode(options)
+    folder = run_dir.new_run_folder(command, options.out)
     config = options.child_config(str(folder))
-    mode = "ncu" if options.ncu is not None else "light"
-    option_record = {"child": config.as_dict(), "nvml_hz": options.nvml_hz if options.nvml else None}
-    if options.ncu is not None:
-        option_record["ncu"] = {"window": options.ncu.describe_window(), "full_set": options.ncu.full_set,
-                                "replay_mode": options.ncu.replay_mode, "clock_control": options.ncu.clock_control}
+    option_record = {"child": config.as_dict(), "nvml_hz": options.nvml_hz if options.nvml else None,
+                     **mode.option_record()}
     start_ns = time.time_ns()
-    manifest = run_manifest.start_manifest(command, mode, option_record, start_ns)
-    parent_expected = []
-    child_command = command
-    if options.ncu is not None:
-        (folder / "ncu").mkdir(exist_ok=True)
-        child_command = ncu_mode.build_command(ncu_path, options.ncu, folder, command)
-        manifest["ncu_command"] = child_command
-        parent_expected += [run_folder.NCU_REPORT, run_folder.NCU_RAW_CSV]
+    manifest = run_manifest.start_manifest(command, mode.name, option_record, start_ns)
+    child_command = mode.prepare(folder, command, manifest)
     try:
         run_manifest.write_manifest(folder, manifest)
     except OSError as e:
         raise InputError(folder / run_folder.MANIFEST, f"cannot be written ({fault_reports.describe_error(e)}); "
                                                        "free some space or choose another --out") from None
-
-    sampler = None
-    if options.nvml and options.ncu is None:
-        sampler = NvmlSampler(folder / run_folder.NVML_CSV, options.nvml_hz,
-                              on_stop=lambda stopped: _say(options, _nvml_stopped_line(stopped)))
-        if sampler.start():
-            parent_expected.append(run_folder.NVML_CSV)
-        else:
-            manifest["unavailable"][run_folder.NVML_CSV] = sampler.unavailable_reason
-            _say(options, f"gpudiag: no NVML samples: {sampler.unavailable_reason}; the run goes on without nvml.csv")
-            sampler = None
-    if options.ncu is not None:
-        _say(options, f"gpudiag: profiling under ncu ({ncu_path}): {options.ncu.describe_window()}; "
-                      f"ncu output in {folder / run_folder.NCU_LOG}")
-    elif config.trace_steps:
-        _say(options, f"gpudiag: light mode; profiler trace of steps {config.trace_start}-{config.trace_stop - 1}; "
-                      f"writing {folder}")
+    mode.announce(folder, manifest, config)
     tail = EventsTail(folder)
     printer = ProgressPrinter(tail, options.progress_interval_s) if not options.quiet else None
-    follower = None
-    if options.ncu is not None:
-        follower = ncu_mode.LogFollower(folder / run_folder.NCU_LOG, lambda t: _say(options, t),
-                                        options.progress_interval_s)
     listener = fault_reports.Listener()
-    ncu_env = ncu_mode.child_env_additions(os.environ) if options.ncu is not None else {}
-    if ncu_env:
-        _say(options, "gpudiag: under ncu the script runs with " + " ".join(f"{k}={v}" for k, v in ncu_env.items())
-             + " (set it yourself to override; docs/profile.md)")
-    env = child_environment(config, extra={**listener.env(), **ncu_env, **options.extra_env})
+    env = child_environment(config, extra={**listener.env(), **mode.child_env(), **options.extra_env})
     try:
         child = Child(child_command, env)
     except BaseException:
@@ -163,36 +131,145 @@ def run_profiled(command: list[str] | tuple[str, ...], options: ProfileOptions =
         raise
     if printer:
         printer.start()
-    if follower:
-        follower.start()
+    mode.follow(folder)
     try:
         exit_code = child.wait()
     finally:
         if printer:
             printer.stop()
-        if sampler:
-            sampler.stop()
+        mode.stop_sampling()
     killed_by = _signal_name(-child.process.returncode) if child.process.returncode < 0 else None
-    faults, notes = [], []
-    if options.ncu is not None and killed_by:
-        _stop_process_group(child.process.pid)  # the application ncu ran is orphaned: end it
+    mode.after_exit(child, killed_by)
     tail.poll()
-    faults += listener.receive()
+    faults = listener.receive()
     listener.close()
-    if sampler is not None and sampler.stopped:
-        faults.append({**sampler.stopped, "artifact": run_folder.NVML_CSV})
-    if follower is not None:
-        log = follower.stop()
+    notes: list[str] = []
+    mode.finish(folder, tail, killed_by, start_ns, faults, notes)
+    return _close_run(options, folder, manifest, exit_code, mode.expected, notes, faults, tail)
+
+
+class _LightMode:
+    """Light mode's own steps: the command as it is, NVML sampled from this process while it runs."""
+
+    name = "light"
+
+    def __init__(self, options: ProfileOptions):
+        self.options = options
+        self.expected: list[str] = []  # artifacts this process writes
+        self._sampler = None
+
+    def option_record(self) -> dict:
+        return {}
+
+    def prepare(self, folder: Path, command: list[str], manifest: dict) -> list[str]:
+        return command
+
+    def announce(self, folder: Path, manifest: dict, config: ChildConfig) -> None:
+        """Start NVML sampling and say what the run records."""
+        options = self.options
+        if options.nvml:
+            sampler = NvmlSampler(folder / run_folder.NVML_CSV, options.nvml_hz,
+                                  on_stop=lambda stopped: _say(options, _nvml_stopped_line(stopped)))
+            if sampler.start():
+                self.expected.append(run_folder.NVML_CSV)
+                self._sampler = sampler
+            else:
+                manifest["unavailable"][run_folder.NVML_CSV] = sampler.unavailable_reason
+                _say(options, f"gpudiag: no NVML samples: {sampler.unavailable_reason}; the run goes on without "
+                              "nvml.csv")
+        if config.trace_steps:
+            _say(options, f"gpudiag: light mode; profiler trace of steps {config.trace_start}-{config.trace_stop - 1}; "
+                          f"writing {folder}")
+
+    def child_env(self) -> dict:
+        return {}
+
+    def follow(self, folder: Path) -> None:
+        pass
+
+    def stop_sampling(self) -> None:
+        if self._sampler:
+            self._sampler.stop()
+
+    def after_exit(self, child: Child, killed_by: str | None) -> None:
+        pass
+
+    def finish(self, folder: Path, tail: EventsTail, killed_by: str | None, start_ns: int, faults: list,
+               notes: list) -> None:
+        if self._sampler is not None and self._sampler.stopped:
+            faults.append({**self._sampler.stopped, "artifact": run_folder.NVML_CSV})
+
+
+class _NcuMode:
+    """--ncu's own steps: the command under ncu, its log followed for progress, its report exported at the end."""
+
+    name = "ncu"
+
+    def __init__(self, options: ProfileOptions):
+        self.options = options
+        self.ncu_path = ncu_mode.find_ncu(options.ncu.ncu_path)  # before the run folder: no ncu, no folder
+        self.expected: list[str] = []  # artifacts this process writes
+        self._env: dict = {}
+        self._follower = None
+
+    def option_record(self) -> dict:
+        ncu = self.options.ncu
+        return {"ncu": {"window": ncu.describe_window(), "full_set": ncu.full_set, "replay_mode": ncu.replay_mode,
+                        "clock_control": ncu.clock_control}}
+
+    def prepare(self, folder: Path, command: list[str], manifest: dict) -> list[str]:
+        """The command under ncu, recorded in the manifest."""
+        (folder / "ncu").mkdir(exist_ok=True)
+        child_command = ncu_mode.build_command(self.ncu_path, self.options.ncu, folder, command)
+        manifest["ncu_command"] = child_command
+        self.expected += [run_folder.NCU_REPORT, run_folder.NCU_RAW_CSV]
+        return child_command
+
+    def announce(self, folder: Path, manifest: dict, config: ChildConfig) -> None:
+        options = self.options
+        _say(options, f"gpudiag: profiling under ncu ({self.ncu_path}): {options.ncu.describe_window()}; "
+                      f"ncu output in {folder / run_folder.NCU_LOG}")
+        self._env = ncu_mode.child_env_additions(os.environ)
+        if self._env:
+            settings = " ".join(f"{k}={v}" for k, v in self._env.items())
+            _say(options, f"gpudiag: under ncu the script runs with {settings} (set it yourself to override; "
+                          "docs/profile.md)")
+
+    def child_env(self) -> dict:
+        return self._env
+
+    def follow(self, folder: Path) -> None:
+        """Tail ncu's log while it runs: its errors and the launches profiled."""
+        options = self.options
+        self._follower = ncu_mode.LogFollower(folder / run_folder.NCU_LOG, lambda t: _say(options, t),
+                                              options.progress_interval_s)
+        self._follower.start()
+
+    def stop_sampling(self) -> None:
+        pass
+
+    def after_exit(self, child: Child, killed_by: str | None) -> None:
         if killed_by:
-            faults.append(_ncu_killed(options, folder, log, killed_by))
+            _stop_process_group(child.process.pid)  # the application ncu ran is orphaned: end it
+
+    def finish(self, folder: Path, tail: EventsTail, killed_by: str | None, start_ns: int, faults: list,
+               notes: list) -> None:
+        """A killed ncu leaves a partial report (a fault); else the CSV export and what to say about the run."""
+        log = self._follower.stop()
+        if killed_by:
+            faults.append(_ncu_killed(self.options, folder, log, killed_by))
         else:
-            notes += _finish_ncu(options, ncu_path, folder, log, tail, time.time_ns() - start_ns)
-    leftovers = run_folder.remove_leftovers(folder)
+            notes += _finish_ncu(self.options, self.ncu_path, folder, log, tail, time.time_ns() - start_ns)
+
+
+def _close_run(options: ProfileOptions, folder: Path, manifest: dict, exit_code: int, expected: list[str],
+               notes: list[str], faults: list[dict], tail: EventsTail) -> Run:
+    """The end of either mode: leftovers removed, the final manifest written, one line on what was written."""
+    leftovers = run_dir.remove_leftovers(folder)
     if leftovers:
         notes.append(f"removed {len(leftovers)} temporary file(s) that a stopped writer left: {', '.join(leftovers)}")
         faults += [{"kind": "leftover", "path": path} for path in leftovers]
-    manifest = run_manifest.finish_manifest(manifest, folder, exit_code, time.time_ns(), parent_expected, notes,
-                                            faults)
+    manifest = run_manifest.finish_manifest(manifest, folder, exit_code, time.time_ns(), expected, notes, faults)
     try:
         run_manifest.write_manifest(folder, manifest)
     except OSError as e:

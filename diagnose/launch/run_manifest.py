@@ -7,7 +7,7 @@ Written twice, whole each time (temporary name + rename): at the start with
 At the end every missing artifact gets a reason (``missing_reasons``) and every artifact
 that exists but was cut short gets one too (``incomplete``), from the faults the processes
 reported (a full disk, NVML gone, ncu killed; ``faults``) and from how each rank ended.
-:func:`report_notes` turns them into the lines ``gpudiag report`` shows.
+:func:`parsers.run_folder.report_notes` turns them into the lines ``gpudiag report`` shows.
 """
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 from diagnose._io import atomic_write_text
-from diagnose.launch import environment, run_folder
+from diagnose.launch import environment
+from parsers import run_folder
 
-SCHEMA = "gpudiag.run/1"
+SCHEMA = run_folder.MANIFEST_SCHEMA
 
 
 def iso(t_ns: int) -> str:
@@ -190,26 +191,6 @@ def _explain_fault(manifest, fault: dict, missing, present, why_missing: dict, i
                            (run_folder.NCU_RAW_CSV, f"not exported: {by}")):
             if path in missing:
                 why_missing.setdefault(path, text)
-
-
-def report_notes(manifest: dict) -> list[str]:
-    """What ``gpudiag report`` says it cannot show, from a run's manifest: how the run ended, what is
-    missing and what is cut short, each with its reason."""
-    notes = []
-    status = manifest.get("status")
-    if status == "running":
-        notes.append("the manifest still says 'running': gpudiag itself was stopped (or could not write its final "
-                     "manifest) before the run ended, so its exit code and its list of artifacts are unknown")
-    elif status == "signal":
-        who = "ncu" if manifest.get("mode") == "ncu" else "the script"
-        notes.append(f"{who} was killed by {manifest.get('signal')} (exit code {manifest.get('exit_code')}); what "
-                     "was not finished by then is missing or cut short")
-    reasons = manifest.get("missing_reasons") or {}
-    for path in manifest.get("missing") or []:
-        notes.append(f"{path} is missing: {reasons.get(path, 'the run did not finish writing it')}")
-    for path, why in sorted((manifest.get("incomplete") or {}).items()):
-        notes.append(f"{path} is incomplete: {why}")
-    return notes
 
 
 def write_manifest(folder: str | os.PathLike, manifest: dict) -> Path:

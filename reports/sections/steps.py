@@ -23,10 +23,11 @@ def render(result) -> str:
                  "it is part of the host times.")
     every, timed = meta.get("gpu_time_every"), result.summary.get("step_gpu_timed_count")
     if every is not None and every > 1:
+        budget = meta.get("gpu_time_budget_pct")  # None: the run records name no budget (a fixed k, or not gpudiag's)
+        cost = f"more than {budget:g} % of a step" if budget is not None else "too much of a step"
         note += (f" GPU time was measured on one step in {every} ({timed:,} of {result.summary.get('step_count', 0):,} "
-                 f"measured steps): light mode times a sample when a CUDA event costs more than "
-                 f"{meta['gpu_time_budget_pct']:g} % of a step (or when --gpu-time-every asks); "
-                 "`gpudiag profile --gpu-time-every 1` times every step.")
+                 f"measured steps): light mode times a sample when a CUDA event costs {cost} "
+                 "(or when --gpu-time-every asks); `gpudiag profile --gpu-time-every 1` times every step.")
     if meta.get("chart_stride", 1) > 1:
         note += f" Every {meta['chart_stride']}th step is drawn, plus all warm-up and outlier steps."
     parts.append(f'<p class="muted">{note}</p>')

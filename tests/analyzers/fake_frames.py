@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 import diagnose
-from parsers.ncu import KERNELS_SCHEMA
+from parsers.ncu_kernels import KERNELS_SCHEMA
 from parsers.schema import conform
 
 

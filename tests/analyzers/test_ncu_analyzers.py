@@ -99,7 +99,7 @@ def test_empty_profile_gives_no_ncu_findings():
 
 def test_fake_odd_block_and_tail_frames():
     """Hand-made frame (not a capture): a 100-thread block and a 1.25-wave grid."""
-    from parsers.ncu import KERNELS_SCHEMA
+    from parsers.ncu_kernels import KERNELS_SCHEMA
     from parsers.schema import conform
 
     rows = pd.DataFrame({

@@ -47,7 +47,7 @@ def test_parser_finds_the_nccl_kernels():
         assert occ["group"].value_counts().to_dict() == {"stream0": 4, "stream1": 1}
     assert len(p.traces) == 2
     ddp = profile_of(DDP_RANK0).traces[0]
-    occ = col.occurrences(ddp, 0, comm._metadata(ddp))
+    occ = col.occurrences(ddp, 0, ddp.collectives)
     assert occ["op"].value_counts().to_dict() == {"allreduce": 10, "broadcast": 4}  # 15 + 6 in 3 steps, last left out
     assert set(occ["group"]) == {"pg0"} and set(occ["step"]) == {4, 5}
     assert occ.loc[occ["op"] == "allreduce", "msg_bytes"].max() == 31502336

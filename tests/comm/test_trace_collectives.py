@@ -38,3 +38,19 @@ def test_fake_non_nccl_kernel_args_are_ignored(tmp_path):
     row = meta.iloc[0]
     assert row["ts_ns"] == 5500 and row["correlation"] == 7 and row["pg_name"] == "3"
     assert row["msg_bytes"] == 80  # max(in, out) = 40 elements x 2 bytes
+
+
+def test_read_trace_keeps_the_collectives_of_its_one_pass():
+    """Trace.collectives (gathered while read_trace buckets the events) holds exactly what a pass of
+    its own over the file finds, so the comm analyzer never reads a trace twice."""
+    import pandas as pd
+
+    from parsers.trace import read_trace
+
+    keys = ["source", "ts_ns", "correlation", "external_id"]
+    for path in (DDP_RANK0, *SAMPLED):
+        one_pass = read_trace(path).collectives.sort_values(keys).reset_index(drop=True)
+        second = read_collectives(path).sort_values(keys).reset_index(drop=True)
+        pd.testing.assert_frame_equal(one_pass, second)
+    ddp = read_trace(DDP_RANK0).collectives
+    assert ddp["collective"].value_counts().to_dict() == {"allreduce": 30, "broadcast": 12, "wait": 6}

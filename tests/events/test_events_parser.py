@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from diagnose.load import EVENTS, sniff
+from parsers.registry import detect
 from parsers.errors import InputError
 from parsers.events import STEPS_SCHEMA, SYNCS_SCHEMA, read_events
 from parsers.schema import missing_columns
@@ -26,7 +26,7 @@ def test_real_run_header_only_log_reads_as_empty_tables():
     steps, syncs = read_events(RUN_ONLY_EVENTS)
     assert len(steps) == 0 and len(syncs) == 0
     assert missing_columns(steps, STEPS_SCHEMA) == [] and missing_columns(syncs, SYNCS_SCHEMA) == []
-    assert sniff(RUN_ONLY_EVENTS) == EVENTS
+    assert detect(RUN_ONLY_EVENTS).kind == "events"
 
 
 def test_jsonl_step_and_sync_records(tmp_file):
@@ -65,7 +65,7 @@ def test_partial_last_line_is_dropped_with_a_warning():
 
 def test_user_csv_elapsed(tmp_file):
     path = tmp_file("fake_steps.csv", "name,step,elapsed_ms\nstep,0,30.5\nstep,1,20\nforward,1,8.25\n")
-    assert sniff(path) == EVENTS
+    assert detect(path).kind == "events"
     steps, syncs = read_events(path)
     assert steps[["name", "step", "gpu_ms"]].values.tolist() == [["step", 0, 30.5], ["step", 1, 20.0],
                                                                  ["forward", 1, 8.25]]
@@ -74,7 +74,7 @@ def test_user_csv_elapsed(tmp_file):
 
 def test_user_csv_start_end_with_optional_columns(tmp_file):
     path = tmp_file("fake_span.csv", "step,name,start_ms,end_ms,rank,host_ms\n0,step,100.0,112.5,2,15\n")
-    assert sniff(path) == EVENTS
+    assert detect(path).kind == "events"
     row = read_events(path)[0].iloc[0]
     assert (row["rank"], row["gpu_ms"], row["host_ms"]) == (2, 12.5, 15.0)
 
@@ -82,7 +82,7 @@ def test_user_csv_start_end_with_optional_columns(tmp_file):
 def test_user_json_list(tmp_file):
     path = tmp_file("fake_steps.json", json.dumps([{"name": "step", "step": 0, "elapsed_ms": 10.0},
                                                    {"name": "step", "step": 1, "start_ms": 10, "end_ms": 21.5}]))
-    assert sniff(path) == EVENTS
+    assert detect(path).kind == "events"
     steps, _ = read_events(path)
     assert steps["gpu_ms"].tolist() == [10.0, 11.5]
 

@@ -145,7 +145,7 @@ def _reader(name: str):
         from parsers.nvml import read_nvml
         return read_nvml
     if name == "manifest":
-        from parsers.manifest import read_manifest
+        from parsers.run_folder import read_manifest
         return read_manifest
     if name in ("run_folder", "load"):
         import diagnose
@@ -296,7 +296,7 @@ def check_steps(result) -> list[str]:
 
 
 def check_ncu(df) -> list[str]:
-    from parsers.ncu import HIT_RATE_COLUMNS, KERNELS_SCHEMA
+    from parsers.ncu_kernels import HIT_RATE_COLUMNS, KERNELS_SCHEMA
 
     out = check_frame(df, KERNELS_SCHEMA, "kernels")
     if not out and not len(df):
@@ -308,7 +308,7 @@ def check_ncu(df) -> list[str]:
 
 
 def check_manifest(m) -> list[str]:
-    from parsers.manifest import _DICTS, _LISTS
+    from parsers.run_folder import _DICTS, _LISTS
 
     if not isinstance(m, dict):
         return [f"manifest: expected a dict, got {type(m).__name__}"]
@@ -319,7 +319,7 @@ def check_manifest(m) -> list[str]:
 def check_profile(p) -> list[str]:
     from diagnose.profile_data import Profile
     from parsers.memory_stats import MEMORY_STATS_SCHEMA
-    from parsers.ncu import KERNELS_SCHEMA
+    from parsers.ncu_kernels import KERNELS_SCHEMA
     from parsers.nvml import NVML_SCHEMA
 
     if not isinstance(p, Profile):

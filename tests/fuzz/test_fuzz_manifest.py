@@ -1,4 +1,4 @@
-"""parsers.manifest on mutated real run-folder manifests."""
+"""parsers.run_folder.read_manifest on mutated real run-folder manifests."""
 from __future__ import annotations
 
 import pytest

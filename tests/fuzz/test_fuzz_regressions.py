@@ -240,7 +240,7 @@ def test_memory_stats_number_beyond_range_is_an_input_error(tmp_path, record):
             read_memory_stats(_write(tmp_path, "fake_stats.jsonl", text.encode()))
 
 
-# --- parsers/manifest.py ------------------------------------------------------------------------------
+# --- parsers/run_folder.py ------------------------------------------------------------------------------
 
 def test_manifest_with_a_non_utf8_argument_reads_and_the_report_prints(tmp_path):
     """`gpudiag report` stopped with UnicodeEncodeError (a traceback) printing a manifest string with a lone
@@ -249,7 +249,7 @@ def test_manifest_with_a_non_utf8_argument_reads_and_the_report_prints(tmp_path)
     from click.testing import CliRunner
 
     from diagnose.cli import main
-    from parsers.manifest import read_manifest
+    from parsers.run_folder import read_manifest
     from tests.fuzz.mutations import write_tree
     from tests.fuzz.seeds import run_files
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.launch import nvtx_ranges
+from diagnose.launch.runtime import nvtx_ranges
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

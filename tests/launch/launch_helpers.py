@@ -30,6 +30,6 @@ def records(run_dir: Path, rank: int = 0) -> list[dict]:
 
 
 def manifest(run_dir: Path) -> dict:
-    from parsers.manifest import read_manifest
+    from parsers.run_folder import read_manifest
 
     return read_manifest(Path(run_dir) / "manifest.json")

@@ -21,6 +21,7 @@ import pytest
 from diagnose.launch import event_log, light, run_manifest
 from diagnose.launch.event_log import JsonlAppender
 from diagnose.launch.nvml_sampler import HEADER, NvmlSampler
+from parsers import run_folder
 from parsers.errors import InputError
 from tests.launch.fault_helpers import assert_valid_run_folder, report_no_html, use_fake_pynvml, wait_until
 from tests.launch.launch_helpers import SCRIPTS, base_env
@@ -138,7 +139,7 @@ def test_unwritable_final_manifest_keeps_the_exit_code_and_says_so(tmp_path, mon
                                       "with exit code 4" in err
     on_disk = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert on_disk["status"] == "running"
-    assert run_manifest.report_notes(on_disk)[0].startswith("the manifest still says 'running'")
+    assert run_folder.report_notes(on_disk)[0].startswith("the manifest still says 'running'")
 
 
 def test_unwritable_start_manifest_is_refused_before_the_script_runs(tmp_path, monkeypatch):

@@ -15,7 +15,8 @@ import subprocess
 import sys
 import textwrap
 
-from diagnose.launch import fault_injection, run_folder, run_manifest
+from diagnose.launch import fault_injection, run_dir, run_manifest
+from parsers import run_folder
 from tests.launch.fault_helpers import assert_valid_run_folder, report_no_html
 from tests.launch.launch_helpers import REPO, SCRIPTS, base_env, gpudiag
 
@@ -86,15 +87,15 @@ def test_kill_before_the_first_step_leaves_nothing_to_report(tmp_path):
 
 
 _SNAPSHOT_WRITER = textwrap.dedent("""
-    import importlib.util, sys, types
-    def load(name):  # as the bootstrap does: the module alone, without the diagnose package
-        spec = importlib.util.spec_from_file_location(f"diagnose.launch.{name}", f"{sys.argv[1]}/{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module
-    load("fault_injection")
-    memory_capture = load("memory_capture")
+    import importlib, importlib.util, sys, types
+    # as the sitecustomize does: the runtime package from its file, without the diagnose package
+    folder = f"{sys.argv[1]}/runtime"
+    spec = importlib.util.spec_from_file_location("diagnose.launch.runtime", f"{folder}/__init__.py",
+                                                  submodule_search_locations=[folder])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = package
+    spec.loader.exec_module(package)
+    memory_capture = importlib.import_module("diagnose.launch.runtime.memory_capture")
     snapshot = {"segments": [{"address": i, "total_size": 2 << 20, "blocks": []} for i in range(5000)]}
     torch = types.SimpleNamespace(cuda=types.SimpleNamespace(memory=types.SimpleNamespace(_snapshot=lambda: snapshot)))
     memory_capture.write_snapshot(torch, sys.argv[2])
@@ -118,7 +119,7 @@ def test_kill_halfway_through_the_allocator_snapshot(tmp_path):
     (run / "events" / "rank0.jsonl").write_text(
         '{"kind":"run","event":"start","rank":0,"world_size":null}\n'
         '{"kind":"run","event":"expect","rank":0,"artifact":"memory/rank0.snapshot.json.gz"}\n')
-    removed = run_folder.remove_leftovers(run)
+    removed = run_dir.remove_leftovers(run)
     assert removed == [f"memory/{leftover.name}"] and not leftover.exists()
     m = run_manifest.finish_manifest({"start_ns": 0, "notes": [], "versions": {}}, run, 137, 10**9, [],
                                      faults=[{"kind": "leftover", "path": p} for p in removed])

@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import diagnose  # noqa: E402
-from diagnose.launch import bootstrap_runtime  # noqa: E402
+from diagnose.launch.runtime import lifecycle  # noqa: E402
 from tests.launch.launch_helpers import manifest, records  # noqa: E402
 
 
@@ -37,7 +37,7 @@ def test_context_manager_writes_a_run_folder(tmp_path):
     assert sorted(m["artifacts"]) == ["events/rank0.jsonl", "trace/rank0.json.gz"]
     steps = [r for r in records(run.path) if r["kind"] == "step"]
     assert [s["step"] for s in steps] == list(range(11)) and {s["source"] for s in steps} == {"optimizer"}
-    assert bootstrap_runtime.active() is None
+    assert lifecycle.active() is None
     _train(3)  # after the block the optimizer hook is gone: nothing more is written
     assert len([r for r in records(run.path) if r["kind"] == "step"]) == 11
 
@@ -54,12 +54,12 @@ def test_marker_takes_over_from_the_optimizer_hook(tmp_path):
 def test_internal_error_logs_once_and_disables_without_touching_training(tmp_path, capsys, monkeypatch):
     baseline = _train(8)
     with diagnose.profile(out=tmp_path / "nb", trace_steps=0, nvml=False, quiet=True) as run:
-        runtime = bootstrap_runtime.active()
+        runtime = lifecycle.active()
 
         def broken(*args, **kwargs):
             raise ZeroDivisionError("planted")
 
-        monkeypatch.setattr(runtime, "_drain", broken)
+        monkeypatch.setattr(runtime.steps, "drain", broken)
         losses = _train(8)
         assert runtime.disabled
     assert losses == baseline
@@ -92,9 +92,9 @@ def test_own_time_per_step_is_recorded_in_the_step_it_was_spent_in(tmp_path, mon
     with diagnose.profile(out=tmp_path / "nb", trace_steps=0, nvml=False, quiet=True) as run:
         for i in range(16):
             if i == 6:
-                runtime = bootstrap_runtime.active()
-                original = runtime._maybe_memory_stats
-                monkeypatch.setattr(runtime, "_maybe_memory_stats",
+                runtime = lifecycle.active()
+                original = runtime.memory.maybe_stats
+                monkeypatch.setattr(runtime.memory, "maybe_stats",
                                     lambda step, perf_ns: (time.sleep(0.003), original(step, perf_ns))[1])
             loss = model(torch.ones(8, 16)).pow(2).mean()
             opt.zero_grad()
@@ -129,7 +129,7 @@ def test_a_forked_child_records_nothing(tmp_path):
             diagnose.step()
         pid = os.fork()
         if pid == 0:
-            code = 0 if bootstrap_runtime.active() is None or bootstrap_runtime.active().disabled else 3
+            code = 0 if lifecycle.active() is None or lifecycle.active().disabled else 3
             for _ in range(5):
                 diagnose.step()
             os._exit(code)

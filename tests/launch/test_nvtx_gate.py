@@ -9,7 +9,9 @@ import json
 
 import pytest
 
-from diagnose.launch import bootstrap_runtime, child_config, event_log, nvtx_ranges
+from diagnose.launch import child_config, event_log
+from diagnose.launch.runtime import nvtx_ranges
+from diagnose.launch.runtime.coordinator import Runtime
 
 pytest.importorskip("nvtx")
 
@@ -39,18 +41,19 @@ def _runtime(tmp_path, monkeypatch, environ: dict, **config):
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    runtime = bootstrap_runtime.Runtime(child_config.ChildConfig(run_dir=str(tmp_path), **config))
+    runtime = Runtime(child_config.ChildConfig(run_dir=str(tmp_path), **config))
     runtime.rank = 0
-    runtime._events = event_log.JsonlAppender(str(tmp_path / "events.jsonl"))
-    runtime._start_nvtx()
-    runtime._events.close()
+    runtime.events = event_log.JsonlAppender(str(tmp_path / "events.jsonl"))
+    runtime.steps.nvtx = nvtx_ranges.open_for_steps(runtime.config, runtime.events, runtime.rank,
+                                                    runtime.faults.log_once)  # as the runtime's start does
+    runtime.events.close()
     records = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     return runtime, [r for r in records if r.get("event") == "nvtx"]
 
 
 def test_without_a_tool_light_mode_pushes_no_ranges_and_says_why(tmp_path, monkeypatch):
     runtime, records = _runtime(tmp_path, monkeypatch, {})
-    assert runtime._nvtx is None
+    assert runtime.steps.nvtx is None
     assert len(records) == 1 and records[0]["ranges"] is False and records[0]["backend"] is None
     assert "NVTX_INJECTION64_PATH" in records[0]["why_not"]
 
@@ -62,10 +65,10 @@ def test_without_a_tool_light_mode_pushes_no_ranges_and_says_why(tmp_path, monke
 ])
 def test_with_a_tool_or_when_asked_the_ranges_are_pushed(tmp_path, monkeypatch, environ, config):
     runtime, records = _runtime(tmp_path, monkeypatch, environ, **config)
-    assert runtime._nvtx is not None and runtime._nvtx.name == "nvtx"
+    assert runtime.steps.nvtx is not None and runtime.steps.nvtx.name == "nvtx"
     assert records == [{**records[0], "ranges": True, "backend": "nvtx", "why_not": None}]
-    handle = runtime._nvtx.start(child_config.nvtx_range_name(5))  # the real library: a no-op without a tool
-    runtime._nvtx.end(handle)
+    handle = runtime.steps.nvtx.start(child_config.nvtx_range_name(5))  # the real library: a no-op without a tool
+    runtime.steps.nvtx.end(handle)
 
 
 def test_profile_options_take_always(tmp_path):

@@ -56,9 +56,9 @@ def test_the_round_bootstrap_is_repeatable_and_brackets_the_ratio():
 
 def test_a_short_cpu_run_switches_light_mode_on_and_off(tmp_path):
     pytest.importorskip("torch")
-    from diagnose.launch import bootstrap_runtime
+    from diagnose.launch.runtime import lifecycle, steps
 
-    interval = bootstrap_runtime.STEP_RECORD_INTERVAL_NS
+    interval = steps.STEP_RECORD_INTERVAL_NS
     out = tmp_path / "interleaved.json"
     interleaved.main(["--device", "cpu", "--width", "32", "--depth", "2", "--batch", "4", "--warmup-steps", "5",
                       "--first-steps", "16", "--run-steps", "3", "--seconds", "0", "--max-rounds", "6",
@@ -71,5 +71,5 @@ def test_a_short_cpu_run_switches_light_mode_on_and_off(tmp_path):
     # the warm-up closes the last warm-up step): the boundaries ran in light runs only
     assert data["own"]["records"] in (light_steps - 1, light_steps)
     assert data["verdict"] in ("PASS", "FAIL", "NO VERDICT")
-    assert bootstrap_runtime.STEP_RECORD_INTERVAL_NS == interval  # the tripled interval was put back
-    assert bootstrap_runtime.active() is None
+    assert steps.STEP_RECORD_INTERVAL_NS == interval  # the tripled interval was put back
+    assert lifecycle.active() is None

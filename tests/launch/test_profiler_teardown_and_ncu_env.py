@@ -13,7 +13,7 @@ import types
 import pytest
 
 from diagnose.launch import ncu as ncu_mode
-from diagnose.launch import trace_window
+from diagnose.launch.runtime import trace_window
 
 
 def _fake_torch(cuda_version):

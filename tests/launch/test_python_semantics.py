@@ -82,3 +82,16 @@ def test_non_python_command_runs_too(tmp_path):
     r = gpudiag("profile", "-q", "--no-nvml", "-o", tmp_path / "r", "--", "sh", "-c", "echo hello; exit 4")
     assert r.returncode == 4 and r.stdout.strip() == "hello"
     assert json.loads((tmp_path / "r" / "manifest.json").read_text())["missing"] == ["events/rank0.jsonl"]
+
+
+def test_runtime_never_imports_the_diagnose_package_or_pandas_while_stepping(tmp_path):
+    """Past the first step and the trace window the child holds diagnose.launch.runtime's modules only:
+    neither the diagnose package (its __init__ imports pandas) nor pandas."""
+    r = gpudiag("profile", "-q", "--no-nvml", "-o", tmp_path / "r", "--", sys.executable,
+                SCRIPTS / "steps_then_report_modules.py")
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stdout.splitlines() if l.startswith("GPUDIAG-MODULES "))
+    assert json.loads(line.removeprefix("GPUDIAG-MODULES ")) == {"pandas": False, "diagnose": False, "active": True}
+    steps = [json.loads(l) for l in (tmp_path / "r" / "events" / "rank0.jsonl").read_text().splitlines()
+             if '"kind":"step"' in l]
+    assert len(steps) >= 15

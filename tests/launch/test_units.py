@@ -8,10 +8,12 @@ import warnings
 
 import pytest
 
-from diagnose.launch import child_config, run_folder, sync_capture
+from diagnose.launch import child_config, run_dir
+from parsers import run_folder
+from diagnose.launch.runtime import sync_capture
 from diagnose.launch.event_log import JsonlAppender
 from parsers.errors import InputError
-from parsers.manifest import read_manifest
+from parsers.run_folder import read_manifest
 
 
 def test_child_config_round_trips_through_the_environment(tmp_path):
@@ -42,23 +44,23 @@ US, MS = 1_000, 1_000_000
     (45 * US, 10 * US, 1, 256),    # capped
 ])
 def test_gpu_time_is_sampled_only_when_the_events_cost_more_than_the_budget(event_ns, step_ns, current, every):
-    from diagnose.launch import bootstrap_runtime
+    from diagnose.launch.runtime import gpu_time
 
-    assert bootstrap_runtime.GPU_TIME_BUDGET_PCT == 0.5
-    chosen = bootstrap_runtime.gpu_time_every([event_ns] * 4, [step_ns] * 10, current)
+    assert gpu_time.GPU_TIME_BUDGET_PCT == 0.5
+    chosen = gpu_time.gpu_time_every([event_ns] * 4, [step_ns] * 10, current)
     assert chosen == every
     if every > 1 and chosen != current:  # the events of one timed step in k stay within the budget
-        assert 2 * event_ns / every <= 0.005 * step_ns or every == bootstrap_runtime.GPU_TIME_MAX_EVERY
+        assert 2 * event_ns / every <= 0.005 * step_ns or every == gpu_time.GPU_TIME_MAX_EVERY
 
 
 def test_gpu_time_sampling_waits_for_enough_steps_and_reads_medians():
-    from diagnose.launch import bootstrap_runtime
+    from diagnose.launch.runtime import gpu_time
 
-    assert bootstrap_runtime.gpu_time_every([], [2 * MS] * 10, 1) is None
-    assert bootstrap_runtime.gpu_time_every([45 * US], [2 * MS] * 5, 1) is None
+    assert gpu_time.gpu_time_every([], [2 * MS] * 10, 1) is None
+    assert gpu_time.gpu_time_every([45 * US], [2 * MS] * 5, 1) is None
     # one slow step (a checkpoint) and one slow event do not move the median
     steps = [2.2 * MS] * 9 + [900 * MS]
-    assert bootstrap_runtime.gpu_time_every([45 * US] * 5 + [9000 * US], steps, 1) == 9
+    assert gpu_time.gpu_time_every([45 * US] * 5 + [9000 * US], steps, 1) == 9
 
 
 def test_rank_comes_from_the_launcher_env():
@@ -76,16 +78,16 @@ def test_rank_comes_from_the_launcher_env():
     (["./run_training.sh", "--fast"], "run_training.sh"),
 ])
 def test_run_folder_name_from_the_command(command, name):
-    assert run_folder.script_name(command) == name
+    assert run_dir.script_name(command) == name
 
 
 def test_new_run_folder_refuses_a_non_empty_out(tmp_path):
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("1")
     with pytest.raises(InputError, match="not empty"):
-        run_folder.new_run_folder(["python", "t.py"], tmp_path / "taken")
-    a = run_folder.new_run_folder(["python", "t.py"], parent=str(tmp_path / "runs"))
-    b = run_folder.new_run_folder(["python", "t.py"], parent=str(tmp_path / "runs"))
+        run_dir.new_run_folder(["python", "t.py"], tmp_path / "taken")
+    a = run_dir.new_run_folder(["python", "t.py"], parent=str(tmp_path / "runs"))
+    b = run_dir.new_run_folder(["python", "t.py"], parent=str(tmp_path / "runs"))
     assert a != b and a.name.endswith("-t") and b.name.startswith(a.name)
 
 
@@ -111,7 +113,8 @@ def test_jsonl_appender_writes_whole_lines_and_refuses_a_second_writer(tmp_path)
 def test_step_line_is_the_record_rounded_to_ns(host_ms, gpu_ms, source, instrumented, overhead_us):
     """One JSON line that parses to the step record with ms to 6 decimals and µs to 3 (what the run folder's
     contract says), whichever way it was formatted."""
-    from diagnose.launch.event_log import _clean, step_line
+    from diagnose.launch.event_log import _clean
+    from diagnose.launch.runtime.steps import step_line
 
     def rounded(value, digits):
         return round(value, digits) if value is not None and math.isfinite(value) else value

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from parsers.errors import InputError
-from parsers.ncu import KERNELS_SCHEMA, read_ncu, read_ncu_rules
+from parsers.ncu import read_ncu, read_ncu_rules
+from parsers.ncu_kernels import KERNELS_SCHEMA
 from tests.paths import FIXTURES
 
 BAD = FIXTURES / "bad"

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parsers.ncu import KERNELS_SCHEMA, read_ncu, read_ncu_rules
+from parsers.ncu import read_ncu, read_ncu_rules
+from parsers.ncu_kernels import KERNELS_SCHEMA
 from tests.paths import FIXTURES
 
 NCU = FIXTURES / "ncu"

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from parsers.ncu import KERNELS_SCHEMA, RULES_SCHEMA, read_ncu, read_ncu_rules
+from parsers.ncu import read_ncu, read_ncu_rules
+from parsers.ncu_kernels import KERNELS_SCHEMA, RULES_SCHEMA
 from tests.paths import shared
 
 NCU = ("ncu",)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from parsers.ncu import short_name
+from parsers.ncu_kernels import short_name
 from parsers.ncu_units import column_name, to_base
 
 

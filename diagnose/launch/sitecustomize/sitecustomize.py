@@ -3,9 +3,11 @@
 Python's ``site`` imports the first ``sitecustomize`` on the path: this one. It takes its
 folder back off ``sys.path`` (the script sees the path plain ``python`` gives it), runs
 the user's own ``sitecustomize`` if there is one further down the path, then starts the
-bootstrap when ``GPUDIAG_RUN_DIR`` is set. The bootstrap is loaded from its file, so the
-child imports neither the ``diagnose`` package nor anything outside the standard library.
-Nothing here may raise: an error prints one line and the script runs uninstrumented.
+bootstrap (the runtime package, diagnose/launch/runtime/) when ``GPUDIAG_RUN_DIR`` is set.
+The package is registered from its file under its dotted name, so the child imports neither
+the ``diagnose`` package nor anything outside the standard library (runtime/__init__.py says
+how its modules then import each other). Nothing here may raise: an error prints one line and
+the script runs uninstrumented.
 """
 import os
 import sys
@@ -38,17 +40,22 @@ def _run_user_sitecustomize():
 def _start_bootstrap():
     if not os.environ.get("GPUDIAG_RUN_DIR") or os.environ.get("GPUDIAG_DISABLE") == "1":
         return
+    import importlib
     import importlib.util
 
-    name = "diagnose.launch.bootstrap_runtime"
-    module = sys.modules.get(name)
-    if module is None:
-        path = os.path.join(os.path.dirname(_HERE), "bootstrap_runtime.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    module.install_from_env()
+    name = "diagnose.launch.runtime"
+    if name not in sys.modules:
+        folder = os.path.join(os.path.dirname(_HERE), "runtime")
+        spec = importlib.util.spec_from_file_location(name, os.path.join(folder, "__init__.py"),
+                                                      submodule_search_locations=[folder])
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[name] = package
+        try:
+            spec.loader.exec_module(package)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    importlib.import_module(f"{name}.lifecycle").install_from_env()
 
 
 try:

@@ -3,7 +3,7 @@ import json
 import os
 import sys
 
-runtime = sys.modules.get("diagnose.launch.bootstrap_runtime")
+runtime = sys.modules.get("diagnose.launch.runtime.lifecycle")
 print("GPUDIAG-REPORT " + json.dumps({
     "path0": sys.path[0], "path": sys.path, "name": __name__, "argv": sys.argv, "file": os.path.abspath(__file__),
     "heavy_modules": sorted(m for m in ("pandas", "numpy", "torch", "jax", "diagnose") if m in sys.modules),

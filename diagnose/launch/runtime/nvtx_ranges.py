@@ -20,6 +20,7 @@ import ctypes.util
 import glob
 import os
 import sys
+import time
 
 
 # How an NVTX tool gets into a process: the NVTX library loads the one NVTX_INJECTION64_PATH (32 on 32-bit)
@@ -34,6 +35,25 @@ def tool_may_listen(environ=None) -> bool:
     """True when the environment shows a way for an NVTX tool to receive ranges (see TOOL_ENV)."""
     env = os.environ if environ is None else environ
     return any(env.get(name) for name in TOOL_ENV)
+
+
+def open_for_steps(config, events, rank: int, log_once):
+    """The backend for the step ranges when a tool can receive them (always under ncu), else None; an
+    ``{"kind": "run", "event": "nvtx"}`` record in ``events`` says which way it went and why."""
+    ncu = config.mode == "ncu"
+    listening = ncu or config.nvtx_always or tool_may_listen()
+    backend = None
+    if listening:
+        backend = open_backend(allow_torch_import=ncu)
+        if backend is None and ncu:
+            log_once("no-nvtx", "no NVTX library found (torch CUDA, the nvtx package or libnvToolsExt); "
+                                "steps carry no NVTX ranges, so ncu's step window cannot match: "
+                                "use --launch-skip/--launch-count")
+    why = ("no NVTX tool in the environment (" + ", ".join(TOOL_ENV) + " unset)" if not listening
+           else "no NVTX library found" if backend is None else None)
+    events.append({"kind": "run", "event": "nvtx", "rank": rank, "ranges": backend is not None,
+                   "backend": getattr(backend, "name", None), "why_not": why, "t_ns": time.time_ns()})
+    return backend
 
 
 class _TorchBackend:

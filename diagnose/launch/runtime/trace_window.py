@@ -4,7 +4,8 @@ The window is short on purpose: torch.profiler with Python stacks slows a step b
 2-3x, so it covers ``GPUDIAG_TRACE_STEPS`` steps starting at ``GPUDIAG_TRACE_START``
 and the rest of the run stays light. While it is open, sync warnings are captured
 (sync_capture); after it closes, each captured sync is given its op and wait time
-from the profiler's own events when the two lists line up one to one.
+from the profiler's own events when the two lists line up one to one. ``StepWindow`` is
+the runtime's part that opens and closes it; the classes below it drive each profiler.
 """
 from __future__ import annotations
 
@@ -14,10 +15,116 @@ import gzip
 import os
 import re
 import shutil
+import sys
 import time
+
+from diagnose.launch.fault_reports import is_disk_full
 
 SYNC_RUNTIME_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 _STACK_LINE = re.compile(r"^(.*)\((\d+)\): (.*)$")
+
+
+class StepWindow:
+    """The run's one profiler window, over steps ``first_step`` to ``last_step``, with sync capture inside.
+
+    The step boundary opens it at ``first_step``, notes each step's start in ``steps`` while ``profiler`` is
+    set, and closes it after ``last_step``: the trace is written, then the syncs as sync records."""
+
+    def __init__(self, runtime):
+        self._runtime = runtime
+        self.first_step = runtime.config.trace_start
+        self.last_step = runtime.config.trace_stop - 1
+        self.profiler = None  # the running TorchTraceWindow / JaxTraceWindow
+        self.steps = []  # (step, t_start_ns) inside the window
+        self._sync = None
+
+    def open(self, step: int) -> None:
+        runtime = self._runtime
+        try:
+            if runtime.framework == "torch":
+                profiler = TorchTraceWindow(sys.modules["torch"], with_cuda=runtime.cuda)
+            elif runtime.framework == "jax":
+                profiler = JaxTraceWindow(sys.modules["jax"], os.path.join(runtime.config.run_dir, "trace",
+                                                                           f"jax-rank{runtime.rank}"))
+            else:
+                return
+            runtime.expect(runtime.artifact("trace"))
+            profiler.start()
+        except Exception as e:
+            runtime.faults.log_once("trace", f"no profiler trace ({type(e).__name__}: {e})")
+            return
+        self.profiler = profiler
+        self.steps = []
+        if runtime.config.sync_debug:
+            from diagnose.launch.runtime.sync_capture import SyncWarningCapture
+
+            capture = SyncWarningCapture(lambda: runtime.steps.current_step)
+            capture.start(sys.modules.get("torch") if runtime.cuda else None)
+            self._sync = capture
+
+    def close(self) -> None:
+        """Stop, write the trace, then the sync records; a failed write is reported, never raised."""
+        runtime = self._runtime
+        profiler, self.profiler = self.profiler, None
+        capture, self._sync = self._sync, None
+        if capture is not None:
+            capture.stop()
+        relative = runtime.artifact("trace")
+        try:
+            profiler.stop_and_export(runtime.in_run_dir(relative))
+            runtime.written.add(relative)
+        except Exception as e:
+            runtime.faults.artifact_failed(relative, "profiler trace", e)
+            return
+        try:
+            self._write_sync_records(profiler, capture)
+        except Exception as e:
+            if is_disk_full(e):
+                runtime.faults.disk_full(e)
+            else:
+                runtime.faults.log_once("sync-records", f"sync records not written ({type(e).__name__}: {e})")
+
+    def close_quietly(self) -> None:
+        """Stop the capture and the profiler, exporting the trace when it can (the runtime is switching off)."""
+        if self._sync is not None:
+            try:
+                self._sync.stop()
+            except Exception:
+                pass
+            self._sync = None
+        if self.profiler is not None:
+            try:
+                self.profiler.stop_and_export(self._runtime.in_run_dir(self._runtime.artifact("trace")))
+            except Exception:
+                pass
+            self.profiler = None
+
+    def stop_without_export(self) -> None:
+        """Stop the profiler and the sync capture, writing nothing (the disk is full)."""
+        profiler, self.profiler = self.profiler, None
+        capture, self._sync = self._sync, None
+        stops = [getattr(capture, "stop", None), getattr(profiler, "stop", None)]
+        for stop in stops:
+            if stop is not None:
+                try:
+                    stop()
+                except Exception:
+                    pass
+
+    def _write_sync_records(self, profiler, capture) -> None:
+        from diagnose.launch.runtime.sync_capture import sync_records
+
+        runtime = self._runtime
+        warned = capture.captured if capture is not None else []
+        for record in sync_records(runtime.rank, warned, profiler.sync_events(), self._step_at):
+            runtime.events.append(record)
+
+    def _step_at(self, t_ns: int) -> int:
+        step = self.steps[0][0] if self.steps else (self._runtime.steps.current_step or 0)
+        for s, start_ns in self.steps:
+            if start_ns <= t_ns:
+                step = s
+        return step
 
 
 def _write_gzip_atomically(source_path: str, target_path: str) -> None:
@@ -44,7 +151,7 @@ def _outermost_aten(event):
 
 def parse_profiler_stack(lines) -> list[tuple[str, int, str]]:
     """FunctionEvent.stack ("file.py(19): main", innermost first) → user frames from the innermost user one."""
-    from diagnose.launch.sync_capture import MAX_STACK_FRAMES, is_user_file  # loaded by the bootstrap
+    from diagnose.launch.runtime.sync_capture import MAX_STACK_FRAMES, is_user_file
 
     frames = []
     for text in lines or []:

@@ -6,7 +6,8 @@ While the window is open this module lets those warnings through the filters
 ("always", so none is deduplicated), takes them out of the normal warning output and
 records the Python stack at that moment; the innermost *user* frame (the first one
 outside torch, site-packages, the standard library and gpudiag) is the line to fix.
-Everything is put back as it was when the window closes.
+Everything is put back as it was when the window closes, and the captured syncs become
+sync records (``sync_records``), paired with the profiler's own sync calls when they line up.
 """
 from __future__ import annotations
 
@@ -20,10 +21,8 @@ import warnings
 SYNC_WARNING = re.compile(r"synchroniz", re.IGNORECASE)
 MAX_STACK_FRAMES = 16
 
-_GPUDIAG_DIRS = tuple(
-    os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), d) + os.sep
-    for d in ("diagnose", "parsers", "reports")
-)
+_SOURCE_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 3))  # holds diagnose/
+_GPUDIAG_DIRS = tuple(os.path.join(_SOURCE_ROOT, d) + os.sep for d in ("diagnose", "parsers", "reports"))
 
 
 def _library_prefixes() -> tuple[str, ...]:
@@ -71,6 +70,22 @@ def sync_record(rank: int, step: int, stack: list[tuple[str, int, str]], t_ns: i
     return {"kind": "sync", "rank": rank, "step": step, "t_ns": t_ns, "dur_ns": dur_ns, "op": op,
             "file": file, "line": line, "function": function,
             "stack": [f"{f}:{n} {fn}" for f, n, fn in stack]}
+
+
+def sync_records(rank: int, warned: list, profiler_syncs: list[dict], step_at):
+    """The window's sync records, one at a time. Each captured warning ``(t_ns, step, stack)`` gives one, with
+    the op and wait of the profiler's sync at the same place when both lists have the same length (else
+    ``cuda_sync``, no wait); without warnings, each of the profiler's syncs gives one, at ``step_at(t_ns)``."""
+    if warned:
+        paired = len(profiler_syncs) == len(warned)
+        for i, (t_ns, step, stack) in enumerate(warned):
+            found = profiler_syncs[i] if paired else None
+            yield sync_record(rank, step, stack or (found["stack"] if found else []), t_ns,
+                              op=found["op"] if found else "cuda_sync", dur_ns=found["dur_ns"] if found else None)
+    else:
+        for found in profiler_syncs:
+            yield sync_record(rank, step_at(found["t_ns"]), found["stack"], found["t_ns"], op=found["op"],
+                              dur_ns=found["dur_ns"])
 
 
 class SyncWarningCapture:

@@ -1,0 +1,217 @@
+"""Runtime: the one object that wires the runtime's parts and holds what they share.
+
+Shared: the configuration, this process's rank and framework, whether CUDA is in use, the
+``disabled`` switch and the lock the step boundary takes, the events file, and which
+artifacts were announced and written. The parts (steps.Steps, gpu_time.GpuTime,
+nvtx_ranges, trace_window.StepWindow, memory_capture.MemoryCapture, faults.Faults) keep
+their own state and reach the shared state through the Runtime they are given.
+
+Everything waits for the first step boundary (``start``): a process that never steps
+(torchrun's launcher, a DataLoader worker) writes nothing. The per-step path is steps.Steps,
+which calls the parts it was wired to directly; the Runtime is not on it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+from diagnose.launch.child_config import rank_from_env, world_size_from_env
+from diagnose.launch.event_log import JsonlAppender
+from diagnose.launch.runtime.faults import Faults
+from diagnose.launch.runtime.steps import Steps
+
+_ARTIFACTS = {"events": "events/rank{rank}.jsonl", "stats": "memory/rank{rank}.stats.jsonl",
+              "snapshot": "memory/rank{rank}.snapshot.json.gz", "trace": "trace/rank{rank}.json.gz"}
+
+
+class Runtime:
+    """gpudiag inside one process: its parts, what they share, its start (first step) and its end (flush)."""
+
+    def __init__(self, config):
+        self.config = config
+        self.disabled = False
+        self.lock = threading.RLock()
+        self.pid = os.getpid()
+        self.rank = None
+        self.world_size = None
+        self.framework = None
+        self.cuda = False
+        self.events = None  # events/rank<N>.jsonl, opened at the first boundary
+        self.expected = set()
+        self.written = set()
+        self.faults = Faults(self)
+        self.steps = Steps(self)
+        self.memory = None  # memory_capture.MemoryCapture, from torch's import or the first boundary
+        self.window = None  # trace_window.StepWindow, from the first boundary when a window is asked for
+        self._torch_hooked = False
+
+    # ---- the run folder
+    def artifact(self, kind: str) -> str:
+        """This rank's path of ``kind`` (events, stats, snapshot, trace), relative to the run folder."""
+        return _ARTIFACTS[kind].format(rank=self.rank)
+
+    def in_run_dir(self, relative: str) -> str:
+        return os.path.join(self.config.run_dir, relative)
+
+    def expect(self, relative: str) -> None:
+        """Announce an artifact this process will write (the parent lists those never written as missing)."""
+        if relative not in self.expected:
+            self.expected.add(relative)
+            if self.events is not None and self.events.opened:
+                self.events.append({"kind": "run", "event": "expect", "rank": self.rank, "artifact": relative,
+                                    "t_ns": time.time_ns()})
+
+    # ---- the start
+    def on_torch_imported(self, torch) -> None:
+        if self._torch_hooked or self.disabled:
+            return
+        self._torch_hooked = True
+        self.steps.hook_optimizers()
+        self._memory_capture().record_history_from_cuda_init(torch)
+
+    def _memory_capture(self):
+        if self.memory is None:
+            from diagnose.launch.runtime.memory_capture import MemoryCapture
+
+            self.memory = MemoryCapture(self)
+        return self.memory
+
+    def start(self) -> bool:
+        """At the first step boundary: rank, framework, files, the parts the boundary calls, exit hooks.
+        False when this process records nothing (another one already records its rank)."""
+        torch = sys.modules.get("torch")
+        jax = sys.modules.get("jax")
+        self.rank = rank_from_env()
+        self.world_size = world_size_from_env()
+        if torch is not None:
+            self.framework = "torch"
+            self.cuda = bool(torch.cuda.is_initialized())
+            if self.rank is None:
+                try:
+                    if torch.distributed.is_available() and torch.distributed.is_initialized():
+                        self.rank = torch.distributed.get_rank()
+                        self.world_size = torch.distributed.get_world_size()
+                except Exception:
+                    pass
+        if jax is not None and (torch is None or not self.cuda):
+            self.framework = "jax"
+            self.cuda = False
+            try:
+                if self.rank is None and jax.process_count() > 1:
+                    self.rank = jax.process_index()
+                    self.world_size = jax.process_count()
+            except Exception:
+                pass
+        self.rank = 0 if self.rank is None else self.rank
+        self.events = JsonlAppender(self.in_run_dir(self.artifact("events")))
+        try:
+            self.events.append({"kind": "run", "event": "start", "rank": self.rank, "world_size": self.world_size,
+                                "pid": self.pid, "framework": self.framework, "mode": self.config.mode,
+                                "cuda": self.cuda, "versions": _framework_versions(torch, jax),
+                                "t_ns": time.time_ns()})
+        except FileExistsError:
+            self.faults.log_once("rank-taken", f"another process already records rank {self.rank} in this run "
+                                               f"folder; this process (pid {self.pid}) records nothing")
+            self.disabled = True
+            return False
+        self.expect(self.artifact("events"))
+        self.written.add(self.artifact("events"))
+        self._wire_parts(torch, jax)
+        from diagnose.launch.runtime.exit_hooks import install as flush_at_exit
+
+        flush_at_exit(lambda: self.flush("exit"))
+        return True
+
+    def _wire_parts(self, torch, jax) -> None:
+        steps, config = self.steps, self.config
+        memory = steps.memory = self._memory_capture()
+        gpu = self.cuda or _jax_on_gpu(jax)
+        if not gpu:
+            self.faults.log_once("no-gpu", f"no GPU in use in this process (rank {self.rank}, "
+                                           f"{self.framework or 'no framework'}); recording host step times only: "
+                                           "no GPU time, memory stats or allocator history")
+        else:
+            memory.open_stats()
+        if memory.history_on:
+            self.expect(self.artifact("snapshot"))
+        if self.cuda:
+            from diagnose.launch.runtime.gpu_time import GpuTime
+
+            steps.gpu = GpuTime(config.gpu_time_every, self.events, self.rank)
+        if config.trace_steps > 0 and config.mode != "ncu":
+            from diagnose.launch.runtime.trace_window import StepWindow
+
+            self.window = steps.window = StepWindow(self)
+        if config.nvtx and gpu:
+            from diagnose.launch.runtime.nvtx_ranges import open_for_steps
+
+            steps.nvtx = open_for_steps(config, self.events, self.rank, self.faults.log_once)
+
+    # ---- switching off and the end
+    def switch_off(self, write_nothing: bool) -> None:
+        """Instrumentation off for the rest of the run: the window and the allocator history stopped (the trace
+        still exported unless ``write_nothing``, a full disk, which also closes the files)."""
+        self.disabled = True
+        if self.window is not None:
+            if write_nothing:
+                self.window.stop_without_export()
+            else:
+                self.window.close_quietly()
+        if self.memory is not None:
+            self.memory.stop_history_quietly()
+        if write_nothing:
+            self._close_files()
+
+    def _close_files(self) -> None:
+        if self.events is not None:
+            self.events.close()
+        if self.memory is not None:
+            self.memory.close()
+
+    def flush(self, reason: str) -> None:
+        """Write everything still held: pending steps, an open window, the snapshot, the end record."""
+        if (self.disabled and self.events is None) or self.faults.writes_off:
+            return
+        with self.lock:
+            try:
+                if self.events is None or not self.events.opened:
+                    return
+                steps, window, memory = self.steps, self.window, self.memory
+                steps.drain(block_s=0.0)  # what is ready, before the heavy writes below
+                if window is not None and window.profiler is not None:
+                    window.close()
+                if memory is not None and memory.history_on and not memory.snapshot_written:
+                    memory.take_snapshot()
+                steps.drain(block_s=2.0 if reason == "exit" else 0.0)
+                self.events.append({"kind": "run", "event": "end", "rank": self.rank, "reason": reason,
+                                    "steps": steps.recorded, "written": sorted(self.written),
+                                    "t_ns": time.time_ns()})
+            except Exception as e:
+                self.faults.internal_error("flush", e)
+            finally:
+                self._close_files()
+                self.disabled = True
+
+
+def _jax_on_gpu(jax) -> bool:
+    if jax is None:
+        return False
+    try:
+        return any(d.platform == "gpu" for d in jax.local_devices())
+    except Exception:
+        return False
+
+
+def _framework_versions(torch, jax) -> dict:
+    versions = {}
+    try:
+        if torch is not None:
+            versions["torch"] = str(torch.__version__)
+            versions["torch_cuda"] = torch.version.cuda
+        if jax is not None:
+            versions["jax"] = str(jax.__version__)
+    except Exception:
+        pass
+    return versions

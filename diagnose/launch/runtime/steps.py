@@ -1,0 +1,224 @@
+"""Step boundaries and the step records: the runtime's per-step path.
+
+Step boundaries come from torch's global optimizer step hook (the first optimizer that
+steps defines the step) or from ``diagnose.step()``; once a marker is seen it alone
+defines steps. Step N is the work between boundary N and boundary N+1. At each boundary
+the finished step is held as a plain tuple; the held steps are written at most every
+STEP_RECORD_INTERVAL_NS (and before anything heavy, and at exit), those whose GPU time is
+known, in one write. The boundary calls the other parts directly (GPU time, NVTX, the
+trace window, memory stats), each one attribute away, None when off: it was tuned to a few
+µs a step (docs/measurements/h200-2026-12-03-interleaved.md, tools/boundary_breakdown.py).
+"""
+from __future__ import annotations
+
+import collections
+import importlib
+import math
+import time
+
+from diagnose.launch.child_config import nvtx_range_name
+from diagnose.launch.event_log import encode_line
+
+# Step records are written at most this often (and before anything heavy, and at every exit through
+# Python): one write of many lines instead of one per step. Per-step writing cost 5 % of a 2.2 ms step
+# on the H200 host (2026-12-03, benchmarks/light_overhead_paired.py); a SIGKILL or a crash in native
+# code loses at most this much of the step log.
+STEP_RECORD_INTERVAL_NS = 100_000_000
+
+
+class Steps:
+    """The step boundaries of one Runtime and the step records not yet written."""
+
+    def __init__(self, runtime):
+        self._runtime = runtime
+        self._lock = runtime.lock
+        self.current_step = None  # the step in progress; None before the first boundary
+        self.recorded = 0  # step records written
+        self.optimizer_hook_handle = None
+        self._marker_seen = False
+        self._optimizer_id = None
+        self._source = None
+        self._perf_ns = 0
+        self._wall_ns = 0
+        self._event = None
+        self._instrumented = False
+        self._overhead_ns = 0  # host time of the boundary that started the current step (our own cost)
+        # finished steps not yet written: (step, t_start_ns, host_ms, start_event, end_event, source, instrumented,
+        # overhead_ns), plain tuples (a class instance per step cost more on the H200 host)
+        self._pending = collections.deque()
+        self._last_drain_perf_ns = 0
+        # the parts every boundary calls, wired by the runtime at the first boundary; None: that part is off
+        self.gpu = None  # gpu_time.GpuTime, with CUDA
+        self.nvtx = None  # an nvtx_ranges backend
+        self._nvtx_handle = None
+        self.window = None  # trace_window.ProfilerWindow until it has closed
+        self.memory = None  # memory_capture.MemoryCapture
+
+    # ---- where boundaries come from
+    def hook_optimizers(self) -> None:
+        try:
+            optimizer_module = importlib.import_module("torch.optim.optimizer")
+            self.optimizer_hook_handle = optimizer_module.register_optimizer_step_post_hook(self.on_optimizer_step)
+        except Exception as e:
+            self._runtime.faults.log_once("no-optimizer-hook",
+                                          f"cannot hook torch optimizers ({e}); mark steps with diagnose.step()")
+
+    def unhook_optimizers(self) -> None:
+        if self.optimizer_hook_handle is not None:
+            self.optimizer_hook_handle.remove()
+            self.optimizer_hook_handle = None
+
+    def on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self._runtime.disabled or self._marker_seen:
+            return
+        if self._optimizer_id is None:
+            self._optimizer_id = id(optimizer)
+        elif id(optimizer) != self._optimizer_id:
+            return
+        self.boundary("optimizer")
+
+    def marker(self) -> None:
+        if self._runtime.disabled:
+            return
+        if not self._marker_seen:
+            self._marker_seen = True
+            if self._source == "optimizer":
+                # this iteration already ended at optimizer.step(); the marker takes over from the next one
+                self._source = "marker"
+                return
+        self.boundary("marker")
+
+    # ---- the boundary
+    def boundary(self, source: str) -> None:
+        runtime = self._runtime
+        if runtime.disabled:  # a forked child is switched off by lifecycle's os.register_at_fork hook
+            return
+        if not self._lock.acquire(blocking=False):
+            return  # re-entered from a signal handler in the middle of a boundary
+        started_ns = time.perf_counter_ns()
+        try:
+            self._boundary(source)
+        except Exception as e:
+            runtime.faults.internal_error("step boundary", e)
+        finally:
+            # the boundary runs inside the step it starts, so its time is in that step's host_ms;
+            # recording it per step lets the report say how much of a step is gpudiag's own work
+            self._overhead_ns = time.perf_counter_ns() - started_ns
+            self._lock.release()
+
+    def _boundary(self, source: str) -> None:
+        perf_ns = time.perf_counter_ns()
+        wall_ns = time.time_ns()
+        finished = self.current_step
+        if finished is None and not self._runtime.start():  # the first boundary wires the parts
+            return
+        step = 0 if finished is None else finished + 1
+        gpu = self.gpu
+        event = None
+        if gpu is not None and (self._event is not None or step % gpu.every == 0):
+            event = gpu.record_event()
+        if finished is not None:
+            if self.nvtx is not None and self._nvtx_handle is not None:
+                self.nvtx.end(self._nvtx_handle)
+                self._nvtx_handle = None
+            host_ns = perf_ns - self._perf_ns
+            if gpu is not None and finished > 0 and not self._instrumented:
+                gpu.host_ns.append(host_ns)
+            self._pending.append((finished, self._wall_ns, host_ns / 1e6, self._event,
+                                  event if self._event is not None else None, self._source,
+                                  self._instrumented, self._overhead_ns))
+            # only the window's close and the snapshot are heavy; most steps have neither left to do
+            window = self.window
+            heavy = ((window is not None and window.profiler is not None) or self.memory.history_on) and \
+                self._after_step(finished)
+        else:
+            heavy = False
+        self.current_step = step
+        self._source = source
+        instrumented = heavy  # the window's export or the snapshot ran at the start of this step
+        window = self.window
+        if window is not None:
+            if step == window.first_step:
+                window.open(step)
+            if window.profiler is not None:
+                window.steps.append((step, wall_ns))
+                instrumented = True
+        self._instrumented = instrumented
+        if heavy or perf_ns - self._last_drain_perf_ns >= STEP_RECORD_INTERVAL_NS:
+            self._last_drain_perf_ns = perf_ns
+            self.drain(block_s=0.0)
+        self.memory.maybe_stats(step, perf_ns)
+        if gpu is not None and step >= gpu.next_check:
+            gpu.choose(step)
+        if self.nvtx is not None:
+            self._nvtx_handle = self.nvtx.start(nvtx_range_name(step))
+        self._perf_ns = perf_ns
+        self._wall_ns = wall_ns
+        self._event = event if event is not None and step % gpu.every == 0 else None
+
+    def _after_step(self, finished: int) -> bool:
+        """Close the window / write the snapshot after step ``finished``; True when anything heavy ran.
+
+        The step records held so far are written first: a kill during the export loses none of them."""
+        heavy = False
+        window = self.window
+        if window is not None and window.profiler is not None and finished == window.last_step:
+            self.drain(block_s=0.0)
+            self.window = None  # one window a run: later boundaries skip it
+            window.close()
+            heavy = True
+        if self.memory.snapshot_due(finished):
+            self.drain(block_s=0.0)
+            self.memory.take_snapshot()
+            heavy = True
+        return heavy
+
+    # ---- the step records
+    def drain(self, block_s: float) -> None:
+        """Write the held step records whose GPU time is known (all of them after ``block_s`` at most), in one write."""
+        deadline = time.monotonic() + block_s if block_s else None
+        lines = []
+        pending, line_of, rank = self._pending, step_line, self._runtime.rank
+        try:
+            while pending:
+                step, t_start_ns, host_ms, start_event, end_event, source, instrumented, overhead_ns = pending[0]
+                gpu_ms = None
+                if end_event is not None and start_event is not None:
+                    while not end_event.query():
+                        if deadline is None:
+                            return  # not done yet: read it at a later boundary
+                        if time.monotonic() >= deadline:
+                            break  # at exit and still running: write the step without GPU time
+                        time.sleep(0.005)
+                    else:
+                        gpu_ms = start_event.elapsed_time(end_event)
+                pending.popleft()
+                lines.append(line_of(rank, step, t_start_ns, host_ms, gpu_ms, source, instrumented, overhead_ns / 1e3))
+        finally:
+            if lines:
+                self._runtime.events.append_lines(lines)
+                self.recorded += len(lines)
+
+
+_STEP_SOURCES = ("optimizer", "marker")
+_STEP_FORMAT = ('{"kind":"step","rank":%d,"step":%d,"t_start_ns":%d,"host_ms":%.6f,"gpu_ms":%s,"source":"%s",'
+                '"instrumented":%s,"overhead_us":%.3f}\n')
+
+
+def step_line(rank: int, step: int, t_start_ns: int, host_ms: float, gpu_ms: float | None, source: str,
+              instrumented: bool, overhead_us: float) -> bytes:
+    """A step record as one JSON line: ms to 6 decimals (the ns), µs to 3. One %-format instead of the JSON
+    encoder, because this runs for every training step: on the H200 host writing ~40 step records took
+    440 µs with the encoder-equivalent formatting (2026-12-03), about 10 µs a step."""
+    if (source in _STEP_SOURCES and math.isfinite(host_ms) and math.isfinite(overhead_us)
+            and (gpu_ms is None or math.isfinite(gpu_ms))):
+        return (_STEP_FORMAT % (rank, step, t_start_ns, host_ms, "null" if gpu_ms is None else "%.6f" % gpu_ms,
+                                source, "true" if instrumented else "false", overhead_us)).encode()
+    # an unknown source (a string that may need escaping) or a value JSON cannot hold: the encoder
+    return encode_line({"kind": "step", "rank": rank, "step": step, "t_start_ns": t_start_ns,
+                        "host_ms": _rounded(host_ms, 6), "gpu_ms": _rounded(gpu_ms, 6), "source": source,
+                        "instrumented": instrumented, "overhead_us": _rounded(overhead_us, 3)})
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return round(value, digits) if value is not None and math.isfinite(value) else value
