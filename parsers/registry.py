@@ -27,6 +27,7 @@ READER_MODULES = (
     "parsers.nvml",
     "parsers.events",
     "parsers.memory_stats",
+    "parsers.nsys_sqlite",  # takes any SQLite file (and says when it is not an nsys export)
 )
 
 

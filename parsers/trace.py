@@ -408,6 +408,34 @@ def read_trace(path: str | os.PathLike) -> Trace:
     return trace
 
 
+def trace_from_tables(path: str | os.PathLike, fmt: str, *, gpu: pd.DataFrame, runtime: pd.DataFrame,
+                      cuda_sync: pd.DataFrame | None = None, annotations: pd.DataFrame | None = None,
+                      other: pd.DataFrame | None = None, device_properties: pd.DataFrame | None = None,
+                      rank: int | None = None, metadata: dict[str, Any] | None = None,
+                      warnings: list[str] | None = None) -> Trace:
+    """A :class:`Trace` from another format's raw tables, finished and linked as :func:`read_trace` does.
+
+    For a reader of another trace format (e.g. :mod:`parsers.nsys_sqlite`). ``gpu`` rows carry ``ts_ns, dur_ns,
+    end_ns, pid, tid, device, stream, correlation, name`` and ``cat`` (``kernel`` | ``gpu_memcpy`` | ``gpu_memset``);
+    ``kind``, ``memcpy_kind`` and ``host_memory`` come from them as for Kineto (a copy named like
+    ``Memcpy HtoD (Pageable -> Device)``). ``runtime`` rows carry ``ts_ns, dur_ns, end_ns, pid, tid, name, cat,
+    correlation``; annotations named ``ProfilerStep#N`` get their step. GPU work is linked to its launch call by
+    correlation id, and a call's ``sync_kind`` comes from its name (:data:`SYNC_CALLS`). Extra columns are kept.
+    """
+    empty = pd.DataFrame()
+    trace = Trace(
+        path=os.fspath(path), format=fmt, rank=rank, gpu=_gpu(gpu), runtime=conform(runtime, RUNTIME_SCHEMA),
+        cuda_sync=conform(empty if cuda_sync is None else cuda_sync, CUDA_SYNC_SCHEMA),
+        cpu_ops=CPU_OP_SCHEMA.empty(), python=_python(empty),
+        annotations=_annotations(empty if annotations is None else annotations), flows=FLOW_SCHEMA.empty(),
+        other=conform(empty if other is None else other, OTHER_SCHEMA),
+        device_properties=_device_properties({}) if device_properties is None else device_properties,
+        metadata=dict(metadata or {}), warnings=list(warnings or []),
+    )
+    _link(trace)
+    return trace
+
+
 def _warnings(b: _Builder) -> list[str]:
     out = []
     if b.bad_duration:
