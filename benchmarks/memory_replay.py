@@ -67,14 +67,14 @@ def grown_snapshot(entries: int) -> dict:
 
 
 def run_ours(pickle_path: Path, html_path: Path) -> dict:
+    import pandas as pd
+
     from diagnose.analysis import Analysis
     from diagnose.analyzers import fragmentation
     from diagnose.memory_replay import replay
     from diagnose.profile_data import Profile
     from parsers.snapshot import read_snapshot
     from reports.html import render_html
-
-    import pandas as pd
 
     t = time.perf_counter()
     snap = read_snapshot(pickle_path)

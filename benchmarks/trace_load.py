@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

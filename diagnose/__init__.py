@@ -31,4 +31,4 @@ def step() -> None:
 
 
 __all__ = ["Analysis", "Evidence", "Finding", "InputError", "Profile", "Result", "Severity", "Subject",
-           "Thresholds", "analyze", "load", "step", "write_html", "write_json", "__version__"]
+           "Thresholds", "analyze", "load", "profile", "step", "write_html", "write_json", "__version__"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -392,8 +392,9 @@ def _findings(a: Analysis, b: Analysis) -> tuple[list[dict], list[dict], list[di
         return out
 
     fa, fb = by_id(a), by_id(b)
-    view: Callable = lambda f: {"id": f.id, "severity": f.severity.label, "title": f.title,
-                                "cost_share": f.cost_share}
+    def view(f) -> dict:
+        return {"id": f.id, "severity": f.severity.label, "title": f.title, "cost_share": f.cost_share}
+
     added = [view(fb[i]) for i in sorted(set(fb) - set(fa))]
     removed = [view(fa[i]) for i in sorted(set(fa) - set(fb))]
     changed = []

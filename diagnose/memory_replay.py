@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from parsers.snapshot import MemorySnapshot, SMALL_POOL_MAX_BLOCK_BYTES
+from parsers.snapshot import SMALL_POOL_MAX_BLOCK_BYTES, MemorySnapshot
 
 MIN_BLOCK_BYTES = 512  # kMinBlockSize
 SMALL_SEGMENT_BYTES = 2 << 20  # kSmallBuffer

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 from parsers.errors import InputError
 from parsers.limits import read_input
@@ -194,7 +195,7 @@ class Thresholds:
     steps: Steps = field(default_factory=Steps)
     comm: Comm = field(default_factory=Comm)
 
-    def with_overrides(self, overrides: dict[str, dict[str, float]], origin: str = "--threshold") -> "Thresholds":
+    def with_overrides(self, overrides: dict[str, dict[str, float]], origin: str = "--threshold") -> Thresholds:
         """A copy with ``{"l2": {"warning_pct": 80}}`` applied; unknown names are an error."""
         groups = {}
         for gname, values in overrides.items():

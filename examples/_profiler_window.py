@@ -41,7 +41,7 @@ def run_with_profiler(main, out_dir):
         schedule=torch.profiler.schedule(wait=0, warmup=WARMUP_STEPS, active=TRACE_STEPS, repeat=1),
         record_shapes=True, with_stack=True)
     with prof:
-        for step in main():
+        for _ in main():
             prof.step()
     raw = os.path.join(out_dir, "trace.json")
     prof.export_chrome_trace(raw)

@@ -34,7 +34,7 @@ def step(p, x, y):
 
 
 stats = []
-for i in range(5):  # warm-up and compile
+for _ in range(5):  # warm-up and compile
     params, loss = step(params, x, y)
     float(loss)
 if out:

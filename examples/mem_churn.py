@@ -17,7 +17,6 @@ import os
 
 import torch
 import torch.nn as nn
-
 from _capture_io import JsonlWriter, memory_stats_record
 
 ap = argparse.ArgumentParser()

@@ -17,7 +17,6 @@ import os
 import sys
 
 import torch
-
 from _capture_io import JsonlWriter, memory_stats_record
 
 out = sys.argv[1]

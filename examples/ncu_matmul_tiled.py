@@ -10,7 +10,6 @@ at N=8192 each operand is 128 MiB, twice the H200's L2, and the hit rate drops t
 import sys
 
 import torch
-
 from _window import profiled_region
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 8192

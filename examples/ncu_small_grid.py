@@ -6,7 +6,6 @@ the whole kernel. The fix: split each row across blocks (a two-pass / split-K
 style reduction), batch more rows together, or reshape the problem.
 """
 import torch
-
 from _window import profiled_region
 
 torch.manual_seed(0)

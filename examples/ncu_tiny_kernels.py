@@ -6,7 +6,6 @@ microseconds, about what it costs to launch them. The fix: a fused/foreach
 optimizer, torch.compile, or a CUDA graph.
 """
 import torch
-
 from _window import profiled_region
 
 torch.manual_seed(0)

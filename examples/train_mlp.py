@@ -18,9 +18,8 @@ import sys
 import time
 
 import torch
-from torch import nn
-
 from mlp_model import make_batch, make_model
+from torch import nn
 
 
 def main(argv=None) -> int:

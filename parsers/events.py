@@ -26,13 +26,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from parsers.trace_stream import JSONDecodeError, _loads as json_loads
 import pandas as pd
 
 from parsers.errors import InputError
-from parsers.reader import EVENTS, JSON, TEXT, Reader, compact_json, first_line
 from parsers.limits import read_input
+from parsers.reader import EVENTS, JSON, TEXT, Reader, compact_json, first_line
 from parsers.schema import BOOL, F64, I64, STR, Schema, conform
+from parsers.trace_stream import JSONDecodeError
+from parsers.trace_stream import _loads as json_loads
 from parsers.unicode_text import has_lone_surrogate
 
 STEPS_SCHEMA = Schema(

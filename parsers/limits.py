@@ -218,7 +218,7 @@ class InputFile:
         finally:
             self._raw.close()
 
-    def __enter__(self) -> "InputFile":
+    def __enter__(self) -> InputFile:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from parsers.errors import InputError
-from parsers.reader import JSON, MEMORY_STATS, Reader, compact_json
 from parsers.limits import read_input
+from parsers.reader import JSON, MEMORY_STATS, Reader, compact_json
 from parsers.schema import F64, I64, STR, Schema, conform
 
 # output column → key in torch.cuda.memory_stats()

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import csv
 import io
-import zlib
 import os
+import zlib
 
 import numpy as np
 import pandas as pd

@@ -182,10 +182,10 @@ def _action_row(ncu_report, action) -> dict:
         except Exception:
             continue
         metrics[name] = (value, base)
-    I = ncu_report.IAction
-    row["kernel_name"] = action.name(I.NameBase_DEMANGLED)
-    row["kernel_short"] = action.name(I.NameBase_FUNCTION)
-    row["kernel_mangled"] = action.name(I.NameBase_MANGLED)
+    iaction = ncu_report.IAction
+    row["kernel_name"] = action.name(iaction.NameBase_DEMANGLED)
+    row["kernel_short"] = action.name(iaction.NameBase_FUNCTION)
+    row["kernel_mangled"] = action.name(iaction.NameBase_MANGLED)
     for std, names in STANDARD_METRICS.items():
         for n in names:
             if n in metrics:

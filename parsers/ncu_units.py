@@ -27,7 +27,7 @@ _TIME_S = {k: v / 1e9 for k, v in _TIME_NS.items()}
 _PREFIXED_BASES = {"byte": "byte", "hz": "Hz", "Hz": "Hz", "bit": "bit", "B": "byte"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def to_base(unit: str | None) -> tuple[float, str]:
     """(multiplier, base unit) for an ncu unit string; unknown units pass through with scale 1."""
     if unit is None:

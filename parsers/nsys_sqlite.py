@@ -412,7 +412,7 @@ def _runtime(db: _Db) -> pd.DataFrame:
     event_class = c.pop("eventClass")
     by_name = np.where(pd.Series(names).astype(str).str.startswith("cuda").to_numpy(), "cuda_runtime", "cuda_driver")
     by_class = np.array([_event_class(classes.get(int(e), "")) for e in event_class], dtype=object)
-    c["cat"] = pd.Categorical(np.where(by_class != None, by_class, by_name))
+    c["cat"] = pd.Categorical(np.where(pd.notna(by_class), by_class, by_name))
     return _frame(c, int((~ok).sum()))
 
 

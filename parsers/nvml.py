@@ -17,8 +17,8 @@ import warnings
 import pandas as pd
 
 from parsers.errors import InputError
-from parsers.reader import NVML, TEXT, Reader, first_line, is_json
 from parsers.limits import read_input
+from parsers.reader import NVML, TEXT, Reader, first_line, is_json
 from parsers.schema import F64, I64, Schema, conform
 
 NVML_COLUMNS = ("t_ns", "gpu", "gpu_util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes",

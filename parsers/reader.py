@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 SNIFF_BYTES = 64 * 1024
 

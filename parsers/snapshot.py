@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from parsers.errors import InputError
-from parsers.reader import BINARY, JSON, SNAPSHOTS, Reader, compact_json
 from parsers.limits import check_json_nesting, check_rows, read_input
+from parsers.reader import BINARY, JSON, SNAPSHOTS, Reader, compact_json
 from parsers.restricted_pickle import loads_plain
 from parsers.schema import BOOL, F64, I64, STR, Schema, conform
 from parsers.unicode_text import without_lone_surrogates
@@ -199,7 +199,7 @@ def _fold_int64(value: int, path, where: str) -> int:
     raise InputError(path, f"expected a 64-bit integer for {where}, found {value}")
 
 
-def _segments_and_blocks(raw_segments, path, interner: "_StackInterner") -> tuple[pd.DataFrame, pd.DataFrame]:
+def _segments_and_blocks(raw_segments, path, interner: _StackInterner) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not isinstance(raw_segments, list):
         raise InputError(path, f"expected 'segments' to be a list, found {type(raw_segments).__name__}")
     seg_rows, block_rows = [], []
@@ -243,7 +243,7 @@ def _pool_of_size(segment_bytes: int) -> str:
     return "small" if segment_bytes <= 2 * SMALL_POOL_MAX_BLOCK_BYTES else "large"
 
 
-def _trace(device_traces, path, interner: "_StackInterner", warnings: list[str]) -> pd.DataFrame:
+def _trace(device_traces, path, interner: _StackInterner, warnings: list[str]) -> pd.DataFrame:
     if device_traces is None:
         warnings.append("the snapshot has no allocator history (no 'device_traces'): record it with "
                         "torch.cuda.memory._record_memory_history() before the run, or use `gpudiag profile`")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 try:  # orjson is a dependency; the stdlib fallback keeps gpudiag working where it is missing
     import orjson as _json_impl

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import math
 
-import pandas as pd
-
 from reports.figures import figure_html, table_html
 from reports.format import value_human
 from reports.templating import render_page

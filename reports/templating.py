@@ -14,7 +14,7 @@ import jinja2
 from reports.figures import plotly_js
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def environment() -> jinja2.Environment:
     """The Jinja environment over ``reports/templates`` (built once per process)."""
     env = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),

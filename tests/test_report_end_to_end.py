@@ -5,7 +5,6 @@ import json
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
 
 import diagnose

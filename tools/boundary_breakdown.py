@@ -26,11 +26,11 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=2000)
     args = p.parse_args(argv)
     import torch
+    from light_overhead_paired import make_step
 
     import diagnose
     from diagnose.launch import event_log
     from diagnose.launch.runtime import gpu_time, memory_capture, nvtx_ranges, steps
-    from light_overhead_paired import make_step
 
     step = make_step(args.device, 1024, 4, 64)
     for _ in range(300):

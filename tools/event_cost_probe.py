@@ -26,7 +26,6 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=300)
     args = p.parse_args(argv)
     import torch
-
     from light_overhead_paired import make_step
 
     step = make_step("cuda", 1024, 4, 64)
@@ -52,12 +51,16 @@ def main(argv=None) -> int:
         idle, busy = [], []
         for _ in range(args.calls):
             torch.cuda.synchronize()
-            t = time.perf_counter_ns(); call(); idle.append(time.perf_counter_ns() - t)
+            t = time.perf_counter_ns()
+            call()
+            idle.append(time.perf_counter_ns() - t)
         for _ in range(args.calls):
             torch.cuda.synchronize()
             for _ in range(8):
                 square @ square
-            t = time.perf_counter_ns(); call(); busy.append(time.perf_counter_ns() - t)
+            t = time.perf_counter_ns()
+            call()
+            busy.append(time.perf_counter_ns() - t)
         torch.cuda.synchronize()
         print(f"  {name:<38} {statistics.median(idle) / 1e3:>9.2f} {statistics.median(busy) / 1e3:>9.2f}")
     return 0

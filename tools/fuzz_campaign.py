@@ -245,9 +245,13 @@ def atheris_worker(args, argv) -> None:
     from tests.fuzz.mutations import RandomChooser, case_seeds, kinds_for, mutate
 
     with atheris.instrument_imports(include=["parsers", "diagnose.load"]):
-        import parsers.events, parsers.run_folder, parsers.memory_stats, parsers.ncu, parsers.nvml  # noqa: E401,F401
-        import parsers.snapshot, parsers.trace, parsers.trace_collectives  # noqa: E401,F401
         import diagnose.load  # noqa: F401
+        import parsers.events  # noqa: E401,F401
+        import parsers.memory_stats
+        import parsers.ncu
+        import parsers.nvml
+        import parsers.run_folder
+        import parsers.snapshot  # noqa: E401,F401
     from tests.fuzz.oracle import run_reader
 
     reader = args.atheris_worker

@@ -25,8 +25,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
-from light_overhead_interleaved import (ARMS, StepHook, light_share_intervals, own_time, round_bootstrap,  # noqa: E402
-                                        run_rounds)
+from light_overhead_interleaved import ARMS, StepHook, light_share_intervals, own_time, round_bootstrap, run_rounds  # noqa: E402
 from light_overhead_paired import device_info, make_step, time_steps  # noqa: E402
 
 NO_EVENTS = 1_000_000_000  # gpu_time_every: only step 0 would be timed

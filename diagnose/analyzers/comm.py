@@ -196,7 +196,7 @@ def _timeline(occ: pd.DataFrame, m: pd.DataFrame, times: dict, step: int | None)
     waits = m.set_index(["rank", "ts_ns"])["wait_ns"] if len(m) else pd.Series(dtype="int64")
     t0 = int(sel["ts_ns"].min())
     t1 = int(sel["end_ns"].max())
-    for rank, t in times.items():
+    for t in times.values():
         if step is not None and len(t.steps) and (t.steps["step"] == step).any():
             w = t.steps[t.steps["step"] == step].iloc[0]
             t0, t1 = min(t0, int(w.ts_ns)), max(t1, int(w.end_ns))

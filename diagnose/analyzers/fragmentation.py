@@ -23,8 +23,7 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
-from diagnose.memory_replay import (ReplayResult, agreement, external_fragmentation_pct, occupancy_grid,
-                                    replay)
+from diagnose.memory_replay import ReplayResult, agreement, external_fragmentation_pct, occupancy_grid, replay
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 

@@ -23,8 +23,18 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Subject, not_measured
-from diagnose.kernel_stats import (band, kernel_subject_name, label_of_launch, launches_figure, most_common,
-                                   names_list, per_kernel, slim, total_gpu_time_ns, weighted_mean)
+from diagnose.kernel_stats import (
+    band,
+    kernel_subject_name,
+    label_of_launch,
+    launches_figure,
+    most_common,
+    names_list,
+    per_kernel,
+    slim,
+    total_gpu_time_ns,
+    weighted_mean,
+)
 
 NAME = "l2"
 ORDER = 10

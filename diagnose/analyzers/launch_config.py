@@ -21,8 +21,15 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
-from diagnose.kernel_stats import (kernel_subject_name, launches_figure, most_common, per_kernel, per_kernel_sum,
-                                   slim, sm_count)
+from diagnose.kernel_stats import (
+    kernel_subject_name,
+    launches_figure,
+    most_common,
+    per_kernel,
+    per_kernel_sum,
+    slim,
+    sm_count,
+)
 
 NAME = "launch_config"
 ORDER = 20

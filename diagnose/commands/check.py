@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from diagnose.commands._common import build_thresholds, threshold_options, require_input_path
+from diagnose.commands._common import build_thresholds, require_input_path, threshold_options
 from diagnose.findings import Severity
 from parsers import registry
 from parsers.reader import FINDINGS

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from diagnose.commands._common import build_thresholds, threshold_options, require_input_path
+from diagnose.commands._common import build_thresholds, require_input_path, threshold_options
 
 
 @click.command("diff")

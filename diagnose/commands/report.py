@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from diagnose.commands._common import build_thresholds, threshold_options, require_input_path
+from diagnose.commands._common import build_thresholds, require_input_path, threshold_options
 from parsers.errors import InputError
 
 

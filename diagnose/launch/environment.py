@@ -58,11 +58,11 @@ def gpu_info() -> tuple[list[dict], dict, str | None]:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             gpu = {"index": index, "name": _text(pynvml.nvmlDeviceGetName(handle))}
-            for key, call in (("uuid", lambda: _text(pynvml.nvmlDeviceGetUUID(handle))),
-                              ("memory_total_bytes", lambda: int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)),
-                              ("pci_bus_id", lambda: _text(pynvml.nvmlDeviceGetPciInfo(handle).busId))):
+            for key, call in (("uuid", lambda h: _text(pynvml.nvmlDeviceGetUUID(h))),
+                              ("memory_total_bytes", lambda h: int(pynvml.nvmlDeviceGetMemoryInfo(h).total)),
+                              ("pci_bus_id", lambda h: _text(pynvml.nvmlDeviceGetPciInfo(h).busId))):
                 try:
-                    gpu[key] = call()
+                    gpu[key] = call(handle)
                 except Exception:
                     pass
             gpus.append(gpu)

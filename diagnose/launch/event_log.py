@@ -15,8 +15,9 @@ import math
 import os
 
 # in the child, runtime/__init__.py registers fault_injection before this module: no import of the diagnose package
-from diagnose.launch.fault_injection import armed as _fault_armed, due as _fault_due, write_half_and_die as _die_mid_write
-
+from diagnose.launch.fault_injection import armed as _fault_armed
+from diagnose.launch.fault_injection import due as _fault_due
+from diagnose.launch.fault_injection import write_half_and_die as _die_mid_write
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str, allow_nan=False)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from tests.bounds import inputs
 

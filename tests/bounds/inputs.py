@@ -225,7 +225,7 @@ def grown_snapshot_pickle(path: Path, target_bytes: int) -> Path:
     data = grown_snapshot(target_bytes)
     for _ in range(2):  # the size a copy adds shrinks as copies share more: correct twice
         per_segment = len(pickle.dumps(data, protocol=4)) / len(data["segments"])
-        data = grown_snapshot(target_bytes, size_of=lambda d: per_segment * len(d["segments"]))
+        data = grown_snapshot(target_bytes, size_of=lambda d, k=per_segment: k * len(d["segments"]))
     with open(path, "wb") as f:
         pickle.dump(data, f, protocol=4)
     return path

@@ -7,8 +7,18 @@ import pandas as pd
 
 from diagnose.profile_data import Profile
 from parsers.schema import conform
-from parsers.trace import (ANNOTATION_SCHEMA, CPU_OP_SCHEMA, CUDA_SYNC_SCHEMA, FLOW_SCHEMA, GPU_SCHEMA, OTHER_SCHEMA,
-                           PYTHON_SCHEMA, RUNTIME_SCHEMA, Trace, read_trace)
+from parsers.trace import (
+    ANNOTATION_SCHEMA,
+    CPU_OP_SCHEMA,
+    CUDA_SYNC_SCHEMA,
+    FLOW_SCHEMA,
+    GPU_SCHEMA,
+    OTHER_SCHEMA,
+    PYTHON_SCHEMA,
+    RUNTIME_SCHEMA,
+    Trace,
+    read_trace,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 COMM = ROOT / "fixtures" / "comm"

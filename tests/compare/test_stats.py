@@ -6,8 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from diagnose.compare import (HIGHER, LOWER, NEUTRAL, DiffOptions, change_pct, direction_of, judge,
-                              mann_whitney_u)
+from diagnose.compare import HIGHER, LOWER, NEUTRAL, DiffOptions, change_pct, direction_of, judge, mann_whitney_u
 
 
 def test_exact_p_fully_separated_small_samples():

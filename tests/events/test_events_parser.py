@@ -6,9 +6,9 @@ import json
 import pandas as pd
 import pytest
 
-from parsers.registry import detect
 from parsers.errors import InputError
 from parsers.events import STEPS_SCHEMA, SYNCS_SCHEMA, read_events
+from parsers.registry import detect
 from parsers.schema import missing_columns
 from tests.events.conftest import BAD, RUN_ONLY_EVENTS
 

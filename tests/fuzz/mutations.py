@@ -37,8 +37,9 @@ import pickle
 import pickletools
 import random
 import re
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 from parsers.restricted_pickle import loads_plain
 from tests.fuzz.seeds import Seed

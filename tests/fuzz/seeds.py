@@ -17,7 +17,7 @@ import gzip
 import json
 import pickle
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from parsers.restricted_pickle import loads_plain
@@ -123,7 +123,7 @@ def _pickle_protocol(raw: bytes) -> int:
 
 # --- the seeds ----------------------------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
+@cache
 def _small() -> dict[str, tuple[Seed, ...]]:
     s: dict[str, list[Seed]] = {r: [] for r in READERS}
     sg = ("ncu", "small_grid")
@@ -191,7 +191,7 @@ def _small() -> dict[str, tuple[Seed, ...]]:
     return {k: tuple(v) for k, v in s.items()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _full() -> dict[str, tuple[Seed, ...]]:
     """The whole real files (bigger, slower): for the campaign only."""
     s: dict[str, list[Seed]] = {r: [] for r in READERS}
@@ -245,7 +245,7 @@ def _user_steps_json(jsonl: bytes) -> bytes:
 
 # --- a small run folder -------------------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
+@cache
 def run_files(run: str) -> dict[str, bytes]:
     """relative path → bytes of a real run folder, its big artifacts cut to a window like the seeds above."""
     root = FIXTURES / "runs" / run

@@ -18,7 +18,7 @@ import diagnose
 from parsers.errors import InputError
 from parsers.snapshot import read_snapshot
 from tests.fuzz import fuzz_settings
-from tests.fuzz.mutations import DrawChooser, RUN_BY_STOCK_PICKLE, boundaries, hostile_pickles, inject_global
+from tests.fuzz.mutations import RUN_BY_STOCK_PICKLE, DrawChooser, boundaries, hostile_pickles, inject_global
 from tests.fuzz.oracle import watch_code_execution
 from tests.fuzz.seeds import seeds
 

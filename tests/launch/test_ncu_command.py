@@ -9,7 +9,6 @@ import pytest
 from diagnose.launch import ncu
 from diagnose.launch.ncu import NcuOptions, build_command
 from parsers.errors import InputError
-
 from tests.launch.launch_helpers import SCRIPTS, base_env, gpudiag, manifest
 
 APP = ["python", "train.py", "--lr", "3e-4"]

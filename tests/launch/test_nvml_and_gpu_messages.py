@@ -29,10 +29,10 @@ def test_missing_nvml_and_missing_gpu_each_give_one_line(tmp_path):
     r = gpudiag("profile", "--trace-steps", "0", "-o", run, "--", sys.executable, EXAMPLES / "train_mlp.py",
                 "--steps", "4", "--width", "16", "--device", "cpu")
     assert r.returncode == 0
-    nvml_lines = [l for l in r.stderr.splitlines() if "NVML" in l]
+    nvml_lines = [line for line in r.stderr.splitlines() if "NVML" in line]
     assert len(nvml_lines) == 1 and nvml_lines[0].startswith("gpudiag: no NVML samples:")
     assert "the run goes on" in nvml_lines[0]
-    gpu_lines = [l for l in r.stderr.splitlines() if "no GPU in use" in l]
+    gpu_lines = [line for line in r.stderr.splitlines() if "no GPU in use" in line]
     assert len(gpu_lines) == 1 and "host step times only" in gpu_lines[0]
     m = manifest(run)
     assert "nvml.csv" in m["unavailable"] and "nvml.csv" not in m["missing"] and m["gpus"] == []
@@ -77,7 +77,7 @@ def test_sampler_rows_follow_the_contract(tmp_path, monkeypatch):
     sampler.stop()
     lines = (tmp_path / "nvml.csv").read_text().splitlines()
     assert lines[0] == HEADER
-    rows = [l.split(",") for l in lines[1:]]
+    rows = [line.split(",") for line in lines[1:]]
     assert len(rows) >= 4 and len(rows) % 2 == 0 and sampler.rows == len(rows)
     assert rows[0][1:] == ["0", "87", "41", "1000000", "8000000", "1980", "2619", "312.5", "102400", "204800", "55"]
     assert rows[1][1:] == ["1", "87", "41", "2000000", "8000000", "1980", "2619", "312.5", "", "", "55"]

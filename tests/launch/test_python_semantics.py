@@ -11,7 +11,7 @@ REPORT = SCRIPTS / "report_env.py"
 
 
 def _report(text: str) -> dict:
-    line = next(l for l in text.splitlines() if l.startswith("GPUDIAG-REPORT "))
+    line = next(line for line in text.splitlines() if line.startswith("GPUDIAG-REPORT "))
     return json.loads(line.removeprefix("GPUDIAG-REPORT "))
 
 
@@ -90,8 +90,8 @@ def test_runtime_never_imports_the_diagnose_package_or_pandas_while_stepping(tmp
     r = gpudiag("profile", "-q", "--no-nvml", "-o", tmp_path / "r", "--", sys.executable,
                 SCRIPTS / "steps_then_report_modules.py")
     assert r.returncode == 0, r.stderr
-    line = next(l for l in r.stdout.splitlines() if l.startswith("GPUDIAG-MODULES "))
+    line = next(line for line in r.stdout.splitlines() if line.startswith("GPUDIAG-MODULES "))
     assert json.loads(line.removeprefix("GPUDIAG-MODULES ")) == {"pandas": False, "diagnose": False, "active": True}
-    steps = [json.loads(l) for l in (tmp_path / "r" / "events" / "rank0.jsonl").read_text().splitlines()
-             if '"kind":"step"' in l]
+    steps = [json.loads(line) for line in (tmp_path / "r" / "events" / "rank0.jsonl").read_text().splitlines()
+             if '"kind":"step"' in line]
     assert len(steps) >= 15

@@ -9,9 +9,9 @@ import warnings
 import pytest
 
 from diagnose.launch import child_config, run_dir
-from parsers import run_folder
-from diagnose.launch.runtime import sync_capture
 from diagnose.launch.event_log import JsonlAppender
+from diagnose.launch.runtime import sync_capture
+from parsers import run_folder
 from parsers.errors import InputError
 from parsers.run_folder import read_manifest
 
@@ -182,8 +182,8 @@ def test_sync_capture_takes_only_sync_warnings_and_restores_the_filters_hand_mad
             warnings.filters.insert(0, capture._filter)
             warnings.showwarning = capture._showwarning
             for _ in range(3):
-                warnings.warn("called a synchronizing CUDA operation", UserWarning)  # the line recorded
-            warnings.warn("something else", UserWarning)
+                warnings.warn("called a synchronizing CUDA operation", UserWarning)  # noqa: B028  the line recorded
+            warnings.warn("something else", UserWarning)  # noqa: B028
     finally:
         capture.stop()
     assert [(step, stack[0][0]) for _, step, stack in capture.captured] == [(7, __file__)] * 3

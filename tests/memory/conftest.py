@@ -1,7 +1,7 @@
 """Paths and loaders shared by the memory tests: real H200 captures in fixtures/memory (PROVENANCE.md)."""
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pandas as pd
@@ -28,7 +28,7 @@ def fake_profile() -> Profile:
     return Profile(kernels=pd.DataFrame())
 
 
-@lru_cache(maxsize=None)
+@cache
 def scenario_profile(scenario: str, with_stats: bool = True) -> Profile:
     profile = fake_profile()
     add_artifact(profile, snapshot_path(scenario), rank=0)
@@ -37,7 +37,7 @@ def scenario_profile(scenario: str, with_stats: bool = True) -> Profile:
     return profile
 
 
-@lru_cache(maxsize=None)
+@cache
 def scenario_result(scenario: str, with_stats: bool = True):
     from diagnose.analyzers import fragmentation
 

@@ -1,8 +1,6 @@
 """The planted problems of each H200 capture are found; the fixed run is not flagged."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from diagnose.analyzers import fragmentation

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from diagnose.memory_replay import agreement, external_fragmentation_pct, replay, round_size

@@ -7,11 +7,17 @@ import json
 import numpy as np
 import pytest
 
+from diagnose.memory_replay import agreement, replay
 from parsers.restricted_pickle import loads_plain
 from parsers.schema import missing_columns
-from parsers.snapshot import (BLOCKS_SCHEMA, SEGMENTS_SCHEMA, STACKS_SCHEMA, TRACE_SCHEMA, read_snapshot,
-                              snapshot_from_dict)
-from diagnose.memory_replay import agreement, replay
+from parsers.snapshot import (
+    BLOCKS_SCHEMA,
+    SEGMENTS_SCHEMA,
+    STACKS_SCHEMA,
+    TRACE_SCHEMA,
+    read_snapshot,
+    snapshot_from_dict,
+)
 from tests.memory.conftest import snapshot_path
 from tests.paths import shared
 

@@ -7,10 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
+from parsers import trace_stream
 from parsers.errors import InputError
 from parsers.schema import missing_columns
-from parsers.trace import (CPU_OP_SCHEMA, GPU_SCHEMA, PYTHON_SCHEMA, RUNTIME_SCHEMA, is_user_file, read_trace)
-from parsers import trace_stream
+from parsers.trace import CPU_OP_SCHEMA, GPU_SCHEMA, PYTHON_SCHEMA, RUNTIME_SCHEMA, is_user_file, read_trace
 from tests.paths import shared
 from tests.trace.helpers import BAD, EVENT_SYNC, SAMPLED_RANK0, TRACE
 

@@ -17,7 +17,8 @@ import sys
 import time
 
 from diagnose.launch.event_log import JsonlAppender
-from diagnose.launch.fault_injection import due as _fault_due, write_half_and_die as _die_mid_write
+from diagnose.launch.fault_injection import due as _fault_due
+from diagnose.launch.fault_injection import write_half_and_die as _die_mid_write
 
 SNAPSHOT_SCHEMA = "gpudiag.snapshot/1"
 

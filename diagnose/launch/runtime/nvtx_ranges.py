@@ -22,7 +22,6 @@ import os
 import sys
 import time
 
-
 # How an NVTX tool gets into a process: the NVTX library loads the one NVTX_INJECTION64_PATH (32 on 32-bit)
 # names at its first call, as Nsight Systems and Nsight Compute set it for what they launch; or a preloaded
 # library provides the injection symbol (LD_PRELOAD); newer NVTX also asks the CUDA driver, which a tool

@@ -10,9 +10,9 @@ import torch
 
 model = torch.nn.Linear(8, 2)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(int(sys.argv[1])):
+for _ in range(int(sys.argv[1])):
     loss = model(torch.ones(4, 8)).sum()
     loss.backward()
     opt.step()
     opt.zero_grad()
-    warnings.warn("called a synchronizing CUDA operation", UserWarning)  # SYNC-LINE
+    warnings.warn("called a synchronizing CUDA operation", UserWarning)  # noqa: B028  SYNC-LINE (this line is recorded)
