@@ -4,6 +4,7 @@ Run by ``benchmarks/trace_load.py`` as a subprocess with HTA's interpreter
 (``/work/venvs/hta/bin/python benchmarks/hta_reference.py TRACE``), so HTA's
 pandas never mixes with the project's and its peak memory is its own process's.
 """
+
 import json
 import os
 import resource

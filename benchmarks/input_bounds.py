@@ -12,6 +12,7 @@ at a time; peak RSS is that child's (os.wait4). Inputs are written to a temporar
 streaming and deleted after their run. Prints a Markdown table (docs/input-limits.md keeps one)
 and exits 1 if any case was not refused/read as expected or went over the budget.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,14 @@ def run(case: Case, folder: Path, sizes: Sizes) -> tuple[list[str], bool]:
     name = case.name
     if case.group == "gzip bomb":
         name += f", inflates to {sizes.bomb_inflated_bytes / 2**30:.0f} GiB"
-    row = [name, f"{size / 1e6:.1f}", outcome if ok else outcome + " UNEXPECTED", f"{r.wall_s:.1f}",
-           f"{r.peak_rss_bytes / 2**20:.0f}", case.refuse or "(budget)"]
+    row = [
+        name,
+        f"{size / 1e6:.1f}",
+        outcome if ok else outcome + " UNEXPECTED",
+        f"{r.wall_s:.1f}",
+        f"{r.peak_rss_bytes / 2**20:.0f}",
+        case.refuse or "(budget)",
+    ]
     return row, ok and within
 
 
@@ -74,8 +81,11 @@ def main() -> None:
     args = ap.parse_args()
     sizes = Sizes(bomb_inflated_bytes=int(args.bomb_gib * 2**30))
     cases = [c for c in CASES if args.only is None or args.only in c.name]
-    print(f"budget per input: {BUDGET_WALL_S:.0f} s, {BUDGET_RSS_BYTES / 2**30:.0f} GiB peak RSS "
-          f"(gzip bombs: {BOMB_RSS_BYTES / 2**30:.0f} GiB); {time.strftime('%Y-%m-%d')}", file=sys.stderr)
+    print(
+        f"budget per input: {BUDGET_WALL_S:.0f} s, {BUDGET_RSS_BYTES / 2**30:.0f} GiB peak RSS "
+        f"(gzip bombs: {BOMB_RSS_BYTES / 2**30:.0f} GiB); {time.strftime('%Y-%m-%d')}",
+        file=sys.stderr,
+    )
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "|".join(" --- " for _ in COLUMNS) + "|")
     failed = 0

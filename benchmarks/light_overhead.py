@@ -14,6 +14,7 @@ after light mode's trace window and snapshot). Target: light adds at most 3 %.
     PYTHONPATH=$PWD python3 benchmarks/light_overhead.py            # on the GPU machine
     python benchmarks/light_overhead.py --device cpu --steps 200     # a CPU smoke run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,14 +56,16 @@ def _step_times(stdout: str) -> dict[int, float]:
 # which part of light mode costs what.
 LIGHT_VARIANTS = {
     "light": ([], {}),
-    "light-cupti-kept": ([], {"TEARDOWN_CUPTI": "0"}),     # Kineto leaves CUPTI attached after the window
+    "light-cupti-kept": ([], {"TEARDOWN_CUPTI": "0"}),  # Kineto leaves CUPTI attached after the window
     "light-notrace": (["--trace-steps", "0"], {}),
     "light-nosync": (["--no-sync-debug"], {}),
     "light-nohistory": (["--history-entries", "0"], {}),
     "light-nonvml": (["--no-nvml"], {}),
     "light-nostats": (["--memory-stats-interval-ms", "1e9"], {}),  # one record, at the first step
-    "light-minimal": (["--trace-steps", "0", "--history-entries", "0", "--memory-stats-interval-ms", "1e9",
-                       "--no-nvml"], {}),                  # step events and NVTX ranges only
+    "light-minimal": (
+        ["--trace-steps", "0", "--history-entries", "0", "--memory-stats-interval-ms", "1e9", "--no-nvml"],
+        {},
+    ),  # step events and NVTX ranges only
 }
 ABLATION = ("plain", *LIGHT_VARIANTS, "profiler")
 
@@ -78,8 +81,22 @@ def run_once(kind: str, train_args: list[str], trace_start: int, trace_steps: in
         flags, extra_env = LIGHT_VARIANTS[kind]
         env.update(extra_env)
         out = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=work))
-        command = [sys.executable, "-m", "diagnose", "profile", "-q", "-o", str(out / "run"),
-                   "--trace-start", str(trace_start), "--trace-steps", str(trace_steps), *flags, "--", *base]
+        command = [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "profile",
+            "-q",
+            "-o",
+            str(out / "run"),
+            "--trace-start",
+            str(trace_start),
+            "--trace-steps",
+            str(trace_steps),
+            *flags,
+            "--",
+            *base,
+        ]
     else:
         raise ValueError(kind)
     r = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
@@ -108,8 +125,18 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.skip <= args.trace_start + args.trace_steps + 1:
         raise SystemExit("--skip must come after the trace window and the step that exports it")
-    train_args = ["--steps", str(args.steps), "--device", args.device, "--width", str(args.width),
-                  "--depth", str(args.depth), "--batch", str(args.batch)]
+    train_args = [
+        "--steps",
+        str(args.steps),
+        "--device",
+        args.device,
+        "--width",
+        str(args.width),
+        "--depth",
+        str(args.depth),
+        "--batch",
+        str(args.batch),
+    ]
     kinds = ABLATION if args.ablation else tuple(args.kinds.split(","))
     medians = {k: [] for k in kinds}
     pooled = {k: [] for k in kinds}
@@ -121,21 +148,28 @@ def main(argv=None) -> int:
                 steady = [ms for step, ms in sorted(times.items()) if step >= args.skip]
                 medians[kind].append(statistics.median(steady))
                 pooled[kind].extend(steady)
-                print(f"repeat {repeat} {kind:<8} median {medians[kind][-1]:.4f} ms over {len(steady)} steps",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"repeat {repeat} {kind:<8} median {medians[kind][-1]:.4f} ms over {len(steady)} steps",
+                    file=sys.stderr,
+                    flush=True,
+                )
     plain = statistics.median(pooled["plain"])
     print(f"\ntorch {_torch_versions()}")
-    print(f"light mode overhead, {TRAIN.name} {' '.join(train_args)}; steady-state steps >= {args.skip}, "
-          f"trace window {args.trace_start}-{args.trace_start + args.trace_steps - 1}, {args.repeats} interleaved "
-          f"repeats, {time.monotonic() - t0:.0f} s")
+    print(
+        f"light mode overhead, {TRAIN.name} {' '.join(train_args)}; steady-state steps >= {args.skip}, "
+        f"trace window {args.trace_start}-{args.trace_start + args.trace_steps - 1}, {args.repeats} interleaved "
+        f"repeats, {time.monotonic() - t0:.0f} s"
+    )
     print(f"{'config':<17} {'median ms':>10} {'per-repeat medians':<34} {'vs plain':>9}")
     for kind in kinds:
         median = statistics.median(pooled[kind])
         per = ", ".join(f"{m:.4f}" for m in medians[kind])
         print(f"{kind:<17} {median:>10.4f} {per:<34} {100 * (median / plain - 1):>+8.2f}%")
     spread = [100 * (m / plain - 1) for m in medians["plain"]]
-    print(f"run-to-run spread of plain's per-repeat medians: {min(spread):+.2f}% to {max(spread):+.2f}% "
-          f"(differences inside it are noise)")
+    print(
+        f"run-to-run spread of plain's per-repeat medians: {min(spread):+.2f}% to {max(spread):+.2f}% "
+        f"(differences inside it are noise)"
+    )
     light_pct = 100 * (statistics.median(pooled["light"]) / plain - 1)
     verdict = "PASS" if light_pct <= TARGET_PCT else "FAIL"
     print(f"{verdict}: light mode adds {light_pct:+.2f}% to the median step (target <= {TARGET_PCT:.0f}%)")

@@ -34,6 +34,7 @@ The window's after-effects are not in this measure: light_overhead_paired.py's `
     PYTHONPATH=$PWD python3 benchmarks/light_overhead_interleaved.py            # on the GPU machine
     python benchmarks/light_overhead_interleaved.py --device cpu --seconds 5 --run-steps 5
 """
+
 from __future__ import annotations
 
 import argparse
@@ -109,8 +110,11 @@ def summarize(times: np.ndarray, resamples: int = 2000) -> dict[str, dict]:
     """Per arm: steps, median and mean step (ms); against plain, the median and mean ratios in % with intervals."""
     rows = {}
     for i, arm in enumerate(ARMS):
-        row = {"steps": int(times[:, i, :].size), "median_ms": float(np.median(times[:, i, :])),
-               "mean_ms": float(np.mean(times[:, i, :]))}
+        row = {
+            "steps": int(times[:, i, :].size),
+            "median_ms": float(np.median(times[:, i, :])),
+            "mean_ms": float(np.mean(times[:, i, :])),
+        }
         if arm != "plain":
             for name, stat in (("median", np.median), ("mean", np.mean)):
                 low, high = round_bootstrap(times, i, stat, resamples)
@@ -119,21 +123,28 @@ def summarize(times: np.ndarray, resamples: int = 2000) -> dict[str, dict]:
         if arm != "plain":
             row["shift_by_position_us"] = [
                 1000 * float(np.median(times[:, i, p]) - np.median(times[:, ARMS.index("plain"), p]))
-                for p in range(times.shape[2])]
+                for p in range(times.shape[2])
+            ]
         rows[arm] = row
     return rows
 
 
 def verdict(rows: dict[str, dict], own: dict | None = None) -> tuple[str, str]:
     light, control = rows["light"], rows["plain-b"]
-    text = (f"light mode adds {light['median_pct']:+.2f}% (95 % interval {light['median_ci_low_pct']:+.2f}% .. "
-            f"{light['median_ci_high_pct']:+.2f}%) to the median step outside the trace window, "
-            f"{light['mean_pct']:+.2f}% to the mean (target <= {TARGET_PCT:.0f}% on the median)")
+    text = (
+        f"light mode adds {light['median_pct']:+.2f}% (95 % interval {light['median_ci_low_pct']:+.2f}% .. "
+        f"{light['median_ci_high_pct']:+.2f}%) to the median step outside the trace window, "
+        f"{light['mean_pct']:+.2f}% to the mean (target <= {TARGET_PCT:.0f}% on the median)"
+    )
     if own and own.get("own_us") is not None:
-        text += (f"; gpudiag's own work: {own['own_us']:.1f} µs/step = "
-                 f"{100 * own['own_us'] / 1000 / rows['plain']['median_ms']:.2f}% of the plain median")
-    text += (f"; control {control['median_pct']:+.2f}% ({control['median_ci_low_pct']:+.2f}% .. "
-             f"{control['median_ci_high_pct']:+.2f}%)")
+        text += (
+            f"; gpudiag's own work: {own['own_us']:.1f} µs/step = "
+            f"{100 * own['own_us'] / 1000 / rows['plain']['median_ms']:.2f}% of the plain median"
+        )
+    text += (
+        f"; control {control['median_pct']:+.2f}% ({control['median_ci_low_pct']:+.2f}% .. "
+        f"{control['median_ci_high_pct']:+.2f}%)"
+    )
     if light["median_ci_high_pct"] <= TARGET_PCT:
         return "PASS", text
     if light["median_ci_low_pct"] > TARGET_PCT:
@@ -146,9 +157,12 @@ def own_time(run_path: Path, first_step: int) -> dict:
     the measured part wrote (one per light step: a check that detaching the hook stops the boundaries)."""
     records = step_records(run_path, first_step)
     own, timed = records["overhead_us"], records["gpu_timed"]
-    return {"records": len(timed), "own_us": statistics.fmean(own) if own else None,
-            "own_median_us": statistics.median(own) if own else None,
-            "gpu_timed_pct": 100 * sum(timed) / len(timed) if timed else None}
+    return {
+        "records": len(timed),
+        "own_us": statistics.fmean(own) if own else None,
+        "own_median_us": statistics.median(own) if own else None,
+        "gpu_timed_pct": 100 * sum(timed) / len(timed) if timed else None,
+    }
 
 
 @contextlib.contextmanager
@@ -175,7 +189,9 @@ def main(argv=None) -> int:
     p.add_argument("--warmup-steps", type=int, default=500)
     p.add_argument("--first-steps", type=int, default=40, help="light steps before the measure (window, snapshot)")
     p.add_argument("--run-steps", type=int, default=4, help="steps per run of one arm")
-    p.add_argument("--seconds", type=float, default=120, help="start no new round after this long; 0: only --max-rounds")
+    p.add_argument(
+        "--seconds", type=float, default=120, help="start no new round after this long; 0: only --max-rounds"
+    )
     p.add_argument("--max-rounds", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write the step times and the table here")
@@ -184,8 +200,10 @@ def main(argv=None) -> int:
 
     window_done = ProfileOptions.trace_start + ProfileOptions.trace_steps + 1  # the first step after the snapshot
     if args.run_steps < 2 or args.first_steps <= window_done:
-        raise SystemExit(f"--run-steps must be at least 2 and --first-steps above {window_done} "
-                         "(the default window and the snapshot come first)")
+        raise SystemExit(
+            f"--run-steps must be at least 2 and --first-steps above {window_done} "
+            "(the default window and the snapshot come first)"
+        )
     import torch
 
     import diagnose
@@ -195,8 +213,10 @@ def main(argv=None) -> int:
     time_steps(step, args.warmup_steps)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpudiag-interleaved-") as work:
-        with light_share_intervals() as options, \
-                diagnose.profile(out=Path(work) / "run", quiet=True, nvml=False, **options) as run:
+        with (
+            light_share_intervals() as options,
+            diagnose.profile(out=Path(work) / "run", quiet=True, nvml=False, **options) as run,
+        ):
             time_steps(step, args.first_steps)
             hook = StepHook(lifecycle.active())
             times = run_rounds(step, hook, args.run_steps, args.seconds, args.max_rounds, args.seed)
@@ -206,31 +226,59 @@ def main(argv=None) -> int:
     outcome, text = verdict(rows, own)
     light_steps = rows["light"]["steps"]
     cuda, gpu = device_info(torch, args.device)
-    print(f"torch {torch.__version__} cuda {cuda} on {gpu}; {args.width}x{args.depth} MLP, batch {args.batch}; "
-          f"{len(times)} rounds of {len(ARMS)} runs of {args.run_steps} steps after {args.first_steps} light steps, "
-          f"{elapsed_s:.0f} s")
-    print(f"{'arm':<8} {'steps':>6} {'median ms':>10} {'mean ms':>8} {'median vs plain':>16} {'95% interval':>20} "
-          f"{'mean vs plain':>14} {'95% interval':>20}")
+    print(
+        f"torch {torch.__version__} cuda {cuda} on {gpu}; {args.width}x{args.depth} MLP, batch {args.batch}; "
+        f"{len(times)} rounds of {len(ARMS)} runs of {args.run_steps} steps after {args.first_steps} light steps, "
+        f"{elapsed_s:.0f} s"
+    )
+    print(
+        f"{'arm':<8} {'steps':>6} {'median ms':>10} {'mean ms':>8} {'median vs plain':>16} {'95% interval':>20} "
+        f"{'mean vs plain':>14} {'95% interval':>20}"
+    )
     for arm, row in rows.items():
         line = f"{arm:<8} {row['steps']:>6} {row['median_ms']:>10.4f} {row['mean_ms']:>8.4f}"
         if "median_pct" in row:
-            line += (f" {row['median_pct']:>+15.2f}% {row['median_ci_low_pct']:>+8.2f}% .. "
-                     f"{row['median_ci_high_pct']:+.2f}% {row['mean_pct']:>+13.2f}% "
-                     f"{row['mean_ci_low_pct']:>+8.2f}% .. {row['mean_ci_high_pct']:+.2f}%")
+            line += (
+                f" {row['median_pct']:>+15.2f}% {row['median_ci_low_pct']:>+8.2f}% .. "
+                f"{row['median_ci_high_pct']:+.2f}% {row['mean_pct']:>+13.2f}% "
+                f"{row['mean_ci_low_pct']:>+8.2f}% .. {row['mean_ci_high_pct']:+.2f}%"
+            )
         print(line)
-    print("median shift by position in a run (µs, against plain at the same position): "
-          + "; ".join(f"{arm} " + " ".join(f"{v:+.0f}" for v in rows[arm]["shift_by_position_us"])
-                      for arm in ARMS if arm != "plain"))
-    own_line = (f"light steps: {own['records']} step records for {light_steps} light steps timed; own "
-                f"{own['own_us']:.1f} µs/step mean, {own['own_median_us']:.1f} median; "
-                f"GPU-timed {own['gpu_timed_pct']:.1f}%" if own["own_us"] is not None else "no step records")
+    print(
+        "median shift by position in a run (µs, against plain at the same position): "
+        + "; ".join(
+            f"{arm} " + " ".join(f"{v:+.0f}" for v in rows[arm]["shift_by_position_us"])
+            for arm in ARMS
+            if arm != "plain"
+        )
+    )
+    own_line = (
+        f"light steps: {own['records']} step records for {light_steps} light steps timed; own "
+        f"{own['own_us']:.1f} µs/step mean, {own['own_median_us']:.1f} median; "
+        f"GPU-timed {own['gpu_timed_pct']:.1f}%"
+        if own["own_us"] is not None
+        else "no step records"
+    )
     print(own_line)
     print(f"{outcome}: {text}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "torch": torch.__version__, "cuda": cuda,
-                                               "gpu": gpu, "elapsed_s": elapsed_s, "arms": ARMS,
-                                               "times_ms": times.round(5).tolist(), "rows": rows, "own": own,
-                                               "verdict": outcome, "text": text}))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "args": vars(args),
+                    "torch": torch.__version__,
+                    "cuda": cuda,
+                    "gpu": gpu,
+                    "elapsed_s": elapsed_s,
+                    "arms": ARMS,
+                    "times_ms": times.round(5).tolist(),
+                    "rows": rows,
+                    "own": own,
+                    "verdict": outcome,
+                    "text": text,
+                }
+            )
+        )
     return 0 if outcome == "PASS" else 1
 
 

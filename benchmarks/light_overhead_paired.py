@@ -51,6 +51,7 @@ synchronises every iteration (``loss.item()``) it is what light mode adds to the
     PYTHONPATH=$PWD python3 benchmarks/light_overhead_paired.py                 # on the GPU machine
     python benchmarks/light_overhead_paired.py --device cpu --groups 2 --block-steps 60 --skip 5
 """
+
 from __future__ import annotations
 
 import argparse
@@ -169,8 +170,11 @@ def step_records(run_path: Path, first_step: int) -> dict[str, list]:
     steps, _ = read_events(Path(run_path) / "events" / "rank0.jsonl")
     kept = steps[(steps["step"] >= first_step) & ~steps["instrumented"]]
     close = steps.loc[steps["step"] == TRACE_START + TRACE_STEPS, "overhead_us"].dropna()
-    return {"overhead_us": kept["overhead_us"].dropna().tolist(), "gpu_timed": kept["gpu_ms"].notna().tolist(),
-            "window_close_s": float(close.iloc[0]) / 1e6 if len(close) else None}
+    return {
+        "overhead_us": kept["overhead_us"].dropna().tolist(),
+        "gpu_timed": kept["gpu_ms"].notna().tolist(),
+        "window_close_s": float(close.iloc[0]) / 1e6 if len(close) else None,
+    }
 
 
 def group_order(group: int, kinds: tuple[str, ...] = KINDS) -> list[str]:
@@ -198,7 +202,7 @@ def pair_ratios(medians: list[tuple[str, float]], kind: str, baseline: str = "pl
         if k != kind:
             continue
         before = next((v for kk, v in reversed(medians[:i]) if kk == baseline), None)
-        after = next((v for kk, v in medians[i + 1:] if kk == baseline), None)
+        after = next((v for kk, v in medians[i + 1 :] if kk == baseline), None)
         near = [v for v in (before, after) if v is not None]
         if near:
             ratios.append(m / statistics.fmean(near))
@@ -212,8 +216,11 @@ def median_interval(values: list[float], resamples: int = 2000, seed: int = 0) -
     return meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
 
 
-def summarize(medians: list[tuple[str, float]], own_us: dict[str, list[float]] | None = None,
-              gpu_timed: dict[str, list[bool]] | None = None) -> dict[str, dict]:
+def summarize(
+    medians: list[tuple[str, float]],
+    own_us: dict[str, list[float]] | None = None,
+    gpu_timed: dict[str, list[bool]] | None = None,
+) -> dict[str, dict]:
     """Per kind: blocks, median block median (ms), its pair ratios as percentages, gpudiag's own µs/step and
     the share of steps with a GPU time."""
     rows = {}
@@ -231,8 +238,13 @@ def summarize(medians: list[tuple[str, float]], own_us: dict[str, list[float]] |
         ratios = pair_ratios(medians, kind) if kind != "plain" else []
         if ratios:
             low, high = median_interval(ratios)
-            row.update(pct=100 * (statistics.median(ratios) - 1), min_pct=100 * (min(ratios) - 1),
-                       max_pct=100 * (max(ratios) - 1), ci_low_pct=100 * (low - 1), ci_high_pct=100 * (high - 1))
+            row.update(
+                pct=100 * (statistics.median(ratios) - 1),
+                min_pct=100 * (min(ratios) - 1),
+                max_pct=100 * (max(ratios) - 1),
+                ci_low_pct=100 * (low - 1),
+                ci_high_pct=100 * (high - 1),
+            )
         rows[kind] = row
     return rows
 
@@ -241,8 +253,10 @@ def verdict(rows: dict[str, dict]) -> tuple[str, str]:
     light = rows.get("light")
     if not light or "pct" not in light or light["blocks"] < 3:
         return "NO VERDICT", "too few light blocks"
-    text = (f"light mode adds {light['pct']:+.2f}% (95 % interval {light['ci_low_pct']:+.2f}% .. "
-            f"{light['ci_high_pct']:+.2f}%) to the median step after its trace window (target <= {TARGET_PCT:.0f}%)")
+    text = (
+        f"light mode adds {light['pct']:+.2f}% (95 % interval {light['ci_low_pct']:+.2f}% .. "
+        f"{light['ci_high_pct']:+.2f}%) to the median step after its trace window (target <= {TARGET_PCT:.0f}%)"
+    )
     if "own_pct" in light:
         text += f"; gpudiag's own work: {light['own_us']:.1f} µs/step = {light['own_pct']:.2f}% of the plain median"
     control = rows.get("control")
@@ -267,8 +281,11 @@ def main(argv=None) -> int:
     p.add_argument("--skip", type=int, default=5, help="leave out each block's first steps (after the window)")
     p.add_argument("--warmup-steps", type=int, default=500)
     p.add_argument("--max-seconds", type=float, default=0, help="start no new group after this long; 0: no limit")
-    p.add_argument("--kinds", default=",".join(KINDS),
-                   help=f"comma-separated kinds to measure, of {', '.join(ALL_KINDS)} ('light' brings 'after')")
+    p.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"comma-separated kinds to measure, of {', '.join(ALL_KINDS)} ('light' brings 'after')",
+    )
     p.add_argument("--json", help="also write the blocks and the table here")
     args = p.parse_args(argv)
     if args.block_steps <= args.skip + 10 or args.window_block_steps <= TRACE_START + TRACE_STEPS + 1 + args.skip + 10:
@@ -294,9 +311,13 @@ def main(argv=None) -> int:
             own = records.get("overhead_us", [])
             own_us.setdefault(kind, []).extend(own)
             gpu_timed.setdefault(kind, []).extend(records.get("gpu_timed", []))
-            print(f"block {len(medians) - 1:3d} {kind:<14} median {medians[-1][1]:.4f} ms"
-                  + (f" own {statistics.fmean(own):.1f} us" if own else "")
-                  + f" ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+            print(
+                f"block {len(medians) - 1:3d} {kind:<14} median {medians[-1][1]:.4f} ms"
+                + (f" own {statistics.fmean(own):.1f} us" if own else "")
+                + f" ({time.monotonic() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
         run("plain")
         for g in range(args.groups):
@@ -309,16 +330,22 @@ def main(argv=None) -> int:
     rows = summarize(medians, own_us, gpu_timed)
     outcome, text = verdict(rows)
     cuda, gpu = device_info(torch, args.device)
-    print(f"\ntorch {torch.__version__} cuda {cuda} on {gpu}; {args.width}x{args.depth} MLP, batch {args.batch}; "
-          f"{len(medians)} blocks of {args.block_steps} steps ({args.window_block_steps} with a window; first "
-          f"{args.skip} left out), {elapsed_s:.0f} s")
-    print(f"{'kind':<14} {'blocks':>6} {'median ms':>10} {'vs plain':>9} {'95% interval':>20} {'block range':>20} "
-          f"{'own us':>7} {'own %':>6} {'GPU-timed':>9}")
+    print(
+        f"\ntorch {torch.__version__} cuda {cuda} on {gpu}; {args.width}x{args.depth} MLP, batch {args.batch}; "
+        f"{len(medians)} blocks of {args.block_steps} steps ({args.window_block_steps} with a window; first "
+        f"{args.skip} left out), {elapsed_s:.0f} s"
+    )
+    print(
+        f"{'kind':<14} {'blocks':>6} {'median ms':>10} {'vs plain':>9} {'95% interval':>20} {'block range':>20} "
+        f"{'own us':>7} {'own %':>6} {'GPU-timed':>9}"
+    )
     for kind, row in rows.items():
         line = f"{kind:<14} {row['blocks']:>6} {row['median_ms']:>10.4f}"
         if "pct" in row:
-            line += (f" {row['pct']:>+8.2f}% {row['ci_low_pct']:>+8.2f}% .. {row['ci_high_pct']:+.2f}%"
-                     f" {row['min_pct']:>+8.2f}% .. {row['max_pct']:+.2f}%")
+            line += (
+                f" {row['pct']:>+8.2f}% {row['ci_low_pct']:>+8.2f}% .. {row['ci_high_pct']:+.2f}%"
+                f" {row['min_pct']:>+8.2f}% .. {row['max_pct']:+.2f}%"
+            )
         if "own_us" in row:
             line += f" {row['own_us']:>7.1f} {row['own_pct']:>5.2f}%"
         if "gpu_timed_pct" in row:
@@ -326,9 +353,23 @@ def main(argv=None) -> int:
         print(line)
     print(f"{outcome}: {text}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "torch": torch.__version__, "cuda": cuda,
-                                               "gpu": gpu, "elapsed_s": elapsed_s, "blocks": medians, "own_us": own_us,
-                                               "rows": rows, "verdict": outcome, "text": text}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "args": vars(args),
+                    "torch": torch.__version__,
+                    "cuda": cuda,
+                    "gpu": gpu,
+                    "elapsed_s": elapsed_s,
+                    "blocks": medians,
+                    "own_us": own_us,
+                    "rows": rows,
+                    "verdict": outcome,
+                    "text": text,
+                },
+                indent=1,
+            )
+        )
     return 0 if outcome == "PASS" else 1
 
 

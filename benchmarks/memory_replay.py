@@ -15,6 +15,7 @@ Measured side by side in one run, on the same pickle:
 
 Targets (issue 4): replay ≤ 10 s on the 2-core machine; our report < 10 MB.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,9 @@ def grown_snapshot(entries: int) -> dict:
     raw = loads_plain(gzip.decompress(SOURCE.read_bytes()), SOURCE)
     trace = raw["device_traces"][0]
     addrs = [s["address"] for s in raw["segments"]] + [e["addr"] for e in trace if e.get("addr")]
-    ends = [s["address"] + s["total_size"] for s in raw["segments"]] + [e["addr"] + e["size"] for e in trace if e.get("addr")]
+    ends = [s["address"] + s["total_size"] for s in raw["segments"]] + [
+        e["addr"] + e["size"] for e in trace if e.get("addr")
+    ]
     lo, hi = min(addrs), max(ends)
     shift = 1 << math.ceil(math.log2(hi - lo + (1 << 30)))
     t0, t1 = trace[0]["time_us"], trace[-1]["time_us"]
@@ -90,11 +93,19 @@ def run_ours(pickle_path: Path, html_path: Path) -> dict:
     analysis = Analysis(results={"fragmentation": result}, findings=list(result.findings), summary=dict(result.summary))
     html_path.write_text(render_html(analysis))
     render_s = time.perf_counter() - t
-    return {"parse_s": parse_s, "replay_s": replay_s, "analyze_s": analyze_s, "render_s": render_s,
-            "total_s": parse_s + analyze_s + render_s, "entries": len(snap.trace), "bytes": html_path.stat().st_size,
-            "agreement_pct": result.summary.get("snapshot_agreement_pct"), "mismatches": replayed.meta["mismatches"],
-            "findings": [f.id for f in result.findings],
-            "offline": not re.search(r"<script[^>]+src=[\"']https?://", html_path.read_text())}
+    return {
+        "parse_s": parse_s,
+        "replay_s": replay_s,
+        "analyze_s": analyze_s,
+        "render_s": render_s,
+        "total_s": parse_s + analyze_s + render_s,
+        "entries": len(snap.trace),
+        "bytes": html_path.stat().st_size,
+        "agreement_pct": result.summary.get("snapshot_agreement_pct"),
+        "mismatches": replayed.meta["mismatches"],
+        "findings": [f.id for f in result.findings],
+        "offline": not re.search(r"<script[^>]+src=[\"']https?://", html_path.read_text()),
+    }
 
 
 def run_torch(pickle_path: Path, html_path: Path) -> dict | None:
@@ -122,19 +133,27 @@ def main() -> None:
     pickle_path = work / "snapshot.pickle"
     with open(pickle_path, "wb") as f:
         pickle.dump(snapshot, f, protocol=4)
-    print(f"built {len(snapshot['device_traces'][0]):,} entries, {len(snapshot['segments']):,} segments, "
-          f"pickle {pickle_path.stat().st_size / 2**20:.1f} MiB in {time.perf_counter() - t:.1f} s ({os.cpu_count()} CPUs)")
+    print(
+        f"built {len(snapshot['device_traces'][0]):,} entries, {len(snapshot['segments']):,} segments, "
+        f"pickle {pickle_path.stat().st_size / 2**20:.1f} MiB in {time.perf_counter() - t:.1f} s ({os.cpu_count()} CPUs)"
+    )
     del snapshot
     ours = run_ours(pickle_path, work / "gpudiag.html")
-    print(f"gpudiag: parse {ours['parse_s']:.2f} s, replay {ours['replay_s']:.2f} s (target ≤ {REPLAY_TARGET_S:.0f} s: "
-          f"{'OK' if ours['replay_s'] <= REPLAY_TARGET_S else 'MISSED'}), analyze incl. replay {ours['analyze_s']:.2f} s, "
-          f"render {ours['render_s']:.2f} s, total {ours['total_s']:.2f} s")
-    print(f"gpudiag: report {ours['bytes'] / 2**20:.2f} MiB (target < 10 MiB: "
-          f"{'OK' if ours['bytes'] < REPORT_TARGET_BYTES else 'MISSED'}), offline {ours['offline']}, "
-          f"snapshot agreement {ours['agreement_pct']} %, mismatches {ours['mismatches']}, findings {ours['findings']}")
+    print(
+        f"gpudiag: parse {ours['parse_s']:.2f} s, replay {ours['replay_s']:.2f} s (target ≤ {REPLAY_TARGET_S:.0f} s: "
+        f"{'OK' if ours['replay_s'] <= REPLAY_TARGET_S else 'MISSED'}), analyze incl. replay {ours['analyze_s']:.2f} s, "
+        f"render {ours['render_s']:.2f} s, total {ours['total_s']:.2f} s"
+    )
+    print(
+        f"gpudiag: report {ours['bytes'] / 2**20:.2f} MiB (target < 10 MiB: "
+        f"{'OK' if ours['bytes'] < REPORT_TARGET_BYTES else 'MISSED'}), offline {ours['offline']}, "
+        f"snapshot agreement {ours['agreement_pct']} %, mismatches {ours['mismatches']}, findings {ours['findings']}"
+    )
     theirs = run_torch(pickle_path, work / "torch_trace_plot.html")
     if theirs:
-        print(f"torch trace_plot: {theirs['total_s']:.2f} s, {theirs['bytes'] / 2**20:.2f} MiB, scripts from network: {theirs['cdn']}")
+        print(
+            f"torch trace_plot: {theirs['total_s']:.2f} s, {theirs['bytes'] / 2**20:.2f} MiB, scripts from network: {theirs['cdn']}"
+        )
         print(f"ratio time ours/theirs (parse+analyze+render vs trace_plot): {ours['total_s'] / theirs['total_s']:.2f}")
         print(f"ratio size ours/theirs: {ours['bytes'] / theirs['bytes']:.3f}")
     print(f"files in {work}")

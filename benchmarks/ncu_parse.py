@@ -15,6 +15,7 @@ with it, the ratio much less.
 
     python benchmarks/ncu_parse.py [--launches 100000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -104,8 +105,10 @@ def main() -> None:
     assert len(df) == args.launches, len(df)
     rate = args.launches / dt
     print(f"source: {src} (rows replicated), load average {load:.1f} on {os.cpu_count()} cores")
-    print(f"gpudiag read_ncu: {args.launches:,} launches × {df.shape[1]} columns ({size_mb:,.0f} MB CSV) "
-          f"in {dt:.2f} s = {rate:,.0f} launches/s (target ≥ 50,000/s: {'met' if rate >= 50_000 else 'NOT met'})")
+    print(
+        f"gpudiag read_ncu: {args.launches:,} launches × {df.shape[1]} columns ({size_mb:,.0f} MB CSV) "
+        f"in {dt:.2f} s = {rate:,.0f} launches/s (target ≥ 50,000/s: {'met' if rate >= 50_000 else 'NOT met'})"
+    )
     del df
     anchor = time_ncu_report(report)
     if anchor is None:
@@ -113,9 +116,11 @@ def main() -> None:
         return
     adt, alaunches, avalues = anchor
     per_launch = adt / alaunches
-    print(f"ncu_report per-metric API: {alaunches} launches, {avalues:,} metric reads in {adt:.2f} s = "
-          f"{1 / per_launch:,.0f} launches/s (the real {alaunches}-launch report; "
-          f"{args.launches:,} launches extrapolated: {per_launch * args.launches:,.0f} s)")
+    print(
+        f"ncu_report per-metric API: {alaunches} launches, {avalues:,} metric reads in {adt:.2f} s = "
+        f"{1 / per_launch:,.0f} launches/s (the real {alaunches}-launch report; "
+        f"{args.launches:,} launches extrapolated: {per_launch * args.launches:,.0f} s)"
+    )
     print(f"ratio gpudiag / ncu_report: {rate * per_launch:.1f}× faster")
 
 

@@ -9,6 +9,7 @@ from its own venv (``--hta-python``, default /work/venvs/hta/bin/python; install
 The grown trace repeats the real trace's events, shifted in time by its span and with ids
 offset per copy, into ``scratch/`` (git-ignored). Prints time and peak-memory ratios.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,7 @@ def run(cmd: list[str], tag: str) -> dict:
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     for line in out.stdout.splitlines():
         if line.startswith(tag):
-            return json.loads(line[len(tag) + 1:])
+            return json.loads(line[len(tag) + 1 :])
     raise SystemExit(f"{cmd[0]} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
 
 
@@ -98,10 +99,14 @@ def compare(path: Path, hta_python: str, hta_breakdown: bool = True) -> None:
     hta_idle = hta["temporal"][0]["idle_time_pctg"] if "temporal" in hta else float("nan")
     size = path.stat().st_size
     print(f"{path.name} ({size / 2**20:,.1f} MiB on disk, {ours['events']:,} events)")
-    print(f"  time   ours {ours['total_s']:8.2f} s (load {ours['load_s']:.2f} s)   HTA {hta_total:8.2f} s "
-          f"(load {hta['load_s']:.2f} s)   HTA/ours = {hta_total / ours['total_s']:.1f}x")
-    print(f"  peak   ours {ours['peak_rss_bytes'] / 2**20:8.0f} MiB   HTA {hta['peak_rss_bytes'] / 2**20:8.0f} MiB   "
-          f"ours/HTA = {ours['peak_rss_bytes'] / hta['peak_rss_bytes']:.2f}")
+    print(
+        f"  time   ours {ours['total_s']:8.2f} s (load {ours['load_s']:.2f} s)   HTA {hta_total:8.2f} s "
+        f"(load {hta['load_s']:.2f} s)   HTA/ours = {hta_total / ours['total_s']:.1f}x"
+    )
+    print(
+        f"  peak   ours {ours['peak_rss_bytes'] / 2**20:8.0f} MiB   HTA {hta['peak_rss_bytes'] / 2**20:8.0f} MiB   "
+        f"ours/HTA = {ours['peak_rss_bytes'] / hta['peak_rss_bytes']:.2f}"
+    )
     print(f"  gpu idle %   ours {ours['gpu_idle_pct']:.2f}   HTA {hta_idle:.2f}")
 
 
@@ -114,8 +119,9 @@ def main() -> None:
     args = ap.parse_args()
     if not Path(args.hta_python).exists():
         raise SystemExit(f"HTA's python not found at {args.hta_python}; see this script's docstring")
-    paths = [Path(p) for p in args.traces] or sorted((SHARED / "hta").glob("*.json.gz")) + \
-        [SHARED / "torch" / "convnet.trace.json.gz"]
+    paths = [Path(p) for p in args.traces] or sorted((SHARED / "hta").glob("*.json.gz")) + [
+        SHARED / "torch" / "convnet.trace.json.gz"
+    ]
     for p in paths:
         if p.exists():
             compare(p, args.hta_python)

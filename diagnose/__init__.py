@@ -8,6 +8,7 @@ The library API (the CLI is a thin layer over it)::
     diagnose.write_html(analysis, "report.html")
     diagnose.write_json(analysis, "findings.json")
 """
+
 from __future__ import annotations
 
 from diagnose.analysis import Analysis, analyze
@@ -30,5 +31,21 @@ def step() -> None:
     lifecycle.step()
 
 
-__all__ = ["Analysis", "Evidence", "Finding", "InputError", "Profile", "Result", "Severity", "Subject",
-           "Thresholds", "analyze", "load", "profile", "step", "write_html", "write_json", "__version__"]
+__all__ = [
+    "Analysis",
+    "Evidence",
+    "Finding",
+    "InputError",
+    "Profile",
+    "Result",
+    "Severity",
+    "Subject",
+    "Thresholds",
+    "analyze",
+    "load",
+    "profile",
+    "step",
+    "write_html",
+    "write_json",
+    "__version__",
+]

@@ -1,4 +1,5 @@
 """``python -m diagnose ...`` is the `gpudiag` command (for machines where gpudiag is not pip-installed)."""
+
 import sys
 
 from diagnose.cli import main

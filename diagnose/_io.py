@@ -1,4 +1,5 @@
 """Write files whole or not at all: a temporary name in the same folder, then rename."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Run every analyzer over a Profile and gather one :class:`Analysis`."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

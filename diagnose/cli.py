@@ -1,6 +1,7 @@
 """The `gpudiag` command. Thin: each subcommand (diagnose/commands/<name>.py) validates
 its arguments, calls the library, and prints what it wrote. Bad input → exit 2 with a
 message naming the file, never a traceback (``--debug`` shows one)."""
+
 from __future__ import annotations
 
 import sys

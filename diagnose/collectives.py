@@ -26,6 +26,7 @@ Overlap (the definition of HTA's ``get_comm_comp_overlap``): per rank, the time 
 ran while communication kernels ran (unions of intervals of each) over the time communication
 kernels ran.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,8 +41,20 @@ P2P_OPS = frozenset({"sendrecv", "send", "recv"})
 _KERNEL_OP = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z0-9]+)", re.I)
 _CPU_COLLECTIVE = re.compile(r"^gloo:(\w+)$")
 
-OCCURRENCE_COLUMNS = ["rank", "source", "ts_ns", "end_ns", "dur_ns", "op", "collective", "group", "step", "k",
-                      "msg_bytes", "name"]
+OCCURRENCE_COLUMNS = [
+    "rank",
+    "source",
+    "ts_ns",
+    "end_ns",
+    "dur_ns",
+    "op",
+    "collective",
+    "group",
+    "step",
+    "k",
+    "msg_bytes",
+    "name",
+]
 
 
 @dataclass
@@ -65,8 +78,13 @@ def step_windows(trace) -> pd.DataFrame:
     """ProfilerStep#N annotations of the (analysed) trace as ``step, ts_ns, end_ns``."""
     ann = trace.annotations
     if not len(ann):
-        return pd.DataFrame({"step": pd.Series([], dtype="int64"), "ts_ns": pd.Series([], dtype="int64"),
-                             "end_ns": pd.Series([], dtype="int64")})
+        return pd.DataFrame(
+            {
+                "step": pd.Series([], dtype="int64"),
+                "ts_ns": pd.Series([], dtype="int64"),
+                "end_ns": pd.Series([], dtype="int64"),
+            }
+        )
     prof = ann[ann["step"].notna() & (ann["cat"].astype(str) == "user_annotation")]
     out = pd.DataFrame({"step": prof["step"].astype("int64"), "ts_ns": prof["ts_ns"], "end_ns": prof["end_ns"]})
     return out.drop_duplicates("step").sort_values("ts_ns").reset_index(drop=True)
@@ -94,8 +112,9 @@ def occurrences(trace, rank: int, metadata: pd.DataFrame | None = None) -> pd.Da
         names = comm["name"].astype(str)
         op = names.map(kernel_op).to_numpy(dtype=object)
         ri = comm["runtime_index"].to_numpy()
-        launch = np.where(ri >= 0, a.runtime["ts_ns"].to_numpy()[np.maximum(ri, 0)] if len(a.runtime) else 0,
-                          comm["ts_ns"].to_numpy())
+        launch = np.where(
+            ri >= 0, a.runtime["ts_ns"].to_numpy()[np.maximum(ri, 0)] if len(a.runtime) else 0, comm["ts_ns"].to_numpy()
+        )
         ordinal = {s: i for i, s in enumerate(pd.unique(comm["stream"]))}
         group = np.array([f"stream{ordinal[s]}" for s in comm["stream"]], dtype=object)
         collective = op.copy()
@@ -110,10 +129,21 @@ def occurrences(trace, rank: int, metadata: pd.DataFrame | None = None) -> pd.Da
             named = hit["collective"].notna().to_numpy()
             collective[named] = hit["collective"].to_numpy()[named]
             msg = hit["msg_bytes"].to_numpy(dtype=float)
-        df = pd.DataFrame({"rank": rank, "source": "kernel", "ts_ns": comm["ts_ns"].to_numpy(),
-                           "end_ns": comm["end_ns"].to_numpy(), "dur_ns": comm["dur_ns"].to_numpy(), "op": op,
-                           "collective": collective, "group": group, "step": _step_of(launch, steps),
-                           "msg_bytes": msg, "name": names.to_numpy()})
+        df = pd.DataFrame(
+            {
+                "rank": rank,
+                "source": "kernel",
+                "ts_ns": comm["ts_ns"].to_numpy(),
+                "end_ns": comm["end_ns"].to_numpy(),
+                "dur_ns": comm["dur_ns"].to_numpy(),
+                "op": op,
+                "collective": collective,
+                "group": group,
+                "step": _step_of(launch, steps),
+                "msg_bytes": msg,
+                "name": names.to_numpy(),
+            }
+        )
     else:
         # gloo's record_function shows up as a user_annotation (torch 2.x) or a cpu_op
         cols = ["ts_ns", "end_ns", "dur_ns", "name"]
@@ -127,10 +157,21 @@ def occurrences(trace, rank: int, metadata: pd.DataFrame | None = None) -> pd.Da
             return pd.DataFrame(columns=OCCURRENCE_COLUMNS)
         cpu = ops[sel]
         op = m[sel].str.lower().to_numpy(dtype=object)
-        df = pd.DataFrame({"rank": rank, "source": "cpu_op", "ts_ns": cpu["ts_ns"].to_numpy(),
-                           "end_ns": cpu["end_ns"].to_numpy(), "dur_ns": cpu["dur_ns"].to_numpy(), "op": op,
-                           "collective": op, "group": "gloo", "step": _step_of(cpu["ts_ns"].to_numpy(), steps),
-                           "msg_bytes": np.nan, "name": names[sel].to_numpy()})
+        df = pd.DataFrame(
+            {
+                "rank": rank,
+                "source": "cpu_op",
+                "ts_ns": cpu["ts_ns"].to_numpy(),
+                "end_ns": cpu["end_ns"].to_numpy(),
+                "dur_ns": cpu["dur_ns"].to_numpy(),
+                "op": op,
+                "collective": op,
+                "group": "gloo",
+                "step": _step_of(cpu["ts_ns"].to_numpy(), steps),
+                "msg_bytes": np.nan,
+                "name": names[sel].to_numpy(),
+            }
+        )
     df = df.sort_values(["ts_ns", "end_ns"], kind="stable").reset_index(drop=True)
     df["k"] = df.groupby(["step", "group", "op"]).cumcount()
     return df[OCCURRENCE_COLUMNS]
@@ -143,8 +184,13 @@ def rank_times(trace) -> RankTimes:
     kind = gpu["kind"].astype(str).to_numpy() if len(gpu) else np.array([], dtype=object)
     ts, end = gpu["ts_ns"].to_numpy(), gpu["end_ns"].to_numpy()
     span = int(end.max() - ts.min()) if len(gpu) else 0
-    return RankTimes(step_windows(a), tl.merge(ts[kind == "compute"], end[kind == "compute"]), tl.merge(ts, end),
-                     tl.merge(ts[kind == "comm"], end[kind == "comm"]), span)
+    return RankTimes(
+        step_windows(a),
+        tl.merge(ts[kind == "compute"], end[kind == "compute"]),
+        tl.merge(ts, end),
+        tl.merge(ts[kind == "comm"], end[kind == "comm"]),
+        span,
+    )
 
 
 def intersection_ns(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
@@ -169,9 +215,14 @@ def overlap(times: RankTimes) -> dict:
     """Comm time, the compute time during it and their ratio (HTA's comp_comm_overlap) for one rank."""
     comm_ns = int((times.comm[1] - times.comm[0]).sum())
     both = intersection_ns(times.comm, times.compute)
-    return {"comm_ns": comm_ns, "overlapped_ns": both, "exposed_ns": comm_ns - both,
-            "overlap_pct": 100.0 * both / comm_ns if comm_ns else float("nan"),
-            "comm_time_share": comm_ns / times.span_ns if times.span_ns else float("nan"), "span_ns": times.span_ns}
+    return {
+        "comm_ns": comm_ns,
+        "overlapped_ns": both,
+        "exposed_ns": comm_ns - both,
+        "overlap_pct": 100.0 * both / comm_ns if comm_ns else float("nan"),
+        "comm_time_share": comm_ns / times.span_ns if times.span_ns else float("nan"),
+        "span_ns": times.span_ns,
+    }
 
 
 def match(occ: pd.DataFrame) -> pd.DataFrame:

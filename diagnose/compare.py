@@ -9,6 +9,7 @@ rank-based (a checkpoint step or a slow first launch does not dominate it), no n
 assumption, it accounts for the number of samples (unlike a k x MAD band), and its exact
 form stays honest at the 2-10 launches an ncu capture holds (unlike a bootstrap CI).
 """
+
 from __future__ import annotations
 
 import math
@@ -26,16 +27,16 @@ from diagnose.thresholds import Thresholds
 
 SCHEMA = "gpudiag.diff/1"
 
-HIGHER = "higher"   # higher is better
-LOWER = "lower"     # lower is better
+HIGHER = "higher"  # higher is better
+LOWER = "lower"  # lower is better
 NEUTRAL = "neutral"  # a count or setting: changed, neither better nor worse
 
 # First match wins. Documented in docs/diff.md ("Which way is better").
 DIRECTION_RULES: tuple[tuple[str, str], ...] = (
     (r"^(step_count|step_warmup_excluded)$", NEUTRAL),
     (r"^nvml_(sample_count|window_s|sample_interval_median_ms)$", NEUTRAL),
-    (r"(_mhz|_w|total_bytes)$", NEUTRAL),          # clocks, power, capacity: settings, not outcomes
-    (r"mem_util", NEUTRAL),                         # memory-controller busy: more is not better or worse
+    (r"(_mhz|_w|total_bytes)$", NEUTRAL),  # clocks, power, capacity: settings, not outcomes
+    (r"mem_util", NEUTRAL),  # memory-controller busy: more is not better or worse
     (r"(hit|throughput|occupancy|util|busy|per_s$|tflops|efficiency)", HIGHER),
     (r"(idle|sync|spread|outlier|fragment|wait|stall|waste|_ratio$)", LOWER),
     (r"(_ms|_ns|_s|_bytes|_count|_per_step|_share)$", LOWER),
@@ -53,8 +54,18 @@ def direction_of(key: str) -> str:
 
 
 def unit_of(key: str) -> str:
-    for suffix, unit in (("_per_s", "/s"), ("_pct", "%"), ("_bytes", "bytes"), ("_ns", "ns"), ("_ms", "ms"), ("_s", "s"),
-                         ("_share", "share"), ("_mhz", "MHz"), ("_w", "W"), ("_ratio", "ratio")):
+    for suffix, unit in (
+        ("_per_s", "/s"),
+        ("_pct", "%"),
+        ("_bytes", "bytes"),
+        ("_ns", "ns"),
+        ("_ms", "ms"),
+        ("_s", "s"),
+        ("_share", "share"),
+        ("_mhz", "MHz"),
+        ("_w", "W"),
+        ("_ratio", "ratio"),
+    ):
         if key.endswith(suffix):
             return unit
     return ""
@@ -104,7 +115,7 @@ def mann_whitney_u(a, b) -> UTest | None:
         p = min(1.0, 2.0 * float(dist[: k + 1].sum()) / float(total))
         return UTest(n_a, n_b, u_a, p, min_p, True)
     n = n_a + n_b
-    tie_term = float(((counts ** 3) - counts).sum()) / (n * (n - 1)) if n > 1 else 0.0
+    tie_term = float(((counts**3) - counts).sum()) / (n * (n - 1)) if n > 1 else 0.0
     var = n_a * n_b / 12.0 * ((n + 1) - tie_term)
     if var <= 0:
         return UTest(n_a, n_b, u_a, 1.0, min_p, False)  # every value the same: nothing changed
@@ -119,7 +130,7 @@ def _u_distribution(n_a: int, n_b: int) -> np.ndarray:
     for i in range(1, n_a + 1):
         new = [np.ones(1, dtype=float)]  # j = 0
         for j in range(1, n_b + 1):
-            left = np.concatenate([np.zeros(j), rows[j]])   # last of A larger than all j of B: adds j
+            left = np.concatenate([np.zeros(j), rows[j]])  # last of A larger than all j of B: adds j
             up = new[j - 1]
             out = np.zeros(i * j + 1)
             out[: len(left)] += left
@@ -130,6 +141,7 @@ def _u_distribution(n_a: int, n_b: int) -> np.ndarray:
 
 
 # ---- samples behind summary keys -------------------------------------------------------------
+
 
 def step_samples(profile: Profile, th: Thresholds) -> pd.DataFrame:
     """Measured (post-warm-up) whole steps of every rank, as the steps analyzer counts them."""
@@ -142,11 +154,15 @@ def step_samples(profile: Profile, th: Thresholds) -> pd.DataFrame:
 
 
 # summary key → column of step_samples that the key is the median of
-STEP_SAMPLE_KEYS = {"step_time_median_ms": "step_ms", "step_host_time_median_ms": "host_ms",
-                    "step_gpu_time_median_ms": "gpu_ms"}
+STEP_SAMPLE_KEYS = {
+    "step_time_median_ms": "step_ms",
+    "step_host_time_median_ms": "host_ms",
+    "step_gpu_time_median_ms": "gpu_ms",
+}
 
 
 # ---- the diff ----------------------------------------------------------------------------------
+
 
 @dataclass
 class Diff:
@@ -173,14 +189,26 @@ class Diff:
         def records(df: pd.DataFrame) -> list[dict]:
             return [{k: jsonable(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
 
-        return {"schema": SCHEMA, "a": jsonable(self.source_a), "b": jsonable(self.source_b),
-                "options": {"alpha": self.options.alpha, "min_samples": self.options.min_samples,
-                            "test": "Mann-Whitney U, two-sided"},
-                "metrics": records(self.metrics), "kernels": records(self.kernels),
-                "findings": {"added": jsonable(self.findings_added), "removed": jsonable(self.findings_removed),
-                             "severity_changed": jsonable(self.findings_changed)},
-                "keys_only_in_a": list(self.keys_only_in_a), "keys_only_in_b": list(self.keys_only_in_b),
-                "warnings": list(self.warnings)}
+        return {
+            "schema": SCHEMA,
+            "a": jsonable(self.source_a),
+            "b": jsonable(self.source_b),
+            "options": {
+                "alpha": self.options.alpha,
+                "min_samples": self.options.min_samples,
+                "test": "Mann-Whitney U, two-sided",
+            },
+            "metrics": records(self.metrics),
+            "kernels": records(self.kernels),
+            "findings": {
+                "added": jsonable(self.findings_added),
+                "removed": jsonable(self.findings_removed),
+                "severity_changed": jsonable(self.findings_changed),
+            },
+            "keys_only_in_a": list(self.keys_only_in_a),
+            "keys_only_in_b": list(self.keys_only_in_b),
+            "warnings": list(self.warnings),
+        }
 
     def regressions(self, pct: float, include_unknown_noise: bool = False) -> pd.DataFrame:
         """Worse-direction changes larger than ``pct`` % that are significant (or of unknown noise, if asked):
@@ -188,17 +216,27 @@ class Diff:
         rows = []
         for rec in self.metrics.itertuples(index=False):
             if _is_regression(rec.verdict, rec.significant, rec.change_pct, rec.direction, pct, include_unknown_noise):
-                rows.append({"what": rec.key, "a": rec.a, "b": rec.b, "change_pct": rec.change_pct,
-                             "p_value": rec.p_value})
+                rows.append(
+                    {"what": rec.key, "a": rec.a, "b": rec.b, "change_pct": rec.change_pct, "p_value": rec.p_value}
+                )
         for rec in self.kernels.itertuples(index=False):
             for metric, direction in (("median_dur", LOWER), ("l2_hit", HIGHER)):
-                verdict, sig, change = (getattr(rec, f"{metric}_verdict"), getattr(rec, f"{metric}_significant"),
-                                        getattr(rec, f"{metric}_change_pct"))
+                verdict, sig, change = (
+                    getattr(rec, f"{metric}_verdict"),
+                    getattr(rec, f"{metric}_significant"),
+                    getattr(rec, f"{metric}_change_pct"),
+                )
                 if _is_regression(verdict, sig, change, direction, pct, include_unknown_noise):
                     unit = "ns" if metric == "median_dur" else "pct"
-                    rows.append({"what": f"kernel {rec.kernel_short}: {metric}_{unit}",
-                                 "a": getattr(rec, f"{metric}_a_{unit}"), "b": getattr(rec, f"{metric}_b_{unit}"),
-                                 "change_pct": change, "p_value": getattr(rec, f"{metric}_p_value")})
+                    rows.append(
+                        {
+                            "what": f"kernel {rec.kernel_short}: {metric}_{unit}",
+                            "a": getattr(rec, f"{metric}_a_{unit}"),
+                            "b": getattr(rec, f"{metric}_b_{unit}"),
+                            "change_pct": change,
+                            "p_value": getattr(rec, f"{metric}_p_value"),
+                        }
+                    )
         return pd.DataFrame(rows, columns=["what", "a", "b", "change_pct", "p_value"])
 
 
@@ -220,18 +258,23 @@ def change_pct(a: float, b: float) -> float:
     return 100.0 * (b - a) / abs(a)
 
 
-def judge(a: float, b: float, direction: str, test: UTest | None, options: DiffOptions,
-          has_samples: bool) -> tuple[str, bool | None, str]:
+def judge(
+    a: float, b: float, direction: str, test: UTest | None, options: DiffOptions, has_samples: bool
+) -> tuple[str, bool | None, str]:
     """(verdict, significant, noise) for one number. ``significant`` is None when the noise is unknown."""
     if test is not None:
         if test.n_a < options.min_samples or test.n_b < options.min_samples or test.min_p_value > options.alpha:
-            noise = (f"too few samples to tell (n={test.n_a} vs {test.n_b}; the smallest possible p is "
-                     f"{test.min_p_value:.2g} > alpha {options.alpha:g})")
+            noise = (
+                f"too few samples to tell (n={test.n_a} vs {test.n_b}; the smallest possible p is "
+                f"{test.min_p_value:.2g} > alpha {options.alpha:g})"
+            )
             significant = None
         else:
             significant = bool(test.p_value < options.alpha)
-            noise = (f"Mann-Whitney U on {test.n_a} vs {test.n_b} samples, p = {test.p_value:.2g}"
-                     f"{'' if test.exact else ' (normal approx.)'}")
+            noise = (
+                f"Mann-Whitney U on {test.n_a} vs {test.n_b} samples, p = {test.p_value:.2g}"
+                f"{'' if test.exact else ' (normal approx.)'}"
+            )
     else:
         significant = None
         noise = "unknown (single numbers)" if not has_samples else "unknown (no samples on one side)"
@@ -247,9 +290,14 @@ def judge(a: float, b: float, direction: str, test: UTest | None, options: DiffO
     return ("better" if better else "worse"), significant, noise
 
 
-def compare(profile_a: Profile, profile_b: Profile, analysis_a: Analysis | None = None,
-            analysis_b: Analysis | None = None, thresholds: Thresholds | None = None,
-            options: DiffOptions | None = None) -> Diff:
+def compare(
+    profile_a: Profile,
+    profile_b: Profile,
+    analysis_a: Analysis | None = None,
+    analysis_b: Analysis | None = None,
+    thresholds: Thresholds | None = None,
+    options: DiffOptions | None = None,
+) -> Diff:
     """Compare run B against run A (A is the baseline). Analyses are computed when not given."""
     th = thresholds or Thresholds()
     options = options or DiffOptions()
@@ -262,12 +310,20 @@ def compare(profile_a: Profile, profile_b: Profile, analysis_a: Analysis | None 
     tables = {}
     if len(steps_a) or len(steps_b):
         tables["step_samples"] = pd.concat([steps_a.assign(run="A"), steps_b.assign(run="B")], ignore_index=True)
-    return Diff(source_a=analysis_a.source, source_b=analysis_b.source, metrics=metrics, kernels=kernels,
-                findings_added=added, findings_removed=removed, findings_changed=changed,
-                keys_only_in_a=sorted(set(analysis_a.summary) - set(analysis_b.summary)),
-                keys_only_in_b=sorted(set(analysis_b.summary) - set(analysis_a.summary)),
-                tables=tables, options=options,
-                warnings=[f"A: {w}" for w in analysis_a.warnings] + [f"B: {w}" for w in analysis_b.warnings])
+    return Diff(
+        source_a=analysis_a.source,
+        source_b=analysis_b.source,
+        metrics=metrics,
+        kernels=kernels,
+        findings_added=added,
+        findings_removed=removed,
+        findings_changed=changed,
+        keys_only_in_a=sorted(set(analysis_a.summary) - set(analysis_b.summary)),
+        keys_only_in_b=sorted(set(analysis_b.summary) - set(analysis_a.summary)),
+        tables=tables,
+        options=options,
+        warnings=[f"A: {w}" for w in analysis_a.warnings] + [f"B: {w}" for w in analysis_b.warnings],
+    )
 
 
 def diff_paths(path_a, path_b, thresholds: Thresholds | None = None, options: DiffOptions | None = None) -> Diff:
@@ -277,8 +333,21 @@ def diff_paths(path_a, path_b, thresholds: Thresholds | None = None, options: Di
     return compare(load(path_a), load(path_b), thresholds=thresholds, options=options)
 
 
-METRIC_COLUMNS = ["key", "unit", "direction", "a", "b", "delta", "change_pct", "n_a", "n_b", "p_value",
-                  "significant", "verdict", "noise"]
+METRIC_COLUMNS = [
+    "key",
+    "unit",
+    "direction",
+    "a",
+    "b",
+    "delta",
+    "change_pct",
+    "n_a",
+    "n_b",
+    "p_value",
+    "significant",
+    "verdict",
+    "noise",
+]
 
 
 def _metrics(sa: dict, sb: dict, steps_a: pd.DataFrame, steps_b: pd.DataFrame, options: DiffOptions) -> pd.DataFrame:
@@ -294,11 +363,23 @@ def _metrics(sa: dict, sb: dict, steps_a: pd.DataFrame, steps_b: pd.DataFrame, o
             if len(xa) and len(xb):
                 test = mann_whitney_u(xa, xb)
         verdict, significant, noise = judge(a, b, direction, test, options, has_samples)
-        rows.append({"key": key, "unit": unit_of(key), "direction": direction, "a": a, "b": b,
-                     "delta": b - a if np.isfinite(a) and np.isfinite(b) else float("nan"),
-                     "change_pct": change_pct(a, b), "n_a": test.n_a if test else None, "n_b": test.n_b if test else None,
-                     "p_value": test.p_value if test else float("nan"), "significant": significant,
-                     "verdict": verdict, "noise": noise})
+        rows.append(
+            {
+                "key": key,
+                "unit": unit_of(key),
+                "direction": direction,
+                "a": a,
+                "b": b,
+                "delta": b - a if np.isfinite(a) and np.isfinite(b) else float("nan"),
+                "change_pct": change_pct(a, b),
+                "n_a": test.n_a if test else None,
+                "n_b": test.n_b if test else None,
+                "p_value": test.p_value if test else float("nan"),
+                "significant": significant,
+                "verdict": verdict,
+                "noise": noise,
+            }
+        )
     return pd.DataFrame(rows, columns=METRIC_COLUMNS)
 
 
@@ -318,11 +399,28 @@ def _col(df: pd.DataFrame, column: str) -> np.ndarray:
 
 # ---- per-kernel ------------------------------------------------------------------------------
 
-KERNEL_COLUMNS = ["kernel_short", "status", "launches_a", "launches_b", "total_time_a_ns", "total_time_b_ns",
-                  "total_time_change_pct", "median_dur_a_ns", "median_dur_b_ns", "median_dur_change_pct",
-                  "median_dur_p_value", "median_dur_significant", "median_dur_verdict",
-                  "l2_hit_a_pct", "l2_hit_b_pct", "l2_hit_delta_pts", "l2_hit_change_pct", "l2_hit_p_value",
-                  "l2_hit_significant", "l2_hit_verdict"]
+KERNEL_COLUMNS = [
+    "kernel_short",
+    "status",
+    "launches_a",
+    "launches_b",
+    "total_time_a_ns",
+    "total_time_b_ns",
+    "total_time_change_pct",
+    "median_dur_a_ns",
+    "median_dur_b_ns",
+    "median_dur_change_pct",
+    "median_dur_p_value",
+    "median_dur_significant",
+    "median_dur_verdict",
+    "l2_hit_a_pct",
+    "l2_hit_b_pct",
+    "l2_hit_delta_pts",
+    "l2_hit_change_pct",
+    "l2_hit_p_value",
+    "l2_hit_significant",
+    "l2_hit_verdict",
+]
 
 
 def kernel_diff(ka: pd.DataFrame, kb: pd.DataFrame, options: DiffOptions) -> pd.DataFrame:
@@ -332,8 +430,10 @@ def kernel_diff(ka: pd.DataFrame, kb: pd.DataFrame, options: DiffOptions) -> pd.
     rows = []
     for name in sorted(set(ga) | set(gb)):
         da, db = ga.get(name), gb.get(name)
-        row: dict[str, Any] = {"kernel_short": name,
-                               "status": "both" if da is not None and db is not None else ("removed" if db is None else "added")}
+        row: dict[str, Any] = {
+            "kernel_short": name,
+            "status": "both" if da is not None and db is not None else ("removed" if db is None else "added"),
+        }
         for side, d in (("a", da), ("b", db)):
             dur = _col(d, "dur_ns") if d is not None else np.empty(0)
             row[f"launches_{side}"] = int(len(d)) if d is not None else 0
@@ -384,6 +484,7 @@ def _time_weighted_l2(d: pd.DataFrame) -> float:
 
 # ---- findings --------------------------------------------------------------------------------
 
+
 def _findings(a: Analysis, b: Analysis) -> tuple[list[dict], list[dict], list[dict]]:
     def by_id(analysis):
         out = {}
@@ -392,6 +493,7 @@ def _findings(a: Analysis, b: Analysis) -> tuple[list[dict], list[dict], list[di
         return out
 
     fa, fb = by_id(a), by_id(b)
+
     def view(f) -> dict:
         return {"id": f.id, "severity": f.severity.label, "title": f.title, "cost_share": f.cost_share}
 
@@ -400,7 +502,14 @@ def _findings(a: Analysis, b: Analysis) -> tuple[list[dict], list[dict], list[di
     changed = []
     for i in sorted(set(fa) & set(fb)):
         if fa[i].severity != fb[i].severity:
-            changed.append({"id": i, "severity_a": fa[i].severity.label, "severity_b": fb[i].severity.label,
-                            "title_a": fa[i].title, "title_b": fb[i].title,
-                            "verdict": "worse" if fb[i].severity > fa[i].severity else "better"})
+            changed.append(
+                {
+                    "id": i,
+                    "severity_a": fa[i].severity.label,
+                    "severity_b": fb[i].severity.label,
+                    "title_a": fa[i].title,
+                    "title_b": fb[i].title,
+                    "verdict": "worse" if fb[i].severity > fa[i].severity else "better",
+                }
+            )
     return added, removed, changed

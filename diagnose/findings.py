@@ -4,6 +4,7 @@ A :class:`Finding` is the unit of the report and of the findings JSON
 (``gpudiag.findings/1``, see ``docs/findings-json.md``). Its ``id`` is stable
 (``<analyzer>.<what>``) so CI can allow-list or track it across runs.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,8 +57,12 @@ class Evidence:
     threshold: float | None = None
 
     def to_json(self) -> dict:
-        return {"metric": self.metric, "value": jsonable(self.value), "unit": self.unit,
-                "threshold": jsonable(self.threshold)}
+        return {
+            "metric": self.metric,
+            "value": jsonable(self.value),
+            "unit": self.unit,
+            "threshold": jsonable(self.threshold),
+        }
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ Each aggregate row carries ``kernel`` (a label unique in the capture: the short
 name, with `` #2``, `` #3`` … for further instances sharing it, heaviest first),
 ``kernel_short`` (what findings name as the subject) and ``kernel_name`` (full).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -68,18 +69,21 @@ def per_kernel(kernels: pd.DataFrame, metrics: list[str] = ()) -> pd.DataFrame:
     metrics = list(metrics)
     cols = KEY_COLUMNS + metrics
     if not len(kernels):
-        return pd.DataFrame({c: pd.Series([], dtype=object if c in ("kernel", "kernel_short", "kernel_name") else float)
-                             for c in cols})
+        return pd.DataFrame(
+            {c: pd.Series([], dtype=object if c in ("kernel", "kernel_short", "kernel_name") else float) for c in cols}
+        )
     key = kernel_key(kernels)
     dur = pd.to_numeric(kernels["dur_ns"], errors="coerce").astype(float)
     frame = pd.DataFrame({"key": key.to_numpy(), "short": short_names(kernels).to_numpy(), "dur": dur.to_numpy()})
     g = frame.groupby("key", sort=False)
-    out = pd.DataFrame({
-        "kernel_short": g["short"].first(),
-        "launches": g.size().astype(int),
-        "gpu_time_ns": g["dur"].sum(min_count=1).fillna(0.0),
-        "mean_dur_ns": g["dur"].mean(),
-    })
+    out = pd.DataFrame(
+        {
+            "kernel_short": g["short"].first(),
+            "launches": g.size().astype(int),
+            "gpu_time_ns": g["dur"].sum(min_count=1).fillna(0.0),
+            "mean_dur_ns": g["dur"].mean(),
+        }
+    )
     total = total_gpu_time_ns(kernels)
     out["share"] = out["gpu_time_ns"] / total if total > 0 else np.nan
     # weights: the launch's duration; where no launch of a kernel has one, every launch counts the same
@@ -126,9 +130,13 @@ def most_common(kernels: pd.DataFrame, column: str, stats: pd.DataFrame) -> pd.S
     """The value of ``column`` that carries the most GPU time per kernel (its typical grid, block …)."""
     if column not in kernels.columns:
         return pd.Series(np.nan, index=stats.index)
-    frame = pd.DataFrame({"key": kernel_key(kernels).to_numpy(),
-                          "v": pd.to_numeric(kernels[column], errors="coerce").to_numpy(dtype=float),
-                          "w": pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0).to_numpy() + 1e-9})
+    frame = pd.DataFrame(
+        {
+            "key": kernel_key(kernels).to_numpy(),
+            "v": pd.to_numeric(kernels[column], errors="coerce").to_numpy(dtype=float),
+            "w": pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0).to_numpy() + 1e-9,
+        }
+    )
     frame = frame[frame["v"].notna()]
     if not len(frame):
         return pd.Series(np.nan, index=stats.index)
@@ -163,9 +171,13 @@ def sm_count(kernels: pd.DataFrame) -> float:
 
 def launches_figure(row: pd.Series) -> dict:
     """The figures every kernel subject carries (the full name tells same-named instances apart)."""
-    return {"launches": int(row["launches"]), "gpu_time_ns": float(row["gpu_time_ns"]),
-            "mean_dur_ns": float(row["mean_dur_ns"]), "share": float(row["share"]),
-            "kernel_name": str(row["kernel_name"])}
+    return {
+        "launches": int(row["launches"]),
+        "gpu_time_ns": float(row["gpu_time_ns"]),
+        "mean_dur_ns": float(row["mean_dur_ns"]),
+        "share": float(row["share"]),
+        "kernel_name": str(row["kernel_name"]),
+    }
 
 
 def kernel_subject_name(row: pd.Series) -> str:

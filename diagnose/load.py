@@ -4,6 +4,7 @@ The formats and their detection are :mod:`parsers.registry`'s; the run folder's 
 :mod:`parsers.run_folder`'s. This module only puts what the readers return into a Profile,
 and turns readers' warnings (a cut last line) and unreadable artifacts into the report's notes.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,16 +26,20 @@ def load(path: str | os.PathLike) -> Profile:
     return profile
 
 
-def add_artifact(profile: Profile, path: str | os.PathLike, reader: Reader | None = None,
-                 rank: int | None = None) -> None:
+def add_artifact(
+    profile: Profile, path: str | os.PathLike, reader: Reader | None = None, rank: int | None = None
+) -> None:
     """Read one artifact into the matching table of ``profile``; a reader's warning (a cut last line)
     becomes one of ``profile.warnings``, which the report shows."""
     reader = reader or registry.detect(path)
     if reader is None:
         raise InputError(path, "is a run folder, not one artifact: load it with diagnose.load")
     if reader.table == FINDINGS:
-        raise InputError(path, "is a gpudiag findings JSON: it holds findings, not measurements to analyse; "
-                               "gate on it with `gpudiag check`, or report the run it came from")
+        raise InputError(
+            path,
+            "is a gpudiag findings JSON: it holds findings, not measurements to analyse; "
+            "gate on it with `gpudiag check`, or report the run it came from",
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         value = reader.read(path)

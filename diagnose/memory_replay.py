@@ -22,6 +22,7 @@ occupancy) is a numpy cumulative sum over per-entry deltas afterwards. The large
 block needs the free-block set, so it is taken only at sample points: bin ends (bounded
 in number), segment growth and OOM entries.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -39,9 +40,16 @@ SMALL_SEGMENT_BYTES = 2 << 20  # kSmallBuffer
 NO_MAX_SPLIT = 1 << 62  # max_split_size when none is set
 
 ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP, OOM, OTHER = range(9)
-ACTION_CODES = {"alloc": ALLOC, "free_requested": FREE_REQUESTED, "free_completed": FREE_COMPLETED,
-                "segment_alloc": SEGMENT_ALLOC, "segment_free": SEGMENT_FREE, "segment_map": SEGMENT_MAP,
-                "segment_unmap": SEGMENT_UNMAP, "oom": OOM}
+ACTION_CODES = {
+    "alloc": ALLOC,
+    "free_requested": FREE_REQUESTED,
+    "free_completed": FREE_COMPLETED,
+    "segment_alloc": SEGMENT_ALLOC,
+    "segment_free": SEGMENT_FREE,
+    "segment_map": SEGMENT_MAP,
+    "segment_unmap": SEGMENT_UNMAP,
+    "oom": OOM,
+}
 POOLS = ("small", "large")
 
 
@@ -102,7 +110,9 @@ def _rounded_sizes(sizes: np.ndarray, settings: dict | None) -> np.ndarray:
     table = (settings or {}).get("roundup_power2_divisions")
     if isinstance(table, dict) and any(table.values()):
         return np.fromiter((round_size(int(s), settings) for s in sizes), dtype=np.int64, count=len(sizes))
-    return np.where(sizes < MIN_BLOCK_BYTES, MIN_BLOCK_BYTES, (sizes + MIN_BLOCK_BYTES - 1) // MIN_BLOCK_BYTES * MIN_BLOCK_BYTES)
+    return np.where(
+        sizes < MIN_BLOCK_BYTES, MIN_BLOCK_BYTES, (sizes + MIN_BLOCK_BYTES - 1) // MIN_BLOCK_BYTES * MIN_BLOCK_BYTES
+    )
 
 
 def _should_split(remaining: int, rounded: int, small: bool, expandable: bool, max_split: int) -> bool:
@@ -120,8 +130,16 @@ class _Segments:
         self.rows: list[dict] = []  # ident → description
 
     def new_ident(self, start: int, size: int, pool: int, expandable: bool, created: int) -> int:
-        self.rows.append({"ident": len(self.rows), "address": start, "size_bytes": size, "pool": POOLS[pool],
-                          "is_expandable": expandable, "created_entry": created})
+        self.rows.append(
+            {
+                "ident": len(self.rows),
+                "address": start,
+                "size_bytes": size,
+                "pool": POOLS[pool],
+                "is_expandable": expandable,
+                "created_entry": created,
+            }
+        )
         return len(self.rows) - 1
 
     def add(self, start: int, end: int, pool: int, expandable: bool, ident: int) -> None:
@@ -290,8 +308,13 @@ def _decode_history(snapshot: MemorySnapshot, device: int, settings: dict) -> _H
     """Action names to codes and every block's rounded size, vectorised, so the loop does no per-entry decoding."""
     trace = snapshot.trace_for(device).sort_values("seq", kind="stable").reset_index(drop=True)
     size = trace["size_bytes"].to_numpy(dtype=np.int64)
-    return _History(trace=trace, codes=trace["action"].map(ACTION_CODES).fillna(OTHER).to_numpy(dtype=np.int64),
-                    addr=trace["addr"].to_numpy(dtype=np.int64), size=size, rounded=_rounded_sizes(size, settings))
+    return _History(
+        trace=trace,
+        codes=trace["action"].map(ACTION_CODES).fillna(OTHER).to_numpy(dtype=np.int64),
+        addr=trace["addr"].to_numpy(dtype=np.int64),
+        size=size,
+        rounded=_rounded_sizes(size, settings),
+    )
 
 
 def _max_split_bytes(settings: dict) -> int:
@@ -374,8 +397,12 @@ class _AllocatorState:
         Plain Python over lists, one branch per action: this loop is the replay's cost. A sample
         point whose own entry was skipped (its handler returned False) is not read.
         """
-        codes, addr, size, rounded = (history.codes.tolist(), history.addr.tolist(), history.size.tolist(),
-                                      history.rounded.tolist())
+        codes, addr, size, rounded = (
+            history.codes.tolist(),
+            history.addr.tolist(),
+            history.size.tolist(),
+            history.rounded.tolist(),
+        )
         stack = history.trace["stack_id"].to_numpy(dtype=np.int64).tolist()
         alloc, free_requested, free_completed = self.alloc, self.free_requested, self.free_completed
         segment_alloc, segment_map, segment_release = self.segment_alloc, self.segment_map, self.segment_release
@@ -516,39 +543,88 @@ def replay(snapshot: MemorySnapshot, device: int = 0, sample_at: np.ndarray | No
     block_bytes = np.asarray(state.block_bytes, dtype=np.int64)
     entry_ident = np.asarray(state.entry_ident, dtype=np.int64)
     seg_rows = _segment_rows(state.segments.rows)
-    timeline, initial_totals = _timeline(history.trace, history.codes, history.size, block_bytes, entry_ident, seg_rows,
-                                         initial, state.alloc_rows)
+    timeline, initial_totals = _timeline(
+        history.trace, history.codes, history.size, block_bytes, entry_ident, seg_rows, initial, state.alloc_rows
+    )
     return ReplayResult(
-        device=device, timeline=timeline, samples=_samples(timeline, state.largest_at),
+        device=device,
+        timeline=timeline,
+        samples=_samples(timeline, state.largest_at),
         segments_final=_final_segments(state.segments, state.live),
         growth=_growth(timeline, history.codes, history.size, history.rounded, state.growth_before),
         ooms=_ooms(history.trace, timeline, history.codes, history.size, history.rounded, state.largest_at),
-        allocations=_allocations(state.alloc_rows, snapshot.stacks), segment_rows=seg_rows, entry_segment=entry_ident,
+        allocations=_allocations(state.alloc_rows, snapshot.stacks),
+        segment_rows=seg_rows,
+        entry_segment=entry_ident,
         initial=initial_totals,
-        meta={"entries": n, "mismatches": state.mismatches,
-              "estimated_blocks": int(sum(1 for r in state.alloc_rows if r[7])),
-              "pre_existing_blocks": len(initial["blocks"]), "pre_existing_segments": len(initial["segments"]),
-              "max_split_size_bytes": None if max_split >= NO_MAX_SPLIT else max_split},
+        meta={
+            "entries": n,
+            "mismatches": state.mismatches,
+            "estimated_blocks": int(sum(1 for r in state.alloc_rows if r[7])),
+            "pre_existing_blocks": len(initial["blocks"]),
+            "pre_existing_segments": len(initial["segments"]),
+            "max_split_size_bytes": None if max_split >= NO_MAX_SPLIT else max_split,
+        },
     )
 
 
 def _segment_rows(rows: list[dict]) -> pd.DataFrame:
     """Every segment (or expandable range) that existed, with what it held before the history (0 if created in it)."""
-    seg_rows = pd.DataFrame(rows, columns=["ident", "address", "size_bytes", "pool", "is_expandable", "created_entry",
-                                           "initial_reserved_bytes", "initial_allocated_bytes", "initial_active_bytes"])
-    seg_rows["initial_reserved_bytes"] = np.where(seg_rows["created_entry"] < 0, seg_rows["initial_reserved_bytes"].fillna(seg_rows["size_bytes"]), 0)
-    seg_rows[["initial_allocated_bytes", "initial_active_bytes"]] = seg_rows[["initial_allocated_bytes", "initial_active_bytes"]].fillna(0)
-    return seg_rows.astype({c: np.int64 for c in ("ident", "address", "size_bytes", "created_entry", "initial_reserved_bytes",
-                                                  "initial_allocated_bytes", "initial_active_bytes")})
+    seg_rows = pd.DataFrame(
+        rows,
+        columns=[
+            "ident",
+            "address",
+            "size_bytes",
+            "pool",
+            "is_expandable",
+            "created_entry",
+            "initial_reserved_bytes",
+            "initial_allocated_bytes",
+            "initial_active_bytes",
+        ],
+    )
+    seg_rows["initial_reserved_bytes"] = np.where(
+        seg_rows["created_entry"] < 0, seg_rows["initial_reserved_bytes"].fillna(seg_rows["size_bytes"]), 0
+    )
+    seg_rows[["initial_allocated_bytes", "initial_active_bytes"]] = seg_rows[
+        ["initial_allocated_bytes", "initial_active_bytes"]
+    ].fillna(0)
+    return seg_rows.astype(
+        {
+            c: np.int64
+            for c in (
+                "ident",
+                "address",
+                "size_bytes",
+                "created_entry",
+                "initial_reserved_bytes",
+                "initial_allocated_bytes",
+                "initial_active_bytes",
+            )
+        }
+    )
 
 
 def _allocations(alloc_rows: list[list], stacks: pd.DataFrame) -> pd.DataFrame:
     """Every block that lived during the history, with the Python line that allocated it (None if unknown)."""
-    allocations = pd.DataFrame(alloc_rows, columns=["addr", "block_bytes", "requested_bytes", "alloc_entry",
-                                                    "free_requested_entry", "free_completed_entry", "stack_id", "estimated",
-                                                    "segment_ident"])
-    allocations["location"] = stacks["location"].to_numpy(dtype=object)[allocations["stack_id"].clip(lower=0)] \
-        if len(stacks) else None
+    allocations = pd.DataFrame(
+        alloc_rows,
+        columns=[
+            "addr",
+            "block_bytes",
+            "requested_bytes",
+            "alloc_entry",
+            "free_requested_entry",
+            "free_completed_entry",
+            "stack_id",
+            "estimated",
+            "segment_ident",
+        ],
+    )
+    allocations["location"] = (
+        stacks["location"].to_numpy(dtype=object)[allocations["stack_id"].clip(lower=0)] if len(stacks) else None
+    )
     allocations.loc[allocations["stack_id"] < 0, "location"] = None
     return allocations
 
@@ -564,8 +640,11 @@ def _segments_before_history(final_segments: pd.DataFrame, history: _History) ->
     codes, addr, size = history.codes, history.addr, history.size
     ranges: dict[int, list] = {}
     for seg in final_segments.itertuples():
-        ranges[int(seg.address)] = [int(seg.address) + int(seg.total_size_bytes), 0 if seg.pool == "small" else 1,
-                                    bool(seg.is_expandable)]
+        ranges[int(seg.address)] = [
+            int(seg.address) + int(seg.total_size_bytes),
+            0 if seg.pool == "small" else 1,
+            bool(seg.is_expandable),
+        ]
     seg_idx = np.flatnonzero(np.isin(codes, (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP)))
     for i in seg_idx[::-1]:
         a, s, code = int(addr[i]), int(size[i]), int(codes[i])
@@ -580,8 +659,9 @@ def _segments_before_history(final_segments: pd.DataFrame, history: _History) ->
     return sorted((start, v[0], v[1], v[2]) for start, v in ranges.items())
 
 
-def _blocks_before_history(final_blocks: pd.DataFrame, segments: list[tuple], history: _History,
-                           max_split: int) -> list[tuple]:
+def _blocks_before_history(
+    final_blocks: pd.DataFrame, segments: list[tuple], history: _History, max_split: int
+) -> list[tuple]:
     """(addr, block size, requested, stack_id, pending, estimated) of each block live before the first entry.
 
     Those live at the dump and never allocated in the trace (exact), and those the trace frees
@@ -597,13 +677,23 @@ def _blocks_before_history(final_blocks: pd.DataFrame, segments: list[tuple], hi
     live_final = final_blocks[final_blocks["state"].isin(["active_allocated", "active_pending_free"])]
     for b in live_final.itertuples():
         if int(b.address) not in allocated_in_trace:
-            blocks.append((int(b.address), int(b.size_bytes), int(b.requested_bytes), int(b.stack_id),
-                           b.state == "active_pending_free", False))
+            blocks.append(
+                (
+                    int(b.address),
+                    int(b.size_bytes),
+                    int(b.requested_bytes),
+                    int(b.stack_id),
+                    b.state == "active_pending_free",
+                    False,
+                )
+            )
     known = {b[0] for b in blocks}
     starts = np.asarray([s[0] for s in segments], dtype=np.int64)
     freed_first = first_code != ALLOC
     pending_first = first_code == FREE_COMPLETED
-    for a, pos, pending in zip(first_addr[freed_first].tolist(), first_pos[freed_first].tolist(), pending_first[freed_first].tolist()):
+    for a, pos, pending in zip(
+        first_addr[freed_first].tolist(), first_pos[freed_first].tolist(), pending_first[freed_first].tolist()
+    ):
         if a in known:
             continue
         i = ev_idx[pos]
@@ -664,11 +754,33 @@ def _final_segments(segs: _Segments, live: dict) -> pd.DataFrame:
             requested += req
             if not pending:
                 allocated += b_size
-        rows.append({"address": start, "total_size_bytes": end - start, "allocated_bytes": allocated,
-                     "active_bytes": active, "requested_bytes": requested, "pool": POOLS[pool],
-                     "is_expandable": expandable, "ident": ident, "blocks": hi - lo})
-    return pd.DataFrame(rows, columns=["address", "total_size_bytes", "allocated_bytes", "active_bytes",
-                                       "requested_bytes", "pool", "is_expandable", "ident", "blocks"])
+        rows.append(
+            {
+                "address": start,
+                "total_size_bytes": end - start,
+                "allocated_bytes": allocated,
+                "active_bytes": active,
+                "requested_bytes": requested,
+                "pool": POOLS[pool],
+                "is_expandable": expandable,
+                "ident": ident,
+                "blocks": hi - lo,
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "address",
+            "total_size_bytes",
+            "allocated_bytes",
+            "active_bytes",
+            "requested_bytes",
+            "pool",
+            "is_expandable",
+            "ident",
+            "blocks",
+        ],
+    )
 
 
 def _timeline(trace, codes, size, block_bytes, ident, seg_rows, initial, alloc_rows):
@@ -689,8 +801,12 @@ def _timeline(trace, codes, size, block_bytes, ident, seg_rows, initial, alloc_r
         if row[4] >= 0:
             req_of_entry[row[4]] = row[2]
     counted = block_bytes > 0
-    d_alloc = np.where(is_alloc & counted, block_bytes, 0) - np.where((freed_req | alloc_drop_at_completed) & counted, block_bytes, 0)
-    d_req = np.where(is_alloc & counted, size, 0) - np.where((freed_req | alloc_drop_at_completed) & counted, req_of_entry, 0)
+    d_alloc = np.where(is_alloc & counted, block_bytes, 0) - np.where(
+        (freed_req | alloc_drop_at_completed) & counted, block_bytes, 0
+    )
+    d_req = np.where(is_alloc & counted, size, 0) - np.where(
+        (freed_req | alloc_drop_at_completed) & counted, req_of_entry, 0
+    )
     d_active = np.where(is_alloc & counted, block_bytes, 0) - np.where(freed_done & counted, block_bytes, 0)
     d_res = np.where(seg_up, block_bytes, 0) - np.where(seg_down & counted, block_bytes, 0)
 
@@ -706,20 +822,32 @@ def _timeline(trace, codes, size, block_bytes, ident, seg_rows, initial, alloc_r
         if not pending:
             init_alloc += b_size
             init_req += req
-    out = pd.DataFrame({
-        "seq": trace["seq"].to_numpy(), "t_us": trace["t_us"].to_numpy(), "action": trace["action"].to_numpy(),
-        "size_bytes": size, "block_bytes": block_bytes, "pool": np.asarray(["", "small", "large"], dtype=object)[entry_pool + 1],
-        "reserved_bytes": sum(init_res) + np.cumsum(d_res), "allocated_bytes": init_alloc + np.cumsum(d_alloc),
-        "active_bytes": init_active + np.cumsum(d_active), "requested_bytes": init_req + np.cumsum(d_req),
-    })
+    out = pd.DataFrame(
+        {
+            "seq": trace["seq"].to_numpy(),
+            "t_us": trace["t_us"].to_numpy(),
+            "action": trace["action"].to_numpy(),
+            "size_bytes": size,
+            "block_bytes": block_bytes,
+            "pool": np.asarray(["", "small", "large"], dtype=object)[entry_pool + 1],
+            "reserved_bytes": sum(init_res) + np.cumsum(d_res),
+            "allocated_bytes": init_alloc + np.cumsum(d_alloc),
+            "active_bytes": init_active + np.cumsum(d_active),
+            "requested_bytes": init_req + np.cumsum(d_req),
+        }
+    )
     for p, name in enumerate(POOLS):
         mask = entry_pool == p
         reserved = init_res[p] + np.cumsum(np.where(mask, d_res, 0))
         active = init_active_pool[p] + np.cumsum(np.where(mask, d_active, 0))
         out[f"reserved_{name}_bytes"] = reserved
         out[f"free_{name}_bytes"] = reserved - active
-    totals = {"reserved_bytes": float(sum(init_res)), "allocated_bytes": float(init_alloc),
-              "active_bytes": float(init_active), "requested_bytes": float(init_req)}
+    totals = {
+        "reserved_bytes": float(sum(init_res)),
+        "allocated_bytes": float(init_alloc),
+        "active_bytes": float(init_active),
+        "requested_bytes": float(init_req),
+    }
     return out, totals
 
 
@@ -729,26 +857,49 @@ def _pool_lookup(segments: list[tuple]):
     def pool_of(a: int) -> int:
         k = bisect.bisect_right(starts, a) - 1
         return segments[k][2] if k >= 0 else 1
+
     return pool_of
 
 
 def _samples(timeline: pd.DataFrame, largest_at: dict) -> pd.DataFrame:
     if not len(timeline):
-        return pd.DataFrame(columns=["entry", "t_us", "reserved_bytes", "allocated_bytes", "requested_bytes",
-                                     "largest_free_small_bytes", "largest_free_large_bytes", "free_small_bytes",
-                                     "free_large_bytes", "external_fragmentation_pct"])
+        return pd.DataFrame(
+            columns=[
+                "entry",
+                "t_us",
+                "reserved_bytes",
+                "allocated_bytes",
+                "requested_bytes",
+                "largest_free_small_bytes",
+                "largest_free_large_bytes",
+                "free_small_bytes",
+                "free_large_bytes",
+                "external_fragmentation_pct",
+            ]
+        )
     idx = np.asarray(sorted(largest_at), dtype=np.int64)
     rows = timeline.iloc[idx]
     small = np.asarray([largest_at[i][0] for i in idx], dtype=np.int64)
     large = np.asarray([largest_at[i][1] for i in idx], dtype=np.int64)
-    out = pd.DataFrame({"entry": idx, "t_us": rows["t_us"].to_numpy(), "reserved_bytes": rows["reserved_bytes"].to_numpy(),
-                        "allocated_bytes": rows["allocated_bytes"].to_numpy(),
-                        "requested_bytes": rows["requested_bytes"].to_numpy(),
-                        "largest_free_small_bytes": small, "largest_free_large_bytes": large,
-                        "free_small_bytes": rows["free_small_bytes"].to_numpy(),
-                        "free_large_bytes": rows["free_large_bytes"].to_numpy()})
-    out["external_fragmentation_pct"] = external_fragmentation_pct(out["largest_free_large_bytes"], out["free_large_bytes"])
-    out["external_fragmentation_small_pct"] = external_fragmentation_pct(out["largest_free_small_bytes"], out["free_small_bytes"])
+    out = pd.DataFrame(
+        {
+            "entry": idx,
+            "t_us": rows["t_us"].to_numpy(),
+            "reserved_bytes": rows["reserved_bytes"].to_numpy(),
+            "allocated_bytes": rows["allocated_bytes"].to_numpy(),
+            "requested_bytes": rows["requested_bytes"].to_numpy(),
+            "largest_free_small_bytes": small,
+            "largest_free_large_bytes": large,
+            "free_small_bytes": rows["free_small_bytes"].to_numpy(),
+            "free_large_bytes": rows["free_large_bytes"].to_numpy(),
+        }
+    )
+    out["external_fragmentation_pct"] = external_fragmentation_pct(
+        out["largest_free_large_bytes"], out["free_large_bytes"]
+    )
+    out["external_fragmentation_small_pct"] = external_fragmentation_pct(
+        out["largest_free_small_bytes"], out["free_small_bytes"]
+    )
     return out
 
 
@@ -771,8 +922,19 @@ def _next_alloc_sizes(codes, values, idx) -> np.ndarray:
 
 def _growth(timeline, codes, size, rounded, largest_at) -> pd.DataFrame:
     idx = np.flatnonzero(np.isin(codes, (SEGMENT_ALLOC, SEGMENT_MAP)))
-    cols = ["entry", "t_us", "action", "segment_bytes", "pool", "reserved_before_bytes", "allocated_before_bytes",
-            "free_pool_before_bytes", "largest_free_pool_before_bytes", "next_request_bytes", "next_block_bytes"]
+    cols = [
+        "entry",
+        "t_us",
+        "action",
+        "segment_bytes",
+        "pool",
+        "reserved_before_bytes",
+        "allocated_before_bytes",
+        "free_pool_before_bytes",
+        "largest_free_pool_before_bytes",
+        "next_request_bytes",
+        "next_block_bytes",
+    ]
     if not len(idx):
         return pd.DataFrame(columns=cols)
     rows = timeline.iloc[idx]
@@ -781,31 +943,60 @@ def _growth(timeline, codes, size, rounded, largest_at) -> pd.DataFrame:
     first = idx == 0
     res_before = np.where(first, rows["reserved_bytes"].to_numpy() - size[idx], prev["reserved_bytes"].to_numpy())
     alloc_before = np.where(first, rows["allocated_bytes"].to_numpy(), prev["allocated_bytes"].to_numpy())
-    free_before = np.where(pool == "small", rows["free_small_bytes"].to_numpy(), rows["free_large_bytes"].to_numpy()) - size[idx]
+    free_before = (
+        np.where(pool == "small", rows["free_small_bytes"].to_numpy(), rows["free_large_bytes"].to_numpy()) - size[idx]
+    )
     largest = np.asarray([largest_at[i][0 if p == "small" else 1] for i, p in zip(idx, pool)], dtype=np.int64)
-    return pd.DataFrame({"entry": idx, "t_us": rows["t_us"].to_numpy(), "action": rows["action"].to_numpy(),
-                         "segment_bytes": size[idx], "pool": pool, "reserved_before_bytes": res_before,
-                         "allocated_before_bytes": alloc_before, "free_pool_before_bytes": free_before,
-                         "largest_free_pool_before_bytes": largest,
-                         "next_request_bytes": _next_alloc_sizes(codes, size, idx),
-                         "next_block_bytes": _next_alloc_sizes(codes, rounded, idx)})
+    return pd.DataFrame(
+        {
+            "entry": idx,
+            "t_us": rows["t_us"].to_numpy(),
+            "action": rows["action"].to_numpy(),
+            "segment_bytes": size[idx],
+            "pool": pool,
+            "reserved_before_bytes": res_before,
+            "allocated_before_bytes": alloc_before,
+            "free_pool_before_bytes": free_before,
+            "largest_free_pool_before_bytes": largest,
+            "next_request_bytes": _next_alloc_sizes(codes, size, idx),
+            "next_block_bytes": _next_alloc_sizes(codes, rounded, idx),
+        }
+    )
 
 
 def _ooms(trace, timeline, codes, size, rounded, largest_at) -> pd.DataFrame:
     idx = np.flatnonzero(codes == OOM)
-    cols = ["entry", "t_us", "request_bytes", "device_free_bytes", "reserved_bytes", "allocated_bytes",
-            "cached_free_bytes", "largest_free_pool_bytes", "pool", "location"]
+    cols = [
+        "entry",
+        "t_us",
+        "request_bytes",
+        "device_free_bytes",
+        "reserved_bytes",
+        "allocated_bytes",
+        "cached_free_bytes",
+        "largest_free_pool_bytes",
+        "pool",
+        "location",
+    ]
     if not len(idx):
         return pd.DataFrame(columns=cols)
     rows = timeline.iloc[idx]
     small = rounded[idx] <= SMALL_POOL_MAX_BLOCK_BYTES
     largest = np.asarray([largest_at[i][0 if s else 1] for i, s in zip(idx, small)], dtype=np.int64)
-    return pd.DataFrame({"entry": idx, "t_us": rows["t_us"].to_numpy(), "request_bytes": size[idx],
-                         "device_free_bytes": trace["device_free_bytes"].to_numpy()[idx],
-                         "reserved_bytes": rows["reserved_bytes"].to_numpy(), "allocated_bytes": rows["allocated_bytes"].to_numpy(),
-                         "cached_free_bytes": rows["reserved_bytes"].to_numpy() - rows["allocated_bytes"].to_numpy(),
-                         "largest_free_pool_bytes": largest, "pool": np.where(small, "small", "large"),
-                         "location": trace["location"].to_numpy()[idx]})
+    return pd.DataFrame(
+        {
+            "entry": idx,
+            "t_us": rows["t_us"].to_numpy(),
+            "request_bytes": size[idx],
+            "device_free_bytes": trace["device_free_bytes"].to_numpy()[idx],
+            "reserved_bytes": rows["reserved_bytes"].to_numpy(),
+            "allocated_bytes": rows["allocated_bytes"].to_numpy(),
+            "cached_free_bytes": rows["reserved_bytes"].to_numpy() - rows["allocated_bytes"].to_numpy(),
+            "largest_free_pool_bytes": largest,
+            "pool": np.where(small, "small", "large"),
+            "location": trace["location"].to_numpy()[idx],
+        }
+    )
 
 
 def agreement(result: ReplayResult, snapshot: MemorySnapshot) -> pd.DataFrame:
@@ -826,8 +1017,9 @@ def agreement(result: ReplayResult, snapshot: MemorySnapshot) -> pd.DataFrame:
         rows.append(row)
     out = pd.DataFrame(rows)
     if len(out):
-        out["agrees"] = ((out["replayed_total_size_bytes"] == out["snapshot_total_size_bytes"])
-                         & (out["replayed_allocated_bytes"] == out["snapshot_allocated_bytes"]))
+        out["agrees"] = (out["replayed_total_size_bytes"] == out["snapshot_total_size_bytes"]) & (
+            out["replayed_allocated_bytes"] == out["snapshot_allocated_bytes"]
+        )
     return out
 
 
@@ -852,10 +1044,16 @@ def occupancy_grid(result: ReplayResult, entry_bin: np.ndarray, bins: int, max_r
     n = len(tl)
     has_row = entries >= 0
     row = np.where(has_row, row_of_ident[np.clip(entries, 0, None)], -1)
-    init_alloc = np.bincount(row_of_ident[result.segment_rows["ident"].to_numpy()],
-                             weights=result.segment_rows["initial_allocated_bytes"].to_numpy(), minlength=nrows)
-    init_res = np.bincount(row_of_ident[result.segment_rows["ident"].to_numpy()],
-                           weights=result.segment_rows["initial_reserved_bytes"].to_numpy(), minlength=nrows)
+    init_alloc = np.bincount(
+        row_of_ident[result.segment_rows["ident"].to_numpy()],
+        weights=result.segment_rows["initial_allocated_bytes"].to_numpy(),
+        minlength=nrows,
+    )
+    init_res = np.bincount(
+        row_of_ident[result.segment_rows["ident"].to_numpy()],
+        weights=result.segment_rows["initial_reserved_bytes"].to_numpy(),
+        minlength=nrows,
+    )
     d_alloc = np.diff(tl["allocated_bytes"].to_numpy(), prepend=result.initial["allocated_bytes"])
     d_res = np.diff(tl["reserved_bytes"].to_numpy(), prepend=result.initial["reserved_bytes"])
 
@@ -904,28 +1102,47 @@ def occupancy_grid(result: ReplayResult, entry_bin: np.ndarray, bins: int, max_r
         best_size[b0[win], arow[win]] = size[win]
         best_id[b0[win], arow[win]] = win
     for k in ids[~single][np.argsort(size[~single], kind="stable")]:
-        seg = best_size[b0[k]:b1[k] + 1, arow[k]]
+        seg = best_size[b0[k] : b1[k] + 1, arow[k]]
         bigger = size[k] > seg
         seg[bigger] = size[k]
-        best_id[b0[k]:b1[k] + 1, arow[k]][bigger] = k
+        best_id[b0[k] : b1[k] + 1, arow[k]][bigger] = k
 
     locations = a["location"].to_numpy(dtype=object)
     bin_idx, row_idx = np.meshgrid(np.arange(bins), np.arange(nrows), indexing="ij")
     flat_id = best_id.ravel()
     with np.errstate(divide="ignore", invalid="ignore"):
         fraction = np.where(res_peak > 0, np.minimum(alloc_peak / res_peak, 1.0), np.nan)
-    cells = pd.DataFrame({
-        "bin": bin_idx.ravel(), "row": row_idx.ravel(), "fraction_allocated": fraction.ravel(),
-        "allocated_peak_bytes": alloc_peak.ravel(), "reserved_bytes": res_peak.ravel(),
-        "allocated_end_bytes": alloc_end.ravel(),
-        "largest_live_bytes": np.where(flat_id >= 0, best_size.ravel(), 0),
-        "largest_live_location": np.where(flat_id >= 0, locations[np.clip(flat_id, 0, None)], None),
-    })
-    groups = pd.DataFrame({"row": row_of_rank, "address": rows_all["address"].to_numpy(),
-                           "size_bytes": rows_all["size_bytes"].to_numpy(), "pool": rows_all["pool"].to_numpy(),
-                           "is_expandable": rows_all["is_expandable"].to_numpy()})
-    rows = groups.groupby("row").agg(address=("address", "min"), segments=("address", "size"),
-                                     largest_segment_bytes=("size_bytes", "max"), pool=("pool", "first"),
-                                     is_expandable=("is_expandable", "any")).reset_index()
+    cells = pd.DataFrame(
+        {
+            "bin": bin_idx.ravel(),
+            "row": row_idx.ravel(),
+            "fraction_allocated": fraction.ravel(),
+            "allocated_peak_bytes": alloc_peak.ravel(),
+            "reserved_bytes": res_peak.ravel(),
+            "allocated_end_bytes": alloc_end.ravel(),
+            "largest_live_bytes": np.where(flat_id >= 0, best_size.ravel(), 0),
+            "largest_live_location": np.where(flat_id >= 0, locations[np.clip(flat_id, 0, None)], None),
+        }
+    )
+    groups = pd.DataFrame(
+        {
+            "row": row_of_rank,
+            "address": rows_all["address"].to_numpy(),
+            "size_bytes": rows_all["size_bytes"].to_numpy(),
+            "pool": rows_all["pool"].to_numpy(),
+            "is_expandable": rows_all["is_expandable"].to_numpy(),
+        }
+    )
+    rows = (
+        groups.groupby("row")
+        .agg(
+            address=("address", "min"),
+            segments=("address", "size"),
+            largest_segment_bytes=("size_bytes", "max"),
+            pool=("pool", "first"),
+            is_expandable=("is_expandable", "any"),
+        )
+        .reset_index()
+    )
     rows["label"] = [f"{a:#x}" + (f" +{k - 1}" if k > 1 else "") for a, k in zip(rows["address"], rows["segments"])]
     return {"cells": cells, "rows": rows}

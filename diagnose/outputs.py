@@ -1,4 +1,5 @@
 """Write an Analysis to disk: the offline HTML page and the findings JSON, each written whole or not at all."""
+
 from __future__ import annotations
 
 from diagnose._io import atomic_write_text

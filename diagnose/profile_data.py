@@ -4,6 +4,7 @@ Analyzers take a Profile and nothing else. Tables that were not captured are
 typed empty frames (or empty per-rank dicts), never None, so an analyzer only
 has to ask ``profile.has(...)``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

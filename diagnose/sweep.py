@@ -7,6 +7,7 @@ nonzero exit, timeout) is recorded with its exit code and the tail of its stderr
 goes on. The Pareto front (least peak memory for the most samples/s) marks the configurations
 worth choosing between.
 """
+
 from __future__ import annotations
 
 import ast
@@ -40,6 +41,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 # ---- the grid --------------------------------------------------------------------------------
+
 
 def parse_grid(options: list[str] | tuple[str, ...]) -> list[tuple[str, list[str]]]:
     """``["accum=1,2,4", "precision=fp32,bf16"]`` → ``[("accum", ["1","2","4"]), ("precision", [...])]``."""
@@ -83,8 +85,11 @@ def check_template(template: list[str], grid: list[tuple[str, list[str]]]) -> li
     if not template:
         raise InputError(None, "no command to sweep: gpudiag sweep --grid a=1,2 -- python train.py --a {a}")
     joined = " ".join(template)
-    return [f"grid {name} is not used in the command ({{{name}}} appears nowhere): its runs are repeats"
-            for name, _ in grid if "{" + name + "}" not in joined]
+    return [
+        f"grid {name} is not used in the command ({{{name}}} appears nowhere): its runs are repeats"
+        for name, _ in grid
+        if "{" + name + "}" not in joined
+    ]
 
 
 def label_of(index: int, combo: dict[str, str]) -> str:
@@ -95,8 +100,15 @@ def label_of(index: int, combo: dict[str, str]) -> str:
 
 # ---- samples per step ------------------------------------------------------------------------
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.FloorDiv: operator.floordiv, ast.USub: operator.neg, ast.UAdd: operator.pos}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
 
 
 def eval_samples_expr(expr: str, combo: dict[str, str]) -> float:
@@ -132,6 +144,7 @@ def samples_per_step_from_output(text: str) -> float | None:
 
 # ---- running one combination -----------------------------------------------------------------
 
+
 @dataclass
 class Attempt:
     """How one command ended: exit code (None = timed out), and where its output went."""
@@ -165,15 +178,17 @@ def plain_runner(command, run_dir, stdout_path, stderr_path, timeout_s) -> Attem
     return run_logged(list(command), stdout_path, stderr_path, timeout_s)
 
 
-def run_logged(argv: list[str], stdout_path: Path, stderr_path: Path, timeout_s: float | None,
-               env: dict | None = None) -> Attempt:
+def run_logged(
+    argv: list[str], stdout_path: Path, stderr_path: Path, timeout_s: float | None, env: dict | None = None
+) -> Attempt:
     """Run ``argv`` with stdout/stderr to files; on timeout kill its whole process group."""
     stdout_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         try:
-            proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            )
         except OSError as e:
             err.write(f"cannot start {argv[0]}: {e}\n".encode())
             return Attempt(127, stdout_path, stderr_path, 0.0)
@@ -227,11 +242,13 @@ def measure_run(run_dir: Path) -> dict:
 
     profile = load(run_dir)
     summary = analyze(profile).summary
-    out = {"step_count": int(summary.get("step_count", 0) or 0),
-           "step_time_median_ms": float(summary.get("step_time_median_ms", float("nan"))),
-           "peak_reserved_bytes": _first(summary, PEAK_RESERVED_KEYS),
-           "peak_allocated_bytes": _first(summary, PEAK_ALLOCATED_KEYS),
-           "warnings": list(profile.warnings)}
+    out = {
+        "step_count": int(summary.get("step_count", 0) or 0),
+        "step_time_median_ms": float(summary.get("step_time_median_ms", float("nan"))),
+        "peak_reserved_bytes": _first(summary, PEAK_RESERVED_KEYS),
+        "peak_allocated_bytes": _first(summary, PEAK_ALLOCATED_KEYS),
+        "warnings": list(profile.warnings),
+    }
     if not math.isfinite(out["peak_reserved_bytes"]):
         out["peak_reserved_bytes"] = _stats_peak(profile, _STATS_RESERVED)
     if not math.isfinite(out["peak_allocated_bytes"]):
@@ -261,9 +278,24 @@ def _stats_peak(profile, pattern: re.Pattern) -> float:
 
 # ---- the sweep -------------------------------------------------------------------------------
 
-ROW_COLUMNS = ["index", "label", "status", "exit_code", "reason", "samples_per_step", "step_count",
-               "step_time_median_ms", "steps_per_s", "samples_per_s", "peak_reserved_bytes",
-               "peak_allocated_bytes", "pareto", "wall_s", "run_dir", "command"]
+ROW_COLUMNS = [
+    "index",
+    "label",
+    "status",
+    "exit_code",
+    "reason",
+    "samples_per_step",
+    "step_count",
+    "step_time_median_ms",
+    "steps_per_s",
+    "samples_per_s",
+    "peak_reserved_bytes",
+    "peak_allocated_bytes",
+    "pareto",
+    "wall_s",
+    "run_dir",
+    "command",
+]
 
 
 @dataclass
@@ -283,16 +315,27 @@ class Sweep:
     def to_dict(self) -> dict:
         from diagnose.findings import jsonable
 
-        return {"schema": SCHEMA, "folder": str(self.folder), "command": list(self.template),
-                "grid": [{"name": n, "values": v} for n, v in self.grid],
-                "rows": [jsonable(r) for r in self.rows.to_dict(orient="records")],
-                "warnings": list(self.warnings)}
+        return {
+            "schema": SCHEMA,
+            "folder": str(self.folder),
+            "command": list(self.template),
+            "grid": [{"name": n, "values": v} for n, v in self.grid],
+            "rows": [jsonable(r) for r in self.rows.to_dict(orient="records")],
+            "warnings": list(self.warnings),
+        }
 
 
-def run_sweep(template: list[str], grid: list[tuple[str, list[str]]], folder, *, runner: Runner | None = None,
-              samples_per_step: str | None = None, timeout_s: float | None = None,
-              progress: Callable[[str], None] | None = None,
-              measure: Callable[[Path], dict] | None = measure_run) -> Sweep:
+def run_sweep(
+    template: list[str],
+    grid: list[tuple[str, list[str]]],
+    folder,
+    *,
+    runner: Runner | None = None,
+    samples_per_step: str | None = None,
+    timeout_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    measure: Callable[[Path], dict] | None = measure_run,
+) -> Sweep:
     """Run ``template`` once per combination of ``grid`` into ``folder``; write sweep.json/.csv; return the Sweep.
 
     ``measure=None`` skips reading run folders (for ``plain_runner``): a combination is then ok when it exits 0."""
@@ -311,11 +354,24 @@ def run_sweep(template: list[str], grid: list[tuple[str, list[str]]], folder, *,
         command = fill_command(template, combo)
         run_dir = folder / label
         say(f"[{index + 1}/{len(combos)}] {label}: {' '.join(command)}")
-        attempt = runner(command, run_dir, folder / "logs" / f"{label}.stdout.log",
-                         folder / "logs" / f"{label}.stderr.log", timeout_s)
+        attempt = runner(
+            command,
+            run_dir,
+            folder / "logs" / f"{label}.stdout.log",
+            folder / "logs" / f"{label}.stderr.log",
+            timeout_s,
+        )
         row = _row(index, label, combo, command, run_dir, attempt, samples_per_step, timeout_s, measure)
-        say(f"    {row['status']}" + (f": {row['reason'].splitlines()[-1]}" if row["reason"] else
-                                     f", {row['samples_per_s']:.4g} samples/s" if math.isfinite(row["samples_per_s"]) else ""))
+        say(
+            f"    {row['status']}"
+            + (
+                f": {row['reason'].splitlines()[-1]}"
+                if row["reason"]
+                else f", {row['samples_per_s']:.4g} samples/s"
+                if math.isfinite(row["samples_per_s"])
+                else ""
+            )
+        )
         rows.append(row)
     table = pd.DataFrame(rows)
     ordered = ["index", "label", *[n for n, _ in grid], *[c for c in ROW_COLUMNS if c not in ("index", "label")]]
@@ -329,19 +385,38 @@ def run_sweep(template: list[str], grid: list[tuple[str, list[str]]], folder, *,
 def _row(index, label, combo, command, run_dir, attempt: Attempt, samples_expr, timeout_s, measure) -> dict:
     stdout = _read(attempt.stdout_path)
     stderr = _read(attempt.stderr_path)
-    row = {"index": index, "label": label, **combo, "status": "ok", "exit_code": attempt.exit_code, "reason": "",
-           "samples_per_step": float("nan"), "step_count": 0, "step_time_median_ms": float("nan"),
-           "steps_per_s": float("nan"), "samples_per_s": float("nan"), "peak_reserved_bytes": float("nan"),
-           "peak_allocated_bytes": float("nan"), "wall_s": attempt.wall_s, "run_dir": str(run_dir),
-           "command": " ".join(command)}
+    row = {
+        "index": index,
+        "label": label,
+        **combo,
+        "status": "ok",
+        "exit_code": attempt.exit_code,
+        "reason": "",
+        "samples_per_step": float("nan"),
+        "step_count": 0,
+        "step_time_median_ms": float("nan"),
+        "steps_per_s": float("nan"),
+        "samples_per_s": float("nan"),
+        "peak_reserved_bytes": float("nan"),
+        "peak_allocated_bytes": float("nan"),
+        "wall_s": attempt.wall_s,
+        "run_dir": str(run_dir),
+        "command": " ".join(command),
+    }
     if attempt.exit_code is None:
         row.update(status="timeout", reason=f"killed after {timeout_s:g} s\n" + tail(stderr))
         return row
     if attempt.exit_code != 0:
-        row.update(status="oom" if OOM_PATTERNS.search(stderr) else "failed",
-                   reason=f"exit code {attempt.exit_code}\n" + tail(stderr))
+        row.update(
+            status="oom" if OOM_PATTERNS.search(stderr) else "failed",
+            reason=f"exit code {attempt.exit_code}\n" + tail(stderr),
+        )
         return row
-    sps = eval_samples_expr(samples_expr, combo) if samples_expr is not None else samples_per_step_from_output(stdout + "\n" + stderr)
+    sps = (
+        eval_samples_expr(samples_expr, combo)
+        if samples_expr is not None
+        else samples_per_step_from_output(stdout + "\n" + stderr)
+    )
     if measure is None:
         row["samples_per_step"] = float("nan") if sps is None else sps
         return row
@@ -351,19 +426,28 @@ def _row(index, label, combo, command, run_dir, attempt: Attempt, samples_expr, 
         row.update(status="failed", reason=f"run folder unreadable: {e}")
         return row
     step_ms = measured["step_time_median_ms"]
-    row.update(step_count=measured["step_count"], step_time_median_ms=step_ms,
-               peak_reserved_bytes=measured["peak_reserved_bytes"], peak_allocated_bytes=measured["peak_allocated_bytes"])
+    row.update(
+        step_count=measured["step_count"],
+        step_time_median_ms=step_ms,
+        peak_reserved_bytes=measured["peak_reserved_bytes"],
+        peak_allocated_bytes=measured["peak_allocated_bytes"],
+    )
     if math.isfinite(step_ms) and step_ms > 0:
         row["steps_per_s"] = 1000.0 / step_ms
         if sps is not None:
             row["samples_per_step"] = sps
             row["samples_per_s"] = sps * 1000.0 / step_ms
     if not measured["step_count"]:
-        row.update(status="no_steps", reason="the script exited 0 but no training step was measured "
-                                             "(no optimizer.step() and no diagnose.step() call?)")
+        row.update(
+            status="no_steps",
+            reason="the script exited 0 but no training step was measured "
+            "(no optimizer.step() and no diagnose.step() call?)",
+        )
     elif sps is None:
-        row["reason"] = ("samples per step unknown: print 'gpudiag: samples_per_step=N' once, "
-                         "or pass --samples-per-step; steps_per_s is given")
+        row["reason"] = (
+            "samples per step unknown: print 'gpudiag: samples_per_step=N' once, "
+            "or pass --samples-per-step; steps_per_s is given"
+        )
     return row
 
 
@@ -425,5 +509,10 @@ def read_sweep(path) -> Sweep:
     for c in ("samples_per_s", "steps_per_s", "peak_reserved_bytes", "peak_allocated_bytes", "step_time_median_ms"):
         if c in rows:
             rows[c] = pd.to_numeric(rows[c], errors="coerce")
-    return Sweep(folder=p.parent, grid=grid, template=list(data.get("command", [])), rows=rows,
-                 warnings=list(data.get("warnings", [])))
+    return Sweep(
+        folder=p.parent,
+        grid=grid,
+        template=list(data.get("command", [])),
+        rows=rows,
+        warnings=list(data.get("warnings", [])),
+    )

@@ -4,6 +4,7 @@ Override from the CLI (``--threshold l2.warning_pct=80``, repeatable) or a confi
 file (``--config gpudiag.toml`` with ``[l2] warning_pct = 80`` or the same in JSON).
 ``docs/thresholds.md`` is generated from the docstrings below.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -61,7 +62,9 @@ class TinyKernels:
     min_launches: int = 20
     warning_share: float = 0.3  # tiny launches' share of all launches
     critical_share: float = 0.6
-    launch_overhead_us: float = 5.0  # host cost of one launch (cudaLaunchKernel + eager dispatch), for the cost estimate
+    launch_overhead_us: float = (
+        5.0  # host cost of one launch (cudaLaunchKernel + eager dispatch), for the cost estimate
+    )
 
 
 @dataclass(frozen=True)

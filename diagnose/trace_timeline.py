@@ -14,6 +14,7 @@ A gap of the merged timeline gets one cause:
            the CPU (launch-bound Python, data loading, CPU work);
 ``other``  the next work was queued yet did not start (cross-stream or event waits).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,13 +50,15 @@ def analysed(trace):
         rt = trace.runtime.copy()
         gi = rt["gpu_index"].to_numpy()
         rt["gpu_index"] = np.where(gi >= 0, new_row[np.maximum(gi, 0)], -1)
-        steps_kept = trace.annotations[~(trace.annotations["step"].notna()
-                                         & (trace.annotations["cat"].astype(str) == "user_annotation")
-                                         & (trace.annotations["ts_ns"] >= cut))].reset_index(drop=True)
-        out = dataclasses.replace(trace, gpu=trace.gpu[keep].reset_index(drop=True), runtime=rt,
-                                  annotations=steps_kept)
-        out.metadata = {**trace.metadata, "left_out_from_ns": cut,
-                        "left_out": "the last profiler step, as HTA does"}
+        steps_kept = trace.annotations[
+            ~(
+                trace.annotations["step"].notna()
+                & (trace.annotations["cat"].astype(str) == "user_annotation")
+                & (trace.annotations["ts_ns"] >= cut)
+            )
+        ].reset_index(drop=True)
+        out = dataclasses.replace(trace, gpu=trace.gpu[keep].reset_index(drop=True), runtime=rt, annotations=steps_kept)
+        out.metadata = {**trace.metadata, "left_out_from_ns": cut, "left_out": "the last profiler step, as HTA does"}
     try:
         object.__setattr__(trace, "_gpudiag_analysed", out)
         object.__setattr__(out, "_gpudiag_analysed", out)
@@ -91,8 +94,13 @@ def temporal_breakdown(gpu: pd.DataFrame) -> dict[str, float]:
     span = float(e.max() - s.min())
     busy = float((e - s).sum())
     compute = float((ce - cs).sum())
-    return {"span_ns": span, "busy_ns": busy, "compute_ns": compute, "non_compute_ns": busy - compute,
-            "idle_ns": span - busy}
+    return {
+        "span_ns": span,
+        "busy_ns": busy,
+        "compute_ns": compute,
+        "non_compute_ns": busy - compute,
+        "idle_ns": span - busy,
+    }
 
 
 def stream_idle(trace, kernel_wait_ns: float) -> pd.DataFrame:
@@ -115,8 +123,14 @@ def stream_idle(trace, kernel_wait_ns: float) -> pd.DataFrame:
         total = np.nansum(gap)
         for cat, mask in (("host_wait", host), ("kernel_wait", kernel), ("other", ~host & ~kernel)):
             ns = float(np.nansum(gap[mask]))
-            rows.append({"stream": int(stream), "idle_category": cat, "idle_ns": ns,
-                         "idle_ratio": ns / total if total > 0 else np.nan})
+            rows.append(
+                {
+                    "stream": int(stream),
+                    "idle_category": cat,
+                    "idle_ns": ns,
+                    "idle_ratio": ns / total if total > 0 else np.nan,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -142,8 +156,16 @@ def gaps(trace, kernel_gap_ns: float, sync_slack_ns: float = 2000.0) -> pd.DataF
     dur = g_end - g_start
     cause[dur < kernel_gap_ns] = "short"
     sync_index[dur < kernel_gap_ns] = -1
-    return pd.DataFrame({"start_ns": g_start, "end_ns": g_end, "dur_ns": dur, "cause": cause,
-                         "next_gpu_index": first_at, "sync_index": sync_index})
+    return pd.DataFrame(
+        {
+            "start_ns": g_start,
+            "end_ns": g_end,
+            "dur_ns": dur,
+            "cause": cause,
+            "next_gpu_index": first_at,
+            "sync_index": sync_index,
+        }
+    )
 
 
 def host_syncs(trace) -> np.ndarray:
@@ -201,21 +223,34 @@ def steps(trace) -> pd.DataFrame:
         prof = ann[ann["step"].notna() & (ann["cat"].astype(str) == "user_annotation")]
         if len(prof):
             prof = prof.sort_values("ts_ns")
-            cols = {"step": prof["step"].astype(int).tolist(), "cpu_start_ns": prof["ts_ns"].tolist(),
-                    "cpu_end_ns": prof["end_ns"].tolist()}
+            cols = {
+                "step": prof["step"].astype(int).tolist(),
+                "cpu_start_ns": prof["ts_ns"].tolist(),
+                "cpu_end_ns": prof["end_ns"].tolist(),
+            }
             source = "ProfilerStep annotations"
         else:
-            opt = ann[ann["name"].astype(str).str.startswith("Optimizer.step#")
-                      & (ann["cat"].astype(str) == "user_annotation")].sort_values("ts_ns")
+            opt = ann[
+                ann["name"].astype(str).str.startswith("Optimizer.step#")
+                & (ann["cat"].astype(str) == "user_annotation")
+            ].sort_values("ts_ns")
             opt = _outermost(opt)
             if len(opt) >= 2:
                 ends = opt["end_ns"].to_numpy()
                 starts = np.r_[_first_host_ns(trace), ends[:-1]]
                 cols = {"step": list(range(len(opt))), "cpu_start_ns": starts.tolist(), "cpu_end_ns": ends.tolist()}
                 source = "Optimizer.step annotations (no ProfilerStep in the trace)"
-    df = pd.DataFrame(cols, dtype="int64") if cols["step"] else pd.DataFrame(
-        {"step": pd.Series([], dtype="int64"), "cpu_start_ns": pd.Series([], dtype="int64"),
-         "cpu_end_ns": pd.Series([], dtype="int64")})
+    df = (
+        pd.DataFrame(cols, dtype="int64")
+        if cols["step"]
+        else pd.DataFrame(
+            {
+                "step": pd.Series([], dtype="int64"),
+                "cpu_start_ns": pd.Series([], dtype="int64"),
+                "cpu_end_ns": pd.Series([], dtype="int64"),
+            }
+        )
+    )
     df.attrs["source"] = source
     return df
 

@@ -3,6 +3,7 @@
 They write the same formats `gpudiag profile` writes (docs/contracts.md), so the
 fixtures captured from the examples exercise the same readers.
 """
+
 import json
 import os
 import time
@@ -24,5 +25,11 @@ class JsonlWriter:
 
 
 def memory_stats_record(torch, step, rank=0):
-    return {"kind": "memory_stats", "rank": rank, "step": step, "t_ns": time.time_ns(),
-            "framework": "torch", "stats": torch.cuda.memory_stats()}
+    return {
+        "kind": "memory_stats",
+        "rank": rank,
+        "step": step,
+        "t_ns": time.time_ns(),
+        "framework": "torch",
+        "stats": torch.cuda.memory_stats(),
+    }

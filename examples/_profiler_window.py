@@ -6,6 +6,7 @@ exact calling lines are taken from the profiler's in-memory events
 (``FunctionEvent.stack``) and written as gpudiag sync records (docs/contracts.md).
 `main` is a generator that yields after each step.
 """
+
 import gzip
 import json
 import os
@@ -16,15 +17,29 @@ import torch
 
 WARMUP_STEPS = 3
 TRACE_STEPS = 5
-SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::to", "aten::_to_copy",
-            "aten::copy_", "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-            "aten::is_nonzero"}
+SYNC_OPS = {
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "aten::nonzero",
+    "aten::to",
+    "aten::_to_copy",
+    "aten::copy_",
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "aten::is_nonzero",
+}
 
 
 def _user_frames(stack):
     keep = []
     for frame in stack or []:
-        if "site-packages" in frame or "/torch/" in frame or "_profiler_window" in frame or frame.startswith("<built-in"):
+        if (
+            "site-packages" in frame
+            or "/torch/" in frame
+            or "_profiler_window" in frame
+            or frame.startswith("<built-in")
+        ):
             continue
         keep.append(frame)
     return keep
@@ -39,7 +54,9 @@ def run_with_profiler(main, out_dir):
     prof = torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
         schedule=torch.profiler.schedule(wait=0, warmup=WARMUP_STEPS, active=TRACE_STEPS, repeat=1),
-        record_shapes=True, with_stack=True)
+        record_shapes=True,
+        with_stack=True,
+    )
     with prof:
         for _ in main():
             prof.step()
@@ -59,9 +76,22 @@ def run_with_profiler(main, out_dir):
                 continue
             path_line, _, func = frames[0].partition(": ")
             path, _, line = path_line.rpartition("(")
-            f.write(json.dumps({
-                "kind": "sync", "rank": 0, "step": None, "t_ns": None,
-                "t_profiler_us": ev.time_range.start, "dur_ns": int(ev.time_range.elapsed_us() * 1000),
-                "op": ev.name, "file": path, "line": int(line.rstrip(")")) if line else None,
-                "function": func, "stack": frames}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "kind": "sync",
+                        "rank": 0,
+                        "step": None,
+                        "t_ns": None,
+                        "t_profiler_us": ev.time_range.start,
+                        "dur_ns": int(ev.time_range.elapsed_us() * 1000),
+                        "op": ev.name,
+                        "file": path,
+                        "line": int(line.rstrip(")")) if line else None,
+                        "function": func,
+                        "stack": frames,
+                    }
+                )
+                + "\n"
+            )
     print("wrote", out_dir, time.strftime("%H:%M:%S"))

@@ -4,6 +4,7 @@ Under ``ncu --profile-from-start off`` only kernels between ``cudaProfilerStart`
 and ``cudaProfilerStop`` are profiled, so a capture skips warm-up (cuBLAS handle
 creation, caching-allocator growth) without counting launches by hand.
 """
+
 import contextlib
 
 import torch

@@ -24,6 +24,7 @@ With ``--out`` a torch.profiler window (``--wait``/``--warmup``/``--active`` ste
 ``OUT/trace/rank<N>.json.gz`` per rank, the run-folder layout ``gpudiag report OUT`` reads
 (it also writes a minimal ``OUT/manifest.json`` from rank 0).
 """
+
 import argparse
 import gzip
 import json
@@ -128,7 +129,8 @@ def main(argv=None) -> None:
         prof = torch.profiler.profile(
             activities=activities,
             schedule=torch.profiler.schedule(wait=args.wait, warmup=args.warmup, active=args.active, repeat=1),
-            on_trace_ready=lambda pr: _export(pr, trace_dir, rank))
+            on_trace_ready=lambda pr: _export(pr, trace_dir, rank),
+        )
         prof.start()
     for _ in range(args.steps):
         _step(ddp, opt, x, y, straggle, args, unit_ms)
@@ -155,10 +157,19 @@ def _export(prof, trace_dir: str, rank: int) -> None:
 
 
 def _manifest(args, world: int) -> None:
-    manifest = {"schema": "gpudiag.run/1", "command": ["examples/ddp_straggler.py"], "exit_code": 0,
-                "ranks": list(range(world)), "artifacts": {"trace": [f"trace/rank{r}.json.gz" for r in range(world)]},
-                "planted": {"straggler_rank": args.straggler_rank, "cause": args.cause, "delay_ms": args.delay_ms,
-                            "backend": args.backend}}
+    manifest = {
+        "schema": "gpudiag.run/1",
+        "command": ["examples/ddp_straggler.py"],
+        "exit_code": 0,
+        "ranks": list(range(world)),
+        "artifacts": {"trace": [f"trace/rank{r}.json.gz" for r in range(world)]},
+        "planted": {
+            "straggler_rank": args.straggler_rank,
+            "cause": args.cause,
+            "delay_ms": args.delay_ms,
+            "backend": args.backend,
+        },
+    }
     with open(os.path.join(args.out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
 

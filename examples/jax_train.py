@@ -5,6 +5,7 @@ hood) for logging, which the sync analyzer should see in the trace.
 
     python examples/jax_train.py OUT_DIR
 """
+
 import json
 import os
 import sys
@@ -44,8 +45,16 @@ for i in range(5):
     params, loss = step(params, x, y)
     print("step", i, float(loss))
     dev = jax.devices()[0]
-    stats.append({"kind": "memory_stats", "rank": 0, "step": i, "t_ns": time.time_ns(), "framework": "jax",
-                  "stats": dev.memory_stats()})
+    stats.append(
+        {
+            "kind": "memory_stats",
+            "rank": 0,
+            "step": i,
+            "t_ns": time.time_ns(),
+            "framework": "jax",
+            "stats": dev.memory_stats(),
+        }
+    )
 if out:
     jax.profiler.stop_trace()
     with open(os.path.join(out, "stats.jsonl"), "w") as f:

@@ -11,6 +11,7 @@ peak. Run with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` to see the f
 Writes OUT_DIR/snapshot.pickle (allocator history), OUT_DIR/stats.jsonl
 (per-step torch.cuda.memory_stats in gpudiag's format) and OUT_DIR/losses.json.
 """
+
 import argparse
 import json
 import os
@@ -28,8 +29,9 @@ os.makedirs(args.out, exist_ok=True)
 
 torch.manual_seed(0)
 d = 1024
-model = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d), nn.GELU(),
-                      nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)).cuda()
+model = nn.Sequential(
+    nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d), nn.GELU(), nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)
+).cuda()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 torch.cuda.memory._record_memory_history(max_entries=args.max_entries)
 stats = JsonlWriter(os.path.join(args.out, "stats.jsonl"))
@@ -48,8 +50,17 @@ for step in range(args.steps):
 torch.cuda.synchronize()
 torch.cuda.memory._dump_snapshot(os.path.join(args.out, "snapshot.pickle"))
 stats.close()
-json.dump({"losses": [float(v) for v in losses], "final_memory_stats": torch.cuda.memory_stats(),
-           "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")},
-          open(os.path.join(args.out, "losses.json"), "w"))
-print("mem_churn done: peak reserved", torch.cuda.max_memory_reserved(), "peak allocated",
-      torch.cuda.max_memory_allocated())
+json.dump(
+    {
+        "losses": [float(v) for v in losses],
+        "final_memory_stats": torch.cuda.memory_stats(),
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+    },
+    open(os.path.join(args.out, "losses.json"), "w"),
+)
+print(
+    "mem_churn done: peak reserved",
+    torch.cuda.max_memory_reserved(),
+    "peak allocated",
+    torch.cuda.max_memory_allocated(),
+)

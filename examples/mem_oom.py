@@ -12,6 +12,7 @@ and no segment can be returned to the driver, so the allocator raises OOM.
 
 Writes OUT_DIR/snapshot.pickle (with the oom entry), OUT_DIR/stats.jsonl, OUT_DIR/oom.json.
 """
+
 import json
 import os
 import sys
@@ -44,7 +45,15 @@ except torch.cuda.OutOfMemoryError as e:
 stats.write(memory_stats_record(torch, 2))
 torch.cuda.memory._dump_snapshot(os.path.join(out, "snapshot.pickle"))
 stats.close()
-json.dump({"error": error, "cap_bytes": cap_bytes, "kept_blocks": len(blocks),
-           "reserved": torch.cuda.memory_reserved(), "allocated": torch.cuda.memory_allocated()},
-          open(os.path.join(out, "oom.json"), "w"), indent=1)
+json.dump(
+    {
+        "error": error,
+        "cap_bytes": cap_bytes,
+        "kept_blocks": len(blocks),
+        "reserved": torch.cuda.memory_reserved(),
+        "allocated": torch.cuda.memory_allocated(),
+    },
+    open(os.path.join(out, "oom.json"), "w"),
+    indent=1,
+)
 print("mem_oom done:", "OOM raised" if error else "no OOM (unexpected)")

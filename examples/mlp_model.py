@@ -1,4 +1,5 @@
 """The model and data of examples/train_mlp.py, a sibling module the script imports (as real scripts do)."""
+
 from __future__ import annotations
 
 import torch

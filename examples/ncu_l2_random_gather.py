@@ -8,6 +8,7 @@ bucket the indices, or shrink the table's working set.
 
     ncu --profile-from-start off ... python examples/ncu_l2_random_gather.py
 """
+
 import torch
 from _window import profiled_region
 

@@ -7,6 +7,7 @@ at N=8192 each operand is 128 MiB, twice the H200's L2, and the hit rate drops t
 
     python examples/ncu_matmul_tiled.py [N]      (default 8192)
 """
+
 import sys
 
 import torch

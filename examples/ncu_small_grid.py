@@ -5,6 +5,7 @@ one block, so 16 blocks run on a 132-SM H200 and ~88 % of the SMs sit idle for
 the whole kernel. The fix: split each row across blocks (a two-pass / split-K
 style reduction), batch more rows together, or reshape the problem.
 """
+
 import torch
 from _window import profiled_region
 

@@ -5,6 +5,7 @@ with several elementwise ops each: hundreds of launches that each run for a few
 microseconds, about what it costs to launch them. The fix: a fused/foreach
 optimizer, torch.compile, or a CUDA graph.
 """
+
 import torch
 from _window import profiled_region
 

@@ -6,6 +6,7 @@ on the device; timing uses CUDA events read after the loop; the mask becomes a
 
     python examples/sync_free.py [OUT_DIR] [--steps N]
 """
+
 import sys
 
 import torch
@@ -24,8 +25,9 @@ def train_step(model, opt, x, y):
 
 def main(steps=12):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
-                          nn.Linear(4096, 10)).cuda()
+    model = nn.Sequential(
+        nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10)
+    ).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(2048, 1024, device="cuda")
     y = torch.randint(0, 10, (2048,), device="cuda")

@@ -10,6 +10,7 @@ Run under `gpudiag profile`, or stand-alone with a profiler window:
 
     python examples/sync_planted.py OUT_DIR      # writes OUT_DIR/trace.json.gz and OUT_DIR/events.jsonl
 """
+
 import sys
 import time
 
@@ -41,8 +42,9 @@ def train_step(model, opt, x, y):
 
 def main(steps=12):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
-                          nn.Linear(4096, 10)).cuda()
+    model = nn.Sequential(
+        nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10)
+    ).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(2048, 1024, device="cuda")
     y = torch.randint(0, 10, (2048,), device="cuda")

@@ -6,6 +6,7 @@ gpudiag where steps end; outside `gpudiag profile` it does nothing.
 
     gpudiag profile -- python examples/train_jax.py --steps 30
 """
+
 from __future__ import annotations
 
 import argparse

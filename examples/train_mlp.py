@@ -10,6 +10,7 @@ should name this file and the line marked SYNC below), and a small batch on a wi
     python examples/train_mlp.py --steps 30
     gpudiag profile -- python examples/train_mlp.py --steps 30
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,12 +38,16 @@ def main(argv=None) -> int:
     p.add_argument("--sleep-ms", type=float, default=0.0)
     p.add_argument("--exit-code", type=int, default=0)
     p.add_argument("--print-step-times", action="store_true", help="print 'steptime <i> <ms>' (benchmarks)")
-    p.add_argument("--torch-profiler", action="store_true",
-                   help="run the whole loop under torch.profiler with Python stacks (benchmarks: its overhead)")
+    p.add_argument(
+        "--torch-profiler",
+        action="store_true",
+        help="run the whole loop under torch.profiler with Python stacks (benchmarks: its overhead)",
+    )
     args = p.parse_args(argv)
     if args.torch_profiler:
         activities = [torch.profiler.ProfilerActivity.CPU] + (
-            [torch.profiler.ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+            [torch.profiler.ProfilerActivity.CUDA] if torch.cuda.is_available() else []
+        )
         with torch.profiler.profile(activities=activities, with_stack=True):
             return train(args)
     return train(args)

@@ -20,6 +20,7 @@ Sizes (default): d_model 1024, 16 layers, sequence 1024, vocab 8192, batch 64: f
 are about 1.1 GB per sequence, so accum 1 needs about 75 GB and accum 8 about 12 GB on top of the
 ~3.5 GB of weights, gradients and AdamW state.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -90,8 +91,11 @@ def main(argv=None) -> int:
     micro = batch // args.grad_accum
     generator = torch.Generator(device=device).manual_seed(args.seed)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"train_sweep: {n_params:,} params, batch {batch} = {args.grad_accum} x {micro}, "
-          f"seq {seq}, {args.precision}, {device.type}", flush=True)
+    print(
+        f"train_sweep: {n_params:,} params, batch {batch} = {args.grad_accum} x {micro}, "
+        f"seq {seq}, {args.precision}, {device.type}",
+        flush=True,
+    )
     print(f"gpudiag: samples_per_step={batch}", flush=True)
     for step in range(args.steps):
         optimizer.zero_grad(set_to_none=True)
@@ -112,8 +116,11 @@ def main(argv=None) -> int:
                 return 1
             print(f"step {step} loss {value:.4f}", flush=True)
     if device.type == "cuda":
-        print(f"train_sweep: peak reserved {torch.cuda.max_memory_reserved() / 2**30:.2f} GiB, "
-              f"peak allocated {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB", flush=True)
+        print(
+            f"train_sweep: peak reserved {torch.cuda.max_memory_reserved() / 2**30:.2f} GiB, "
+            f"peak allocated {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB",
+            flush=True,
+        )
     return 0
 
 

@@ -4,6 +4,7 @@ Every reader raises :class:`InputError` when a file is not what it should be.
 The message names the file, what was expected and what was found, so the CLI
 can print it as is and exit 2 without a traceback.
 """
+
 from __future__ import annotations
 
 import os

@@ -16,6 +16,7 @@ Two sources (docs/step-timings.md describes both):
 
 Warnings (lines dropped) go through :mod:`warnings` and into ``steps.attrs["warnings"]``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -38,8 +39,16 @@ from parsers.unicode_text import has_lone_surrogate
 
 STEPS_SCHEMA = Schema(
     name="step_events",
-    columns={"rank": I64, "step": I64, "name": STR, "t_start_ns": F64, "host_ms": F64, "gpu_ms": F64,
-             "instrumented": BOOL, "overhead_us": F64},
+    columns={
+        "rank": I64,
+        "step": I64,
+        "name": STR,
+        "t_start_ns": F64,
+        "host_ms": F64,
+        "gpu_ms": F64,
+        "instrumented": BOOL,
+        "overhead_us": F64,
+    },
     docs={
         "rank": "process rank (0 for a single process)",
         "step": "training step number as the script counts it",
@@ -49,14 +58,24 @@ STEPS_SCHEMA = Schema(
         "gpu_ms": "GPU time between the step's CUDA start and end events (cudaEventElapsedTime)",
         "instrumented": "the step ran inside gpudiag's profiler/sync-debug window (slower by design)",
         "overhead_us": "host time gpudiag's own step-boundary work took inside this step, µs "
-                       "(part of host_ms; NaN when the source does not record it)",
+        "(part of host_ms; NaN when the source does not record it)",
     },
 )
 
 SYNCS_SCHEMA = Schema(
     name="sync_records",
-    columns={"rank": I64, "step": I64, "t_ns": F64, "dur_ns": F64, "op": STR, "file": STR, "line": F64,
-             "function": STR, "location": STR, "stack": STR},
+    columns={
+        "rank": I64,
+        "step": I64,
+        "t_ns": F64,
+        "dur_ns": F64,
+        "op": STR,
+        "file": STR,
+        "line": F64,
+        "function": STR,
+        "location": STR,
+        "stack": STR,
+    },
     docs={
         "t_ns": "when the host began to wait, unix epoch ns",
         "dur_ns": "how long the host was blocked (NaN when not measured)",
@@ -79,6 +98,7 @@ class GpuTimeChoice:
     A tuple of these, sorted by (rank, from_step), is ``steps.attrs["gpu_time_choices"]``; empty when the
     runtime never chose (every step timed, a fixed --gpu-time-every, or not a gpudiag log). Frozen plain
     values, not a frame: pandas compares and copies ``attrs`` when it concatenates frames."""
+
     rank: int
     from_step: int
     every: int
@@ -98,8 +118,11 @@ def read_events(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
     text = _read_text(path)
     body = text.lstrip("\ufeff").lstrip()
     if not body:
-        raise InputError(path, "is empty; expected step timings (gpudiag events JSONL, or CSV/JSON "
-                               "with name,step,elapsed_ms — see docs/step-timings.md)")
+        raise InputError(
+            path,
+            "is empty; expected step timings (gpudiag events JSONL, or CSV/JSON "
+            "with name,step,elapsed_ms — see docs/step-timings.md)",
+        )
     choices: list[GpuTimeChoice] = []
     if body.startswith("["):
         steps, syncs, dropped = _user_records(path, _json_list(path, text), "entry"), [], []
@@ -118,6 +141,7 @@ def read_events(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 # --- gpudiag's own JSONL -------------------------------------------------------------------------
+
 
 def _lines(text: str) -> tuple[list[str], bool]:
     """Lines split on newlines only (a JSON string may hold other line separators); True when it ends in one."""
@@ -143,7 +167,9 @@ def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str], list[Gpu
             if number == len(lines) and not ends_cleanly:
                 dropped.append(f"{os.fspath(path)}: line {number} is cut short (the run stopped mid-write); ignored")
                 continue
-            raise InputError(path, f"line {number}: expected one JSON object per line, found invalid JSON ({e})") from None
+            raise InputError(
+                path, f"line {number}: expected one JSON object per line, found invalid JSON ({e})"
+            ) from None
         if not isinstance(record, dict):
             raise InputError(path, f"line {number}: expected a JSON object, found {type(record).__name__}")
         kind = record.get("kind")
@@ -157,9 +183,8 @@ def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str], list[Gpu
             # other "run" records and kinds newer than this reader are skipped
         except ValueError as e:
             raise InputError(path, f"line {number}: {e}") from None
-    if not steps and not syncs and not any(
-            _is_record_line(line) for line in lines):
-        raise InputError(path, "has no complete event record; expected JSON lines with \"kind\": \"step\" or \"sync\"")
+    if not steps and not syncs and not any(_is_record_line(line) for line in lines):
+        raise InputError(path, 'has no complete event record; expected JSON lines with "kind": "step" or "sync"')
     return steps, syncs, dropped, choices
 
 
@@ -177,19 +202,31 @@ def _step_record(r: dict) -> dict:
     if math.isnan(host_ms) and math.isnan(gpu_ms):
         raise ValueError("a step record needs host_ms or gpu_ms; found neither")
     name = r.get("name", STEP_NAME)
-    return {"rank": _index(r, "rank", default=0), "step": _index(r, "step"),
-            "name": STEP_NAME if name is None else str(name),
-            "t_start_ns": _number(r, "t_start_ns"), "host_ms": host_ms, "gpu_ms": gpu_ms,
-            "instrumented": bool(r.get("instrumented", False)), "overhead_us": _duration(r, "overhead_us")}
+    return {
+        "rank": _index(r, "rank", default=0),
+        "step": _index(r, "step"),
+        "name": STEP_NAME if name is None else str(name),
+        "t_start_ns": _number(r, "t_start_ns"),
+        "host_ms": host_ms,
+        "gpu_ms": gpu_ms,
+        "instrumented": bool(r.get("instrumented", False)),
+        "overhead_us": _duration(r, "overhead_us"),
+    }
 
 
 def _gpu_time_choice(r: dict) -> GpuTimeChoice:
     every = _index(r, "every")
     if every < 1:
         raise ValueError(f"every should be a whole number ≥ 1, found {r.get('every')!r}")
-    return GpuTimeChoice(rank=_index(r, "rank", default=0), from_step=_index(r, "from_step"), every=every,
-                         event_us=_duration(r, "event_us"), step_host_ms=_duration(r, "step_host_ms"),
-                         budget_pct=_duration(r, "budget_pct"), t_ns=_number(r, "t_ns"))
+    return GpuTimeChoice(
+        rank=_index(r, "rank", default=0),
+        from_step=_index(r, "from_step"),
+        every=every,
+        event_us=_duration(r, "event_us"),
+        step_host_ms=_duration(r, "step_host_ms"),
+        budget_pct=_duration(r, "budget_pct"),
+        t_ns=_number(r, "t_ns"),
+    )
 
 
 def _sync_record(r: dict) -> dict:
@@ -201,16 +238,22 @@ def _sync_record(r: dict) -> dict:
     if not isinstance(stack, list) or not all(isinstance(s, str) for s in stack):
         raise ValueError("stack should be a list of 'file:line function' strings")
     has_location = file is not None and not math.isnan(line)
-    return {"rank": _index(r, "rank", default=0), "step": _index(r, "step", default=-1),
-            "t_ns": _number(r, "t_ns"), "dur_ns": _duration(r, "dur_ns"),
-            "op": None if r.get("op") is None else str(r["op"]),
-            "file": None if file is None else str(file), "line": line,
-            "function": None if r.get("function") is None else str(r["function"]),
-            "location": f"{file}:{int(line)}" if has_location else None,
-            "stack": tuple(stack)}
+    return {
+        "rank": _index(r, "rank", default=0),
+        "step": _index(r, "step", default=-1),
+        "t_ns": _number(r, "t_ns"),
+        "dur_ns": _duration(r, "dur_ns"),
+        "op": None if r.get("op") is None else str(r["op"]),
+        "file": None if file is None else str(file),
+        "line": line,
+        "function": None if r.get("function") is None else str(r["function"]),
+        "location": f"{file}:{int(line)}" if has_location else None,
+        "stack": tuple(stack),
+    }
 
 
 # --- the user format (CSV or JSON list) ----------------------------------------------------------
+
 
 def _csv_rows(path, text: str) -> tuple[list[tuple[int, dict]], list[str]]:
     lines, ends_cleanly = _lines(text.lstrip("\ufeff"))
@@ -226,8 +269,11 @@ def _csv_rows(path, text: str) -> tuple[list[tuple[int, dict]], list[str]]:
             if number == len(lines) and not ends_cleanly:
                 dropped.append(f"{os.fspath(path)}: line {number} is cut short; ignored")
                 continue
-            raise InputError(path, f"line {number}: expected {len(header)} comma-separated values "
-                                   f"({','.join(header)}), found {len(cells)}")
+            raise InputError(
+                path,
+                f"line {number}: expected {len(header)} comma-separated values "
+                f"({','.join(header)}), found {len(cells)}",
+            )
         rows.append((number, {k: (v.strip() or None) for k, v in zip(header, cells)}))
     if not rows:
         raise InputError(path, "has a header but no step rows")
@@ -245,7 +291,9 @@ def _json_list(path, text: str) -> list[tuple[int, dict]]:
     try:
         items = json.loads(text.lstrip("\ufeff"), parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
-        raise InputError(path, f"line {e.lineno}: expected a JSON list of step objects, found invalid JSON ({e.msg})") from None
+        raise InputError(
+            path, f"line {e.lineno}: expected a JSON list of step objects, found invalid JSON ({e.msg})"
+        ) from None
     except ValueError as e:
         raise InputError(path, f"{e}") from None
     if not items:
@@ -253,8 +301,9 @@ def _json_list(path, text: str) -> list[tuple[int, dict]]:
     rows = []
     for index, item in enumerate(items, start=1):
         if not isinstance(item, dict):
-            raise InputError(path, f"entry {index}: expected an object with name, step, elapsed_ms, "
-                                   f"found {type(item).__name__}")
+            raise InputError(
+                path, f"entry {index}: expected an object with name, step, elapsed_ms, found {type(item).__name__}"
+            )
         rows.append((index, item))
     _check_user_keys(path, list(items[0]), "entry 1")
     return rows
@@ -271,8 +320,11 @@ def _check_user_keys(path, keys: list[str], where: str) -> None:
     if missing or not (has_elapsed or has_span):
         if not (has_elapsed or has_span):
             missing.append("elapsed_ms (or start_ms and end_ms)")
-        raise InputError(path, f"{where} lacks {', '.join(missing)}; expected name,step,elapsed_ms or "
-                               f"name,step,start_ms,end_ms, found {','.join(map(str, keys))[:200]!r}")
+        raise InputError(
+            path,
+            f"{where} lacks {', '.join(missing)}; expected name,step,elapsed_ms or "
+            f"name,step,start_ms,end_ms, found {','.join(map(str, keys))[:200]!r}",
+        )
 
 
 def _user_records(path, rows: list[tuple[int, dict]], label: str) -> list[dict]:
@@ -295,14 +347,23 @@ def _user_records(path, rows: list[tuple[int, dict]], label: str) -> list[dict]:
                 raise ValueError("name is empty")
             if has_lone_surrogate(str(name)):
                 raise ValueError(f"name is not valid Unicode (a lone surrogate escape such as \\ud800): {name!a}")
-            out.append({"rank": _index(row, "rank", default=0), "step": _index(row, "step"), "name": str(name),
-                        "t_start_ns": _number(row, "t_start_ns"), "host_ms": host_ms, "gpu_ms": gpu_ms})
+            out.append(
+                {
+                    "rank": _index(row, "rank", default=0),
+                    "step": _index(row, "step"),
+                    "name": str(name),
+                    "t_start_ns": _number(row, "t_start_ns"),
+                    "host_ms": host_ms,
+                    "gpu_ms": gpu_ms,
+                }
+            )
         except ValueError as e:
             raise InputError(path, f"{label} {number}: {e}") from None
     return out
 
 
 # --- values ---------------------------------------------------------------------------------------
+
 
 def _number(record: dict, key: str) -> float:
     """A finite number, NaN when absent/null; text that is not a number is an error."""
@@ -383,5 +444,13 @@ def is_events(head: bytes) -> bool:
     return compact.startswith("[{") and '"step":' in compact and ('"elapsed_ms":' in compact or '"end_ms":' in compact)
 
 
-READERS = (Reader("events", EVENTS, is_events, read_events, "a step-timing log (gpudiag's events JSON lines, or "
-                  "a JSON list or CSV of step timings)", (JSON, TEXT)),)
+READERS = (
+    Reader(
+        "events",
+        EVENTS,
+        is_events,
+        read_events,
+        "a step-timing log (gpudiag's events JSON lines, or a JSON list or CSV of step timings)",
+        (JSON, TEXT),
+    ),
+)

@@ -3,6 +3,7 @@
 ``reports/json_report.py`` writes it; this is the one place that reads it. Only the shape the gate
 relies on is checked: a findings list whose entries have an id and a known severity.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,11 @@ def read_findings_json(path: str | os.PathLike) -> dict:
         data = json.loads(read_input(path, json=True).decode("utf-8"))  # nesting capped: json.loads recurses
     except (ValueError, UnicodeDecodeError) as e:
         raise InputError(path, f"looks like a findings JSON but does not parse: {e}") from None
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith(SUPPORTED) \
-            or not isinstance(data.get("findings"), list):
+    if (
+        not isinstance(data, dict)
+        or not str(data.get("schema", "")).startswith(SUPPORTED)
+        or not isinstance(data.get("findings"), list)
+    ):
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise InputError(path, f"expected schema {SUPPORTED} with a findings list, found {found!r}")
     for f in data["findings"]:
@@ -40,5 +44,13 @@ def read_findings_json(path: str | os.PathLike) -> dict:
     return data
 
 
-READERS = (Reader("findings-json", FINDINGS, is_findings_json, read_findings_json,
-                  "a gpudiag findings JSON (gpudiag report --json)", (JSON,)),)
+READERS = (
+    Reader(
+        "findings-json",
+        FINDINGS,
+        is_findings_json,
+        read_findings_json,
+        "a gpudiag findings JSON (gpudiag report --json)",
+        (JSON,),
+    ),
+)

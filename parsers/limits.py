@@ -18,6 +18,7 @@ with ``GPUDIAG_`` in front, e.g. ``GPUDIAG_MAX_GZIP_RATIO=1000``. Values and the
 docs/input-limits.md. Errors from the file system or a broken gzip stream pass through
 :func:`open_input` unchanged, so each reader keeps its own wording for them.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -40,10 +41,15 @@ MAX_CSV_COLUMNS = 20_000  # widest ncu CSV page; 4 sections give ~570, --set ful
 
 ENV_PREFIX = "GPUDIAG_"
 PIECE_BYTES = 1 << 20  # how much is read (and checked) at a time
-_DEFAULTS = {"MAX_GZIP_RATIO": MAX_GZIP_RATIO, "GZIP_ALLOWANCE_BYTES": GZIP_ALLOWANCE_BYTES,
-             "MAX_DECOMPRESSED_BYTES": MAX_DECOMPRESSED_BYTES, "MAX_LINE_BYTES": MAX_LINE_BYTES,
-             "MAX_NESTING_DEPTH": MAX_NESTING_DEPTH, "MIN_INPUT_BYTES_PER_ROW": MIN_INPUT_BYTES_PER_ROW,
-             "MAX_CSV_COLUMNS": MAX_CSV_COLUMNS}
+_DEFAULTS = {
+    "MAX_GZIP_RATIO": MAX_GZIP_RATIO,
+    "GZIP_ALLOWANCE_BYTES": GZIP_ALLOWANCE_BYTES,
+    "MAX_DECOMPRESSED_BYTES": MAX_DECOMPRESSED_BYTES,
+    "MAX_LINE_BYTES": MAX_LINE_BYTES,
+    "MAX_NESTING_DEPTH": MAX_NESTING_DEPTH,
+    "MIN_INPUT_BYTES_PER_ROW": MIN_INPUT_BYTES_PER_ROW,
+    "MAX_CSV_COLUMNS": MAX_CSV_COLUMNS,
+}
 _GZIP_ERRORS = (OSError, EOFError, zlib.error)
 
 
@@ -83,8 +89,11 @@ def _kind(mode: int) -> str:
 
 
 def _not_regular(path: str, mode: int) -> InputError:
-    return InputError(path, f"is {_kind(mode)}; expected a regular file (gpudiag reads files, not pipes or "
-                            "devices, which can block or never end)")
+    return InputError(
+        path,
+        f"is {_kind(mode)}; expected a regular file (gpudiag reads files, not pipes or "
+        "devices, which can block or never end)",
+    )
 
 
 def require_regular_file(path: str | os.PathLike) -> None:
@@ -130,8 +139,9 @@ class InputFile:
         self._raw.seek(0)
         if self.compressed and not gunzip:
             self._raw.close()
-            raise InputError(self.path, "is gzip-compressed, but this kind of file is read as plain text; "
-                                        "gunzip it first")
+            raise InputError(
+                self.path, "is gzip-compressed, but this kind of file is read as plain text; gunzip it first"
+            )
         self._f = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.compressed else self._raw
         self._offset = 0  # (decompressed) bytes handed out so far
         self._line = 1  # line number at self._offset
@@ -166,18 +176,26 @@ class InputFile:
     def _check_ratio(self, more: int) -> None:
         inflated = self._offset + more
         if inflated > self._max_bytes:
-            raise InputError(self.path, (
-                f"is a gzip that inflates past {human_bytes(self._max_bytes)} (MAX_DECOMPRESSED_BYTES), more than "
-                f"gpudiag reads from one file. If it is real, raise {ENV_PREFIX}MAX_DECOMPRESSED_BYTES "
-                "(docs/input-limits.md)"))
+            raise InputError(
+                self.path,
+                (
+                    f"is a gzip that inflates past {human_bytes(self._max_bytes)} (MAX_DECOMPRESSED_BYTES), more than "
+                    f"gpudiag reads from one file. If it is real, raise {ENV_PREFIX}MAX_DECOMPRESSED_BYTES "
+                    "(docs/input-limits.md)"
+                ),
+            )
         consumed = max(1, self._raw.tell())
         if inflated > self._allowance and inflated > self._ratio * consumed:
-            raise InputError(self.path, (
-                f"is a gzip that inflates more than {self._ratio}× (MAX_GZIP_RATIO): its first "
-                f"{human_bytes(consumed)} on disk already gave {human_bytes(inflated)}, past the "
-                f"{human_bytes(self._allowance)} any gzip may give (GZIP_ALLOWANCE_BYTES); refused as a likely "
-                f"gzip bomb (real captures compress 5-45×). If it is real, raise {ENV_PREFIX}MAX_GZIP_RATIO "
-                "(docs/input-limits.md)"))
+            raise InputError(
+                self.path,
+                (
+                    f"is a gzip that inflates more than {self._ratio}× (MAX_GZIP_RATIO): its first "
+                    f"{human_bytes(consumed)} on disk already gave {human_bytes(inflated)}, past the "
+                    f"{human_bytes(self._allowance)} any gzip may give (GZIP_ALLOWANCE_BYTES); refused as a likely "
+                    f"gzip bomb (real captures compress 5-45×). If it is real, raise {ENV_PREFIX}MAX_GZIP_RATIO "
+                    "(docs/input-limits.md)"
+                ),
+            )
 
     def _checked(self, data: bytes) -> bytes:
         if self._max_line is not None:
@@ -203,10 +221,14 @@ class InputFile:
                 at = first
             if self._run > cap:
                 line = self._line + data.count(b"\n", 0, at)
-                raise InputError(self.path, (
-                    f"line {line:,} is longer than {human_bytes(cap)} (MAX_LINE_BYTES) with no line break; expected "
-                    f"a line-oriented file (CSV or JSON lines) of shorter lines. If it is real, raise "
-                    f"{ENV_PREFIX}MAX_LINE_BYTES (docs/input-limits.md)"))
+                raise InputError(
+                    self.path,
+                    (
+                        f"line {line:,} is longer than {human_bytes(cap)} (MAX_LINE_BYTES) with no line break; expected "
+                        f"a line-oriented file (CSV or JSON lines) of shorter lines. If it is real, raise "
+                        f"{ENV_PREFIX}MAX_LINE_BYTES (docs/input-limits.md)"
+                    ),
+                )
             if first >= 0:
                 self._run = end - 1 - max(data.rfind(b"\n", start, end), data.rfind(b"\r", start, end))
         self._line += data.count(b"\n")
@@ -230,8 +252,7 @@ def _first_break(data: bytes, start: int, end: int) -> int:
     return cr if nl < 0 else nl if cr < 0 else min(nl, cr)
 
 
-def open_input(path: str | os.PathLike, *, lines: bool = False, json: bool = False,
-               gunzip: bool = True) -> InputFile:
+def open_input(path: str | os.PathLike, *, lines: bool = False, json: bool = False, gunzip: bool = True) -> InputFile:
     """``path`` opened for reading within the caps (see the module doc).
 
     ``lines``: the input is line-oriented, hold its lines to ``MAX_LINE_BYTES``. ``json``: it is
@@ -264,13 +285,18 @@ def check_rows(path: str | os.PathLike | None, rows: int, input_bytes: int) -> N
     """
     per_row = limit("MIN_INPUT_BYTES_PER_ROW")
     if per_row and rows * per_row > input_bytes:
-        raise InputError(path, (
-            f"its {human_bytes(input_bytes)} would make {rows:,} table rows, fewer than {per_row} bytes a row "
-            f"(MIN_INPUT_BYTES_PER_ROW): it references the same objects over and over (a pickle \"billion laughs\"), "
-            f"which no real capture does. If it is real, set {ENV_PREFIX}MIN_INPUT_BYTES_PER_ROW=0 (docs/input-limits.md)"))
+        raise InputError(
+            path,
+            (
+                f"its {human_bytes(input_bytes)} would make {rows:,} table rows, fewer than {per_row} bytes a row "
+                f'(MIN_INPUT_BYTES_PER_ROW): it references the same objects over and over (a pickle "billion laughs"), '
+                f"which no real capture does. If it is real, set {ENV_PREFIX}MIN_INPUT_BYTES_PER_ROW=0 (docs/input-limits.md)"
+            ),
+        )
 
 
 # --- JSON nesting --------------------------------------------------------------------------------
+
 
 def check_json_nesting(data: bytes, path: str | os.PathLike | None) -> None:
     """Raise InputError if the JSON text ``data`` nests ``[`` / ``{`` deeper than ``MAX_NESTING_DEPTH``."""
@@ -282,9 +308,12 @@ def check_json_nesting(data: bytes, path: str | os.PathLike | None) -> None:
 
 def nesting_error(path, max_depth: int, where: str = "it") -> InputError:
     """The error for input nested deeper than ``max_depth``; ``where`` starts the sentence."""
-    return InputError(path, f"{where} nests deeper than {max_depth} levels (MAX_NESTING_DEPTH); gpudiag's inputs "
-                            f"nest 7 levels at most. If it is real, raise {ENV_PREFIX}MAX_NESTING_DEPTH "
-                            "(docs/input-limits.md)")
+    return InputError(
+        path,
+        f"{where} nests deeper than {max_depth} levels (MAX_NESTING_DEPTH); gpudiag's inputs "
+        f"nest 7 levels at most. If it is real, raise {ENV_PREFIX}MAX_NESTING_DEPTH "
+        "(docs/input-limits.md)",
+    )
 
 
 _KEEP = b'[]{}"\\'  # the only bytes that matter to nesting
@@ -316,7 +345,7 @@ class _Nesting:
     def feed(self, data: bytes) -> int | None:
         """Offset in ``data`` where the nesting first passes the limit, or None."""
         for start in range(0, len(data), _SCAN_BYTES):
-            piece = data[start:start + _SCAN_BYTES]
+            piece = data[start : start + _SCAN_BYTES]
             skip = 1 if self.escape_next else 0  # the escaped byte is text: leave it out
             self.escape_next = False
             if b"\\" in piece:

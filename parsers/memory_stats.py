@@ -9,6 +9,7 @@ bytes, torch has no largest free block), never a guess.
 The log may be gzip-compressed (fixtures are). A crashed run can leave a partial last line: it is dropped with a warning in
 ``df.attrs["warnings"]``; a bad line anywhere else is an :class:`InputError`.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,37 +25,63 @@ from parsers.schema import F64, I64, STR, Schema, conform
 
 # output column → key in torch.cuda.memory_stats()
 TORCH_KEYS = {
-    "allocated_bytes": "allocated_bytes.all.current", "allocated_peak_bytes": "allocated_bytes.all.peak",
-    "reserved_bytes": "reserved_bytes.all.current", "reserved_peak_bytes": "reserved_bytes.all.peak",
-    "active_bytes": "active_bytes.all.current", "active_peak_bytes": "active_bytes.all.peak",
-    "requested_bytes": "requested_bytes.all.current", "requested_peak_bytes": "requested_bytes.all.peak",
-    "inactive_split_bytes": "inactive_split_bytes.all.current", "inactive_split_blocks": "inactive_split.all.current",
+    "allocated_bytes": "allocated_bytes.all.current",
+    "allocated_peak_bytes": "allocated_bytes.all.peak",
+    "reserved_bytes": "reserved_bytes.all.current",
+    "reserved_peak_bytes": "reserved_bytes.all.peak",
+    "active_bytes": "active_bytes.all.current",
+    "active_peak_bytes": "active_bytes.all.peak",
+    "requested_bytes": "requested_bytes.all.current",
+    "requested_peak_bytes": "requested_bytes.all.peak",
+    "inactive_split_bytes": "inactive_split_bytes.all.current",
+    "inactive_split_blocks": "inactive_split.all.current",
     "reserved_large_pool_bytes": "reserved_bytes.large_pool.current",
     "reserved_small_pool_bytes": "reserved_bytes.small_pool.current",
     "allocated_large_pool_bytes": "allocated_bytes.large_pool.current",
     "allocated_small_pool_bytes": "allocated_bytes.small_pool.current",
-    "segments": "segment.all.current", "segments_allocated_total": "segment.all.allocated",
-    "segments_freed_total": "segment.all.freed", "allocations": "allocation.all.current",
-    "num_alloc_retries": "num_alloc_retries", "num_ooms": "num_ooms",
-    "num_device_alloc": "num_device_alloc", "num_device_free": "num_device_free",
-    "oversize_segments": "oversize_segments.current", "max_split_size_bytes": "max_split_size",
+    "segments": "segment.all.current",
+    "segments_allocated_total": "segment.all.allocated",
+    "segments_freed_total": "segment.all.freed",
+    "allocations": "allocation.all.current",
+    "num_alloc_retries": "num_alloc_retries",
+    "num_ooms": "num_ooms",
+    "num_device_alloc": "num_device_alloc",
+    "num_device_free": "num_device_free",
+    "oversize_segments": "oversize_segments.current",
+    "max_split_size_bytes": "max_split_size",
 }
 # output column → key in JAX's device.memory_stats()
 JAX_KEYS = {
-    "allocated_bytes": "bytes_in_use", "allocated_peak_bytes": "peak_bytes_in_use",
-    "reserved_bytes": "bytes_reserved", "reserved_peak_bytes": "peak_bytes_reserved",
-    "pool_bytes": "pool_bytes", "pool_peak_bytes": "peak_pool_bytes",
-    "largest_free_block_bytes": "largest_free_block_bytes", "limit_bytes": "bytes_limit",
-    "largest_alloc_bytes": "largest_alloc_size", "num_allocs": "num_allocs",
+    "allocated_bytes": "bytes_in_use",
+    "allocated_peak_bytes": "peak_bytes_in_use",
+    "reserved_bytes": "bytes_reserved",
+    "reserved_peak_bytes": "peak_bytes_reserved",
+    "pool_bytes": "pool_bytes",
+    "pool_peak_bytes": "peak_pool_bytes",
+    "largest_free_block_bytes": "largest_free_block_bytes",
+    "limit_bytes": "bytes_limit",
+    "largest_alloc_bytes": "largest_alloc_size",
+    "num_allocs": "num_allocs",
 }
 
-MEMORY_STATS_SCHEMA = Schema("memory_stats", {
-    "rank": I64, "step": I64, "t_ns": F64, "framework": STR, "device": F64,
-    **{c: F64 for c in dict.fromkeys([*TORCH_KEYS, *JAX_KEYS])},
-}, docs={"t_ns": "unix epoch ns when the stats were read (the step's end)",
-         "allocated_bytes": "torch allocated_bytes.all.current / JAX bytes_in_use",
-         "reserved_bytes": "torch reserved_bytes.all.current / JAX bytes_reserved (0 when JAX preallocates)",
-         "pool_bytes": "JAX: the preallocated BFC pool", "largest_free_block_bytes": "JAX only"})
+MEMORY_STATS_SCHEMA = Schema(
+    "memory_stats",
+    {
+        "rank": I64,
+        "step": I64,
+        "t_ns": F64,
+        "framework": STR,
+        "device": F64,
+        **{c: F64 for c in dict.fromkeys([*TORCH_KEYS, *JAX_KEYS])},
+    },
+    docs={
+        "t_ns": "unix epoch ns when the stats were read (the step's end)",
+        "allocated_bytes": "torch allocated_bytes.all.current / JAX bytes_in_use",
+        "reserved_bytes": "torch reserved_bytes.all.current / JAX bytes_reserved (0 when JAX preallocates)",
+        "pool_bytes": "JAX: the preallocated BFC pool",
+        "largest_free_block_bytes": "JAX only",
+    },
+)
 
 
 def read_memory_stats(path: str | os.PathLike) -> pd.DataFrame:
@@ -79,7 +106,9 @@ def read_memory_stats(path: str | os.PathLike) -> pd.DataFrame:
             record = json.loads(line)
         except ValueError as e:
             if last and not ends_cleanly:
-                warnings.append(f"{os.fspath(path)}: ignored the partial last line {number} (the run stopped mid-write)")
+                warnings.append(
+                    f"{os.fspath(path)}: ignored the partial last line {number} (the run stopped mid-write)"
+                )
                 continue
             raise InputError(path, f"line {number}: expected a JSON object, found {line[:60]!r} ({e})") from None
         if not isinstance(record, dict):
@@ -89,8 +118,8 @@ def read_memory_stats(path: str | os.PathLike) -> pd.DataFrame:
         rows.append(_row(record, path, number))
     if not rows:
         if not text.strip():
-            raise InputError(path, "is empty; expected JSON lines of {\"kind\": \"memory_stats\", ...}")
-        raise InputError(path, "has no memory_stats records (lines with \"kind\": \"memory_stats\")")
+            raise InputError(path, 'is empty; expected JSON lines of {"kind": "memory_stats", ...}')
+        raise InputError(path, 'has no memory_stats records (lines with "kind": "memory_stats")')
     df = conform(pd.DataFrame(rows), MEMORY_STATS_SCHEMA)
     df = df.sort_values(["rank", "step", "t_ns"], kind="stable").reset_index(drop=True)
     df.attrs["warnings"] = warnings
@@ -100,20 +129,27 @@ def read_memory_stats(path: str | os.PathLike) -> pd.DataFrame:
 def _row(record: dict, path, number: int) -> dict:
     stats = record.get("stats")
     if not isinstance(stats, dict):
-        raise InputError(path, f"line {number}: expected \"stats\" to be an object, found {type(stats).__name__}")
+        raise InputError(path, f'line {number}: expected "stats" to be an object, found {type(stats).__name__}')
     framework = record.get("framework") or ("jax" if "bytes_in_use" in stats else "torch")
     if framework not in ("torch", "jax"):
         raise InputError(path, f"line {number}: expected framework 'torch' or 'jax', found {framework!r}")
     keys = TORCH_KEYS if framework == "torch" else JAX_KEYS
     try:
-        row = {"rank": int(record.get("rank", 0)), "step": int(record["step"]),
-               "t_ns": float(record["t_ns"]) if record.get("t_ns") is not None else np.nan,
-               "framework": framework, "device": record.get("device", np.nan)}
-        if not all(-2**63 <= row[k] < 2**63 for k in ("rank", "step")):  # an int64 column cannot hold it
+        row = {
+            "rank": int(record.get("rank", 0)),
+            "step": int(record["step"]),
+            "t_ns": float(record["t_ns"]) if record.get("t_ns") is not None else np.nan,
+            "framework": framework,
+            "device": record.get("device", np.nan),
+        }
+        if not all(-(2**63) <= row[k] < 2**63 for k in ("rank", "step")):  # an int64 column cannot hold it
             raise ValueError
     except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int(1e400) is inf
-        raise InputError(path, f"line {number}: expected integer \"step\" and \"rank\" and a number \"t_ns\", "
-                               f"found step={record.get('step')!r} rank={record.get('rank')!r} t_ns={record.get('t_ns')!r}") from None
+        raise InputError(
+            path,
+            f'line {number}: expected integer "step" and "rank" and a number "t_ns", '
+            f"found step={record.get('step')!r} rank={record.get('rank')!r} t_ns={record.get('t_ns')!r}",
+        ) from None
     for column, key in keys.items():
         value = stats.get(key)
         if value is None:
@@ -130,9 +166,18 @@ def _row(record: dict, path, number: int) -> dict:
 def is_memory_stats(head: bytes) -> bool:
     """A memory-stats log: torch's ``memory_stats()`` or JAX's ``memory_stats()`` per line."""
     compact = compact_json(head)
-    return compact is not None and ('"kind":"memory_stats"' in compact or '"allocated_bytes.all.current"' in compact
-                                    or '"bytes_in_use"' in compact)
+    return compact is not None and (
+        '"kind":"memory_stats"' in compact or '"allocated_bytes.all.current"' in compact or '"bytes_in_use"' in compact
+    )
 
 
-READERS = (Reader("memory-stats", MEMORY_STATS, is_memory_stats, read_memory_stats,
-                  "a memory-stats log (torch or JAX memory_stats() as JSON lines)", (JSON,)),)
+READERS = (
+    Reader(
+        "memory-stats",
+        MEMORY_STATS,
+        is_memory_stats,
+        read_memory_stats,
+        "a memory-stats log (torch or JAX memory_stats() as JSON lines)",
+        (JSON,),
+    ),
+)

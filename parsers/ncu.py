@@ -7,6 +7,7 @@
 the content. The standard columns analyzers use come first (``parsers.ncu_kernels.KERNELS_SCHEMA``);
 every other metric follows as ``"<metric> [<base unit>]"``. Formats: docs/ncu-formats.md.
 """
+
 from __future__ import annotations
 
 import os

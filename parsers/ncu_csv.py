@@ -15,6 +15,7 @@ short (a partial last row, a quote never closed) keeps its whole rows with a war
 (strictly: every line a whole record); anything irregular falls back to the
 line-by-line path, which skips non-CSV lines (noted in ``df.attrs["warnings"]``).
 """
+
 from __future__ import annotations
 
 import csv
@@ -53,8 +54,11 @@ DETAILS_LABELS = {
     ("Launch Statistics", "Grid Size"): "grid_size",
     ("Launch Statistics", "Block Size"): "block_size",
 }
-SHARED_MEM_LABELS = ("Driver Shared Memory Per Block", "Dynamic Shared Memory Per Block",
-                     "Static Shared Memory Per Block")
+SHARED_MEM_LABELS = (
+    "Driver Shared Memory Per Block",
+    "Dynamic Shared Memory Per Block",
+    "Static Shared Memory Per Block",
+)
 RULE_COLUMNS = ["Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup"]
 
 
@@ -93,8 +97,16 @@ class _NotPlain(Exception):
     """The strict raw-page parse met a line that is not a whole record."""
 
 
-RULES_COLUMNS = ["launch_id", "kernel_name", "section", "rule_name", "rule_type", "description", "speedup_type",
-                 "estimated_speedup_pct"]
+RULES_COLUMNS = [
+    "launch_id",
+    "kernel_name",
+    "section",
+    "rule_name",
+    "rule_type",
+    "description",
+    "speedup_type",
+    "estimated_speedup_pct",
+]
 
 
 def read_ncu_rules(path: str | os.PathLike) -> pd.DataFrame:
@@ -108,12 +120,18 @@ def read_ncu_rules(path: str | os.PathLike) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series([], dtype=object) for c in RULES_COLUMNS})
     df = _read_frame(path, text, dtype=str)
     df = df[df["Rule Name"].fillna("") != ""]
-    out = pd.DataFrame({
-        "launch_id": _numbers(df["ID"]), "kernel_name": df["Kernel Name"],
-        "section": df["Section Name"], "rule_name": df["Rule Name"], "rule_type": df["Rule Type"],
-        "description": df["Rule Description"],
-        "speedup_type": df["Estimated Speedup Type"] if "Estimated Speedup Type" in df else None,
-        "estimated_speedup_pct": _numbers(df["Estimated Speedup"]) if "Estimated Speedup" in df else np.nan})
+    out = pd.DataFrame(
+        {
+            "launch_id": _numbers(df["ID"]),
+            "kernel_name": df["Kernel Name"],
+            "section": df["Section Name"],
+            "rule_name": df["Rule Name"],
+            "rule_type": df["Rule Type"],
+            "description": df["Rule Description"],
+            "speedup_type": df["Estimated Speedup Type"] if "Estimated Speedup Type" in df else None,
+            "estimated_speedup_pct": _numbers(df["Estimated Speedup"]) if "Estimated Speedup" in df else np.nan,
+        }
+    )
     return out.reset_index(drop=True)
 
 
@@ -156,8 +174,11 @@ def _csv_bytes(path) -> bytes:
         raw.decode("utf-8")  # once here, so no later step meets a byte that is not UTF-8
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
-        raise InputError(path, f"is not UTF-8 text (byte {e.start}, line {line}); ncu writes UTF-8 CSV: "
-                               "was it converted to another encoding?") from None
+        raise InputError(
+            path,
+            f"is not UTF-8 text (byte {e.start}, line {line}); ncu writes UTF-8 CSV: "
+            "was it converted to another encoding?",
+        ) from None
     if b"\r" in raw:  # Windows CRLF, or bare CR (old Mac) line ends: the readers below split on LF
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     return raw
@@ -179,12 +200,18 @@ def _csv_text(path, raw: bytes) -> tuple[str, list[str]]:
     if not csv_lines:
         if "==PROF==" in text or "==WARNING==" in text or "==ERROR==" in text:
             said = [ln for ln in text.splitlines() if ln.startswith(("==WARNING==", "==ERROR=="))]
-            raise InputError(path, "holds ncu's console output but no CSV rows: no kernel was profiled"
-                                   + (f" (ncu said: {said[-1][:200]!r})" if said else "")
-                                   + "; check ncu's --launch-skip/--launch-count/--kernel-name filters")
+            raise InputError(
+                path,
+                "holds ncu's console output but no CSV rows: no kernel was profiled"
+                + (f" (ncu said: {said[-1][:200]!r})" if said else "")
+                + "; check ncu's --launch-skip/--launch-count/--kernel-name filters",
+            )
         first = next((ln for ln in text.splitlines() if ln.strip()), "")
-        raise InputError(path, "is not an Nsight Compute export: no line is a quoted ncu CSV row "
-                               f"(\"ID\",\"Process ID\",…); its first line is {first[:120]!r}")
+        raise InputError(
+            path,
+            "is not an Nsight Compute export: no line is a quoted ncu CSV row "
+            f'("ID","Process ID",…); its first line is {first[:120]!r}',
+        )
     header = _fields(path, csv_lines[0])
     _check_header(path, header)
     partial = None
@@ -204,10 +231,14 @@ def _csv_text(path, raw: bytes) -> tuple[str, list[str]]:
             csv_lines = csv_lines[:-1]
         data_rows = [ln for ln in csv_lines[1:] if not _is_units_row(ln)]
         if not data_rows:
-            raise InputError(path, f"is cut short: its only kernel row is partial ({partial}) and no complete "
-                                   "kernel rows remain; export or capture it again")
-        warnings.append(f"{path}: is cut short: dropped its partial last row ({partial}); "
-                        "the launches before it are read")
+            raise InputError(
+                path,
+                f"is cut short: its only kernel row is partial ({partial}) and no complete "
+                "kernel rows remain; export or capture it again",
+            )
+        warnings.append(
+            f"{path}: is cut short: dropped its partial last row ({partial}); the launches before it are read"
+        )
     if dropped:
         warnings.append(f"{path}: skipped {dropped} non-CSV lines (ncu's ==PROF== lines or program output)")
     return "\n".join(csv_lines) + "\n", warnings
@@ -220,13 +251,19 @@ def _is_units_row(line: str) -> bool:
 
 def _check_header(path, header: list[str]) -> None:
     if header[:2] != ["ID", "Process ID"] or "Kernel Name" not in header:
-        raise InputError(path, f"is a CSV but not an Nsight Compute export: its header starts {header[:4]!r}, "
-                               "expected \"ID\",\"Process ID\",…,\"Kernel Name\"")
+        raise InputError(
+            path,
+            f"is a CSV but not an Nsight Compute export: its header starts {header[:4]!r}, "
+            'expected "ID","Process ID",…,"Kernel Name"',
+        )
     max_columns = limit("MAX_CSV_COLUMNS")
     if len(header) > max_columns:
-        raise InputError(path, f"has {len(header):,} columns, more than {max_columns:,} (MAX_CSV_COLUMNS; ncu's raw page "
-                               "has ~570 with four sections, a few thousand with --set full); export fewer metrics, or raise GPUDIAG_MAX_CSV_COLUMNS "
-                               "(docs/input-limits.md)")
+        raise InputError(
+            path,
+            f"has {len(header):,} columns, more than {max_columns:,} (MAX_CSV_COLUMNS; ncu's raw page "
+            "has ~570 with four sections, a few thousand with --set full); export fewer metrics, or raise GPUDIAG_MAX_CSV_COLUMNS "
+            "(docs/input-limits.md)",
+        )
 
 
 def _csv_records(path, lines: list[str]) -> tuple[list[str], int, bool]:
@@ -243,9 +280,12 @@ def _csv_records(path, lines: list[str]) -> tuple[list[str], int, bool]:
             parts.append(ln)
             size += len(ln) + 1
             if size > max_chars:
-                raise InputError(path, f"line {number - len(parts) + 1:,}: a quoted CSV field runs on for more than "
-                                       f"{human_bytes(max_chars)} (MAX_LINE_BYTES) without its closing quote; a damaged "
-                                       "export? If it is real, raise GPUDIAG_MAX_LINE_BYTES (docs/input-limits.md)")
+                raise InputError(
+                    path,
+                    f"line {number - len(parts) + 1:,}: a quoted CSV field runs on for more than "
+                    f"{human_bytes(max_chars)} (MAX_LINE_BYTES) without its closing quote; a damaged "
+                    "export? If it is real, raise GPUDIAG_MAX_LINE_BYTES (docs/input-limits.md)",
+                )
             if ln.count('"') % 2:  # this line closes the open quote
                 records.append("\n".join(parts))
                 parts = None
@@ -286,8 +326,13 @@ def _raw_columns(path, data: bytes, header: list[str], skip_units: bool, strict:
     if pa is None or len(set(header)) != len(header):
         if strict:
             raise _NotPlain()
-        df = _read_frame(path, data.decode("utf-8"), skiprows=[1] if skip_units else None, thousands=",",
-                         dtype={c: str for c in TEXT_COLUMNS if c in header})
+        df = _read_frame(
+            path,
+            data.decode("utf-8"),
+            skiprows=[1] if skip_units else None,
+            thousands=",",
+            dtype={c: str for c in TEXT_COLUMNS if c in header},
+        )
         out = {}
         for name in df.columns:
             s = df[name]
@@ -299,8 +344,11 @@ def _raw_columns(path, data: bytes, header: list[str], skip_units: bool, strict:
             read_options=pacsv.ReadOptions(skip_rows_after_names=1 if skip_units else 0, block_size=1 << 24),
             parse_options=pacsv.ParseOptions(newlines_in_values=False),
             convert_options=pacsv.ConvertOptions(
-                null_values=NA, strings_can_be_null=True,
-                column_types={c: pa.string() for c in TEXT_COLUMNS if c in header}))
+                null_values=NA,
+                strings_can_be_null=True,
+                column_types={c: pa.string() for c in TEXT_COLUMNS if c in header},
+            ),
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         if strict:
             raise _NotPlain() from None
@@ -333,22 +381,30 @@ def _maybe_numbers(s: pd.Series) -> np.ndarray:
 def _numbers(s: pd.Series) -> pd.Series:
     if s.dtype.kind in "fiu":
         return s.astype(float)
-    return pd.to_numeric(s.astype(str).str.replace(",", "", regex=False).str.strip()
-                         .replace({"n/a": None, "no data": None, "": None, "nan": None}), errors="coerce")
+    return pd.to_numeric(
+        s.astype(str)
+        .str.replace(",", "", regex=False)
+        .str.strip()
+        .replace({"n/a": None, "no data": None, "": None, "nan": None}),
+        errors="coerce",
+    )
 
 
 def _raw(path, data: bytes, header: list[str], strict: bool = False) -> pd.DataFrame:
     first_end = data.find(b"\n")
     second_end = data.find(b"\n", first_end + 1)
-    second = data[first_end + 1: second_end if second_end >= 0 else len(data)].decode("utf-8", errors="replace")
+    second = data[first_end + 1 : second_end if second_end >= 0 else len(data)].decode("utf-8", errors="replace")
     units_line = _fields(path, second) if first_end >= 0 else []
     has_units = len(units_line) == len(header) and units_line[0] == "" and units_line[header.index("Kernel Name")] == ""
     units = units_line if has_units else [""] * len(header)
     cols = _raw_columns(path, data, header, skip_units=has_units, strict=strict)
     n = len(next(iter(cols.values()))) if cols else 0
     if n == 0:
-        raise InputError(path, "holds an ncu header but no kernel rows (nothing was profiled, or the export is cut "
-                               "short after its header)")
+        raise InputError(
+            path,
+            "holds an ncu header but no kernel rows (nothing was profiled, or the export is cut "
+            "short after its header)",
+        )
     out: dict[str, object] = {}
     for col, std in ID_COLUMNS.items():
         if col in cols:
@@ -434,8 +490,11 @@ def _details(path, text: str, header: list[str]) -> pd.DataFrame:
     label = df["Metric Name"].fillna("")
     is_cli = section == "Command line profiler metrics"
     key = np.where(is_cli, label, section + ": " + label)
-    df = df.assign(_key=[column_name(k, b) if not c else column_name(k, b)
-                         for k, b, c in zip(key, df["_base"], is_cli)], _label=label, _section=section)
+    df = df.assign(
+        _key=[column_name(k, b) if not c else column_name(k, b) for k, b, c in zip(key, df["_base"], is_cli)],
+        _label=label,
+        _section=section,
+    )
     wide = df.pivot_table(index="_id", columns="_key", values="_value", aggfunc="first", dropna=False)
     wide = wide.reindex(out.index)
     std_from_labels = {}
@@ -443,8 +502,13 @@ def _details(path, text: str, header: list[str]) -> pd.DataFrame:
         m = (df["_section"] == sec) & (df["_label"] == lab)
         if m.any():
             std_from_labels[std] = df[m].drop_duplicates("_id").set_index("_id")["_value"].reindex(out.index)
-    shared = [df[(df["_section"] == "Launch Statistics") & (df["_label"] == lab)]
-              .drop_duplicates("_id").set_index("_id")["_value"].reindex(out.index) for lab in SHARED_MEM_LABELS]
+    shared = [
+        df[(df["_section"] == "Launch Statistics") & (df["_label"] == lab)]
+        .drop_duplicates("_id")
+        .set_index("_id")["_value"]
+        .reindex(out.index)
+        for lab in SHARED_MEM_LABELS
+    ]
     shared = [s for s in shared if s.notna().any()]
     if shared:
         std_from_labels["shared_mem_per_block_bytes"] = sum(s.fillna(0) for s in shared)
@@ -454,8 +518,9 @@ def _details(path, text: str, header: list[str]) -> pd.DataFrame:
         for name in names:
             m = cli["_name"] == name
             if m.any():
-                std_from_labels.setdefault(std, cli[m].drop_duplicates("_id").set_index("_id")["_value"]
-                                           .reindex(out.index))
+                std_from_labels.setdefault(
+                    std, cli[m].drop_duplicates("_id").set_index("_id")["_value"].reindex(out.index)
+                )
                 break
     for std, s in std_from_labels.items():
         out[std] = s.to_numpy()
@@ -472,5 +537,13 @@ def is_ncu_csv(head: bytes) -> bool:
     return '"ID","Process ID"' in text or "==PROF==" in text or '"Kernel Name"' in text
 
 
-READERS = (Reader("ncu-csv", KERNELS, is_ncu_csv, read_ncu_csv,
-                  "an ncu CSV export (--csv --page raw or details, or ncu's stdout)", (TEXT,)),)
+READERS = (
+    Reader(
+        "ncu-csv",
+        KERNELS,
+        is_ncu_csv,
+        read_ncu_csv,
+        "an ncu CSV export (--csv --page raw or details, or ncu's stdout)",
+        (TEXT,),
+    ),
+)

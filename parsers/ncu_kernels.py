@@ -4,6 +4,7 @@ common end of each reader (derived columns, invalid hit rates, schema order and 
 :mod:`parsers.ncu_csv` and :mod:`parsers.ncu_rep` read the forms; :mod:`parsers.ncu` picks between
 them. Formats: docs/ncu-formats.md.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,29 +15,78 @@ import pandas as pd
 from parsers.errors import InputError
 from parsers.schema import F64, STR, Schema, conform
 
-KERNELS_SCHEMA = Schema("ncu.kernels", {
-    "launch_id": F64, "process_id": F64, "process_name": STR, "host": STR, "device": F64, "context": F64,
-    "stream": F64, "kernel_name": STR, "kernel_short": STR, "kernel_mangled": STR,
-    "grid_x": F64, "grid_y": F64, "grid_z": F64, "block_x": F64, "block_y": F64, "block_z": F64,
-    "grid_size": F64, "block_size": F64, "cc": STR, "nvtx_range": STR,
-    "dur_ns": F64, "l2_hit_pct": F64, "l2_read_hit_pct": F64, "l2_write_hit_pct": F64,
-    "dram_throughput_pct": F64, "memory_throughput_pct": F64, "sm_throughput_pct": F64,
-    "achieved_occupancy_pct": F64, "theoretical_occupancy_pct": F64,
-    "occupancy_limit_registers": F64, "occupancy_limit_shared_mem": F64, "occupancy_limit_warps": F64,
-    "occupancy_limit_blocks": F64, "registers_per_thread": F64, "shared_mem_per_block_bytes": F64,
-    "waves_per_sm": F64, "sm_count": F64, "dram_bytes": F64,
-}, {"launch_id": "ncu's ID of the launch in the report", "grid_size": "blocks in the grid",
-    "block_size": "threads per block", "kernel_short": "function base name (no namespace, templates, args)",
-    "l2_hit_pct": "lts__t_sector_hit_rate.pct; NaN where ncu reports > 101 % (not a rate), 100 where 100-101 %"})
+KERNELS_SCHEMA = Schema(
+    "ncu.kernels",
+    {
+        "launch_id": F64,
+        "process_id": F64,
+        "process_name": STR,
+        "host": STR,
+        "device": F64,
+        "context": F64,
+        "stream": F64,
+        "kernel_name": STR,
+        "kernel_short": STR,
+        "kernel_mangled": STR,
+        "grid_x": F64,
+        "grid_y": F64,
+        "grid_z": F64,
+        "block_x": F64,
+        "block_y": F64,
+        "block_z": F64,
+        "grid_size": F64,
+        "block_size": F64,
+        "cc": STR,
+        "nvtx_range": STR,
+        "dur_ns": F64,
+        "l2_hit_pct": F64,
+        "l2_read_hit_pct": F64,
+        "l2_write_hit_pct": F64,
+        "dram_throughput_pct": F64,
+        "memory_throughput_pct": F64,
+        "sm_throughput_pct": F64,
+        "achieved_occupancy_pct": F64,
+        "theoretical_occupancy_pct": F64,
+        "occupancy_limit_registers": F64,
+        "occupancy_limit_shared_mem": F64,
+        "occupancy_limit_warps": F64,
+        "occupancy_limit_blocks": F64,
+        "registers_per_thread": F64,
+        "shared_mem_per_block_bytes": F64,
+        "waves_per_sm": F64,
+        "sm_count": F64,
+        "dram_bytes": F64,
+    },
+    {
+        "launch_id": "ncu's ID of the launch in the report",
+        "grid_size": "blocks in the grid",
+        "block_size": "threads per block",
+        "kernel_short": "function base name (no namespace, templates, args)",
+        "l2_hit_pct": "lts__t_sector_hit_rate.pct; NaN where ncu reports > 101 % (not a rate), 100 where 100-101 %",
+    },
+)
 
-RULES_SCHEMA = Schema("ncu.rules", {
-    "launch_id": F64, "kernel_short": STR, "kernel_name": STR, "section": STR, "rule": STR, "type": STR,
-    "description": STR, "estimated_speedup_pct": F64, "speedup_type": STR,
-}, {"section": "section the rule belongs to: its identifier ('SpeedOfLight') as the details page prints it",
-    "rule": "rule identifier ('SOLBottleneck', 'AchievedOccupancy')",
-    "type": "OPT / WRN / INF / ERR",
-    "speedup_type": "'local' (share of this kernel's time) or 'global' (of the whole run)",
-    "estimated_speedup_pct": "ncu's estimated speedup, %"})
+RULES_SCHEMA = Schema(
+    "ncu.rules",
+    {
+        "launch_id": F64,
+        "kernel_short": STR,
+        "kernel_name": STR,
+        "section": STR,
+        "rule": STR,
+        "type": STR,
+        "description": STR,
+        "estimated_speedup_pct": F64,
+        "speedup_type": STR,
+    },
+    {
+        "section": "section the rule belongs to: its identifier ('SpeedOfLight') as the details page prints it",
+        "rule": "rule identifier ('SOLBottleneck', 'AchievedOccupancy')",
+        "type": "OPT / WRN / INF / ERR",
+        "speedup_type": "'local' (share of this kernel's time) or 'global' (of the whole run)",
+        "estimated_speedup_pct": "ncu's estimated speedup, %",
+    },
+)
 
 # standard column ← raw metric names, first present wins (values already in base units)
 STANDARD_METRICS = {
@@ -44,8 +94,10 @@ STANDARD_METRICS = {
     "l2_hit_pct": ["lts__t_sector_hit_rate.pct"],
     "l2_read_hit_pct": ["lts__t_sector_op_read_hit_rate.pct"],
     "l2_write_hit_pct": ["lts__t_sector_op_write_hit_rate.pct"],
-    "dram_throughput_pct": ["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-                            "dram__throughput.avg.pct_of_peak_sustained_elapsed"],
+    "dram_throughput_pct": [
+        "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    ],
     "memory_throughput_pct": ["gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"],
     "sm_throughput_pct": ["sm__throughput.avg.pct_of_peak_sustained_elapsed"],
     "achieved_occupancy_pct": ["sm__warps_active.avg.pct_of_peak_sustained_active"],
@@ -74,8 +126,17 @@ MAX_VALID_HIT_PCT = 100.0
 HIT_PCT_NOISE = 1.0
 
 # the columns every CSV page starts with
-ID_COLUMNS = {"ID": "launch_id", "Process ID": "process_id", "Process Name": "process_name", "Host Name": "host",
-              "Kernel Name": "kernel_name", "Context": "context", "Stream": "stream", "Device": "device", "CC": "cc"}
+ID_COLUMNS = {
+    "ID": "launch_id",
+    "Process ID": "process_id",
+    "Process Name": "process_name",
+    "Host Name": "host",
+    "Kernel Name": "kernel_name",
+    "Context": "context",
+    "Stream": "stream",
+    "Device": "device",
+    "CC": "cc",
+}
 
 
 _TEMPLATE_OR_ARGS = re.compile(r"[<(]")
@@ -126,8 +187,11 @@ def finish(df: pd.DataFrame, path) -> pd.DataFrame:
     than parsing it).
     """
     if not len(df):
-        raise InputError(path, "holds no profiled kernel launches (no kernel rows); "
-                               "check that ncu's window matched kernels (--launch-skip/--launch-count, --nvtx-include)")
+        raise InputError(
+            path,
+            "holds no profiled kernel launches (no kernel rows); "
+            "check that ncu's window matched kernels (--launch-skip/--launch-count, --nvtx-include)",
+        )
     declared = {c: df[c] for c in KERNELS_SCHEMA.columns if c in df.columns}
     if "kernel_short" not in declared or declared["kernel_short"].isna().all():
         names = df["kernel_name"].astype(object)

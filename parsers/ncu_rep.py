@@ -7,6 +7,7 @@ the same columns. ``ncu_report`` ships Linux x86_64 wheels only; without it a
 clear error says how to export CSV instead. A file that is not a report loads as
 a context with zero ranges: that is an error, not an empty result.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,10 @@ from parsers.ncu_kernels import STANDARD_METRICS, finish
 from parsers.ncu_units import column_name, to_base
 from parsers.reader import BINARY, KERNELS, Reader
 
-NEEDS_PACKAGE = (".ncu-rep needs NVIDIA's ncu-report package (pip install ncu-report; NVIDIA ships Linux x86_64 "
-                 "wheels only); CSV exports work without it: ncu --import report.ncu-rep --csv --page raw > raw.csv")
+NEEDS_PACKAGE = (
+    ".ncu-rep needs NVIDIA's ncu-report package (pip install ncu-report; NVIDIA ships Linux x86_64 "
+    "wheels only); CSV exports work without it: ncu --import report.ncu-rep --csv --page raw > raw.csv"
+)
 
 
 MAGIC = b"NVR\x00"
@@ -52,8 +55,13 @@ def read_ncu_rep(path: str | os.PathLike) -> pd.DataFrame:
 def read_ncu_rep_rules(path: str | os.PathLike) -> pd.DataFrame:
     """The rule results ncu stored with each launch, as the details page prints them."""
     ncu_report = _ncu_report(path)
-    types = {ncu_report.MsgType_OPTIMIZATION: "OPT", ncu_report.MsgType_WARNING: "WRN",
-             ncu_report.MsgType_ERR: "ERR", ncu_report.MsgType_OK: "INF", ncu_report.MsgType_NONE: ""}
+    types = {
+        ncu_report.MsgType_OPTIMIZATION: "OPT",
+        ncu_report.MsgType_WARNING: "WRN",
+        ncu_report.MsgType_ERR: "ERR",
+        ncu_report.MsgType_OK: "INF",
+        ncu_report.MsgType_NONE: "",
+    }
     speedups = {ncu_report.SpeedupType_LOCAL: "local", ncu_report.SpeedupType_GLOBAL: "global"}
     rows = []
     with _plain_file(path) as plain:
@@ -64,12 +72,18 @@ def read_ncu_rep_rules(path: str | os.PathLike) -> pd.DataFrame:
                 if not msg.get("message"):
                     continue  # a rule that did not fire: the details page has no row for it either
                 speed = rule.get("speedup_estimation") or {}
-                rows.append({"launch_id": float(launch_id), "kernel_name": name,
-                             "section": rule.get("section_identifier"), "rule_name": rule.get("rule_identifier"),
-                             "rule_type": types.get(msg.get("type"), str(msg.get("type"))),
-                             "description": plain_rule_text(msg["message"]),
-                             "speedup_type": speedups.get(speed.get("type")) if speed else None,
-                             "estimated_speedup_pct": float(speed["speedup"]) if "speedup" in speed else np.nan})
+                rows.append(
+                    {
+                        "launch_id": float(launch_id),
+                        "kernel_name": name,
+                        "section": rule.get("section_identifier"),
+                        "rule_name": rule.get("rule_identifier"),
+                        "rule_type": types.get(msg.get("type"), str(msg.get("type"))),
+                        "description": plain_rule_text(msg["message"]),
+                        "speedup_type": speedups.get(speed.get("type")) if speed else None,
+                        "estimated_speedup_pct": float(speed["speedup"]) if "speedup" in speed else np.nan,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -79,12 +93,14 @@ _MARKUP = re.compile(r"@(section|url|metric|table|image):([^@]*)@")
 def plain_rule_text(message: str) -> str:
     """ncu's rule markup as the details page prints it: ``@section:Id:Label@`` → ``Label``,
     ``@url:Text:https://…@`` → ``Text (https://…)``."""
+
     def sub(m: re.Match) -> str:
         kind, body = m.group(1), m.group(2)
         if kind == "url":
             text, _, url = body.partition(":")
             return f"{text} ({url})" if url else text
         return body.split(":", 1)[-1]
+
     return _MARKUP.sub(sub, message)
 
 
@@ -103,8 +119,11 @@ def _actions(ncu_report, path, plain: str):
     except Exception as e:  # the extension raises plain RuntimeErrors
         raise InputError(path, f"ncu_report could not load it: {e}") from None
     if ctx is None or ctx.num_ranges() == 0:
-        raise InputError(path, "is not a readable Nsight Compute report: ncu_report loads it with zero ranges "
-                               "(a damaged or foreign file with the report's magic bytes)")
+        raise InputError(
+            path,
+            "is not a readable Nsight Compute report: ncu_report loads it with zero ranges "
+            "(a damaged or foreign file with the report's magic bytes)",
+        )
     launch_id = 0
     for r in range(ctx.num_ranges()):
         rng = ctx.range_by_idx(r)
@@ -193,11 +212,19 @@ def _action_row(ncu_report, action) -> dict:
                 break
     get = lambda n: metrics.get(n, (np.nan, ""))[0]  # noqa: E731
     # the report's actions carry no process id through this API: process_id stays NaN here
-    row.update({"context": get("launch__context_id"), "stream": get("launch__stream_id"),
-                "device": get("launch__device_id"),
-                "grid_x": get("launch__grid_dim_x"), "grid_y": get("launch__grid_dim_y"),
-                "grid_z": get("launch__grid_dim_z"), "block_x": get("launch__block_dim_x"),
-                "block_y": get("launch__block_dim_y"), "block_z": get("launch__block_dim_z")})
+    row.update(
+        {
+            "context": get("launch__context_id"),
+            "stream": get("launch__stream_id"),
+            "device": get("launch__device_id"),
+            "grid_x": get("launch__grid_dim_x"),
+            "grid_y": get("launch__grid_dim_y"),
+            "grid_z": get("launch__grid_dim_z"),
+            "block_x": get("launch__block_dim_x"),
+            "block_y": get("launch__block_dim_y"),
+            "block_z": get("launch__block_dim_z"),
+        }
+    )
     major, minor = get("device__attribute_compute_capability_major"), get("device__attribute_compute_capability_minor")
     row["cc"] = f"{int(major)}.{int(minor)}" if not (np.isnan(major) or np.isnan(minor)) else None
     row["nvtx_range"] = _nvtx(action)

@@ -11,6 +11,7 @@ base. Times are ns in a numerator (durations) and seconds in a denominator (rate
 conversion does (``5.3 %/Kbyte`` prints as ``5,300 %/byte`` with ``--print-units base``, in the
 fixtures' raw pages); gpudiag reproduces ncu's base numbers rather than correcting them.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,8 +21,17 @@ _SI = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BIN = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
 _SMALL = {"m": 1e-3, "u": 1e-6, "n": 1e-9, "µ": 1e-6}
 # time as a numerator → ns
-_TIME_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9,
-            "s": 1e9, "sec": 1e9}
+_TIME_NS = {
+    "nsecond": 1.0,
+    "ns": 1.0,
+    "usecond": 1e3,
+    "us": 1e3,
+    "msecond": 1e6,
+    "ms": 1e6,
+    "second": 1e9,
+    "s": 1e9,
+    "sec": 1e9,
+}
 # time as a denominator → per second
 _TIME_S = {k: v / 1e9 for k, v in _TIME_NS.items()}
 _PREFIXED_BASES = {"byte": "byte", "hz": "Hz", "Hz": "Hz", "bit": "bit", "B": "byte"}

@@ -18,6 +18,7 @@ caps of :mod:`parsers.limits`. Times stay the export's int64 ns. What is read fr
 Linking (GPU work ↔ launch call by correlation id, ``sync_kind`` of calls) is :func:`parsers.trace.trace_from_tables`'s,
 the same code as for Kineto traces. Tables and what is not read: ``docs/traces.md``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,17 +54,52 @@ RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX = "NVTX_EVENTS"
 # with StringIds, one of these tells an nsys export from any other SQLite database
-_MARKERS = ("META_DATA_EXPORT", "TARGET_INFO_SESSION_START_TIME", "ANALYSIS_DETAILS", "TARGET_INFO_GPU", "ThreadNames",
-            KERNEL, RUNTIME, NVTX)
+_MARKERS = (
+    "META_DATA_EXPORT",
+    "TARGET_INFO_SESSION_START_TIME",
+    "ANALYSIS_DETAILS",
+    "TARGET_INFO_GPU",
+    "ThreadNames",
+    KERNEL,
+    RUNTIME,
+    NVTX,
+)
 
 # nsys's enums, for exports without their ENUM_* tables (older nsys); the file's own tables win
-_COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
-               9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
-_MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "DeviceStatic",
-              6: "ManagedStatic", 7: "Unknown"}
+_COPY_KINDS = {
+    0: "Unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "HtoD",
+    12: "DtoH",
+    13: "DtoD",
+}
+_MEM_KINDS = {
+    0: "Pageable",
+    1: "Pinned",
+    2: "Device",
+    3: "Array",
+    4: "Managed",
+    5: "DeviceStatic",
+    6: "ManagedStatic",
+    7: "Unknown",
+}
 _SYNC_KINDS = {0: "Unknown", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
-_SYNC_LABELS = {"UNKNOWN": "Unknown", "EVENT_SYNCHRONIZE": "Event Sync", "STREAM_WAIT_EVENT": "Stream Wait Event",
-                "STREAM_SYNCHRONIZE": "Stream Sync", "CONTEXT_SYNCHRONIZE": "Context Sync"}
+_SYNC_LABELS = {
+    "UNKNOWN": "Unknown",
+    "EVENT_SYNCHRONIZE": "Event Sync",
+    "STREAM_WAIT_EVENT": "Stream Wait Event",
+    "STREAM_SYNCHRONIZE": "Stream Sync",
+    "CONTEXT_SYNCHRONIZE": "Context Sync",
+}
 _NVTX_RANGES = {"NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxtPushPopRange": 70, "NvtxtStartEndRange": 71}
 _NVTX_DOMAIN_CREATE = 75
 _RUNTIME_VERSION = re.compile(r"^(cuda\w+?)_v\d{4,}$")  # cudaLaunchKernel_v7000 → cudaLaunchKernel
@@ -91,13 +127,15 @@ def read_nsys_sqlite(path: str | os.PathLike) -> Trace:
         except sqlite3.Error as e:
             raise InputError(path, _sqlite_problem(e)) from None
         except UnicodeDecodeError:  # SQLite's own message quoting a damaged schema's bytes
-            raise InputError(path, f"is a damaged SQLite database (its schema is not UTF-8 text); expected {EXPECTED}") \
-                from None
+            raise InputError(
+                path, f"is a damaged SQLite database (its schema is not UTF-8 text); expected {EXPECTED}"
+            ) from None
         finally:
             con.close()
 
 
 # --- the file -------------------------------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def _database_file(path: str) -> Iterator[str]:
@@ -122,8 +160,11 @@ def _database_file(path: str) -> Iterator[str]:
                         size += len(piece)
                 _check_header(path, head, size)
         except (EOFError, zlib.error, OSError) as e:
-            problem = ("the gzip stream ends early: the file is truncated" if isinstance(e, EOFError)
-                       else f"the gzip stream is broken ({e})")
+            problem = (
+                "the gzip stream ends early: the file is truncated"
+                if isinstance(e, EOFError)
+                else f"the gzip stream is broken ({e})"
+            )
             raise InputError(path, f"is gzip-compressed but cannot be decompressed: {problem}") from None
         finally:
             f.close()
@@ -138,7 +179,7 @@ def _check_header(path: str, head: bytes, size: int | None) -> None:
     """The 100-byte SQLite header: the magic, a page size, and whether the file is as long as it says."""
     if not head:
         raise InputError(path, f"is empty; expected {EXPECTED}")
-    if not head.startswith(MAGIC[:len(head)]) or len(head) >= 16 and head[:16] != MAGIC:
+    if not head.startswith(MAGIC[: len(head)]) or len(head) >= 16 and head[:16] != MAGIC:
         raise InputError(path, f"is not an SQLite database (it starts with {head[:16]!r}); expected {EXPECTED}")
     if len(head) < 100:
         raise InputError(path, f"is cut off inside its SQLite header ({len(head)} of 100 bytes); expected {EXPECTED}")
@@ -148,8 +189,11 @@ def _check_header(path: str, head: bytes, size: int | None) -> None:
         raise InputError(path, f"has a damaged SQLite header (page size {page}); expected {EXPECTED}")
     pages = int.from_bytes(head[28:32], "big")
     if size is not None and pages and head[24:28] == head[92:96] and size < page * pages:
-        raise InputError(path, f"is truncated: {size:,} bytes of the {page * pages:,} its SQLite header declares "
-                               "(was the export or the copy cut short?)")
+        raise InputError(
+            path,
+            f"is truncated: {size:,} bytes of the {page * pages:,} its SQLite header declares "
+            "(was the export or the copy cut short?)",
+        )
 
 
 def _connect(db_path: str) -> sqlite3.Connection:
@@ -175,6 +219,7 @@ def _sqlite_problem(e: sqlite3.Error) -> str:
 
 # --- the tables -----------------------------------------------------------------------------------------------------
 
+
 class _Db:
     """The export's tables (real tables only: a view could run code), their columns, its strings and enums."""
 
@@ -196,10 +241,15 @@ class _Db:
         lacks → its default). Values are CAST so a text or real in an INTEGER column cannot break the arrays."""
         missing = [c for c in required if not self.has(table, c)]
         if missing:
-            raise InputError(self.path, f"is not a whole Nsight Systems export: its table {table} lacks the column(s) "
-                                        f"{', '.join(missing)} that nsys 2021 and later write; expected {EXPECTED}")
-        exprs = [f"CAST(COALESCE({_quote(c)}, {d}) AS INTEGER)" if self.has(table, c) else str(int(d))
-                 for c, d in cols.items()]
+            raise InputError(
+                self.path,
+                f"is not a whole Nsight Systems export: its table {table} lacks the column(s) "
+                f"{', '.join(missing)} that nsys 2021 and later write; expected {EXPECTED}",
+            )
+        exprs = [
+            f"CAST(COALESCE({_quote(c)}, {d}) AS INTEGER)" if self.has(table, c) else str(int(d))
+            for c, d in cols.items()
+        ]
         cur = self.con.execute(f"SELECT {', '.join(exprs)} FROM {_quote(table)}")
         pieces = [np.empty((0, len(cols)), dtype=np.int64)]
         while rows := cur.fetchmany(_FETCH_ROWS):  # a piece at a time: rows as Python tuples cost ~10× their ints
@@ -212,7 +262,7 @@ class _Db:
         out: dict[int, str] = {}
         wanted = [int(i) for i in np.unique(ids) if i >= 0]
         for start in range(0, len(wanted), 900):  # SQLite's bound-parameter limit
-            chunk = wanted[start:start + 900]
+            chunk = wanted[start : start + 900]
             sql = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(chunk))})"
             out.update((int(i), str(v)) for i, v in self.con.execute(sql, chunk) if v is not None)
         return out
@@ -221,14 +271,20 @@ class _Db:
         """An ENUM_* table as id → symbol name; empty when the export lacks it (older nsys)."""
         if table not in self.tables or not {"id", "name"} <= self.columns(table):
             return {}
-        return {int(i): str(n) for i, n in self.con.execute(f"SELECT CAST(id AS INTEGER), name FROM {_quote(table)}")
-                if i is not None and n is not None}
+        return {
+            int(i): str(n)
+            for i, n in self.con.execute(f"SELECT CAST(id AS INTEGER), name FROM {_quote(table)}")
+            if i is not None and n is not None
+        }
 
     def key_values(self, table: str, key: str = "name", value: str = "value") -> list[tuple[str, str]]:
         if table not in self.tables or not {key, value} <= self.columns(table):
             return []
-        return [(str(k), str(v)) for k, v in self.con.execute(f"SELECT {key}, {value} FROM {_quote(table)}")
-                if k is not None and v is not None]
+        return [
+            (str(k), str(v))
+            for k, v in self.con.execute(f"SELECT {key}, {value} FROM {_quote(table)}")
+            if k is not None and v is not None
+        ]
 
 
 def _quote(name: str) -> str:
@@ -248,8 +304,10 @@ def _read(path: str, con: sqlite3.Connection) -> Trace:
     if dropped:
         warnings.append(f"{dropped:,} rows ended before they started (or had a time beyond int64 ns) and were skipped")
     if not any(t in db.tables for t in (KERNEL, MEMCPY, MEMSET, GRAPH, RUNTIME)):
-        warnings.append("the export has no CUDA activity (no CUPTI_ACTIVITY_KIND_* tables): capture with "
-                        "nsys profile --trace=cuda,nvtx for the GPU timeline")
+        warnings.append(
+            "the export has no CUDA activity (no CUPTI_ACTIVITY_KIND_* tables): capture with "
+            "nsys profile --trace=cuda,nvtx for the GPU timeline"
+        )
     gpu_pid = gpu["process_pid"].to_numpy() if len(gpu) else np.array([], dtype=np.int64)
     rt_pid = runtime["pid"].to_numpy() if len(runtime) else np.array([], dtype=np.int64)
     processes = sorted(int(p) for p in set(gpu_pid.tolist()) | set(rt_pid.tolist()) if p >= 0)
@@ -260,27 +318,42 @@ def _read(path: str, con: sqlite3.Connection) -> Trace:
         if len(runtime):
             runtime["correlation"] = _per_process(runtime["correlation"].to_numpy(), rt_pid)
         shown = ", ".join(map(str, processes[:8])) + (" …" if len(processes) > 8 else "")
-        warnings.append(f"the export holds {len(processes)} processes with CUDA activity (pids {shown}); they are "
-                        "read as one trace, so ranks are not told apart: give each rank its own report "
-                        "(nsys profile -o report_rank%q{RANK} …) to analyse them one by one")
+        warnings.append(
+            f"the export holds {len(processes)} processes with CUDA activity (pids {shown}); they are "
+            "read as one trace, so ranks are not told apart: give each rank its own report "
+            "(nsys profile -o report_rank%q{RANK} …) to analyse them one by one"
+        )
     warnings += _diagnostics(db)
     rank = _rank(db, warnings)
-    return trace_from_tables(path, NSYS_SQLITE, gpu=gpu, runtime=runtime, cuda_sync=cuda_sync, annotations=annotations,
-                             device_properties=_device_properties(db), rank=rank,
-                             metadata=_metadata(db, processes), warnings=warnings)
+    return trace_from_tables(
+        path,
+        NSYS_SQLITE,
+        gpu=gpu,
+        runtime=runtime,
+        cuda_sync=cuda_sync,
+        annotations=annotations,
+        device_properties=_device_properties(db),
+        rank=rank,
+        metadata=_metadata(db, processes),
+        warnings=warnings,
+    )
 
 
 def _require_nsys(db: _Db) -> None:
     if "StringIds" in db.tables and any(t in db.tables for t in _MARKERS):
         return
     if "StringTable" in db.tables and KERNEL in db.tables:
-        raise InputError(db.path, "is an nvprof database (it has nvprof's StringTable, not nsys's StringIds); "
-                                  f"expected {EXPECTED}")
+        raise InputError(
+            db.path, f"is an nvprof database (it has nvprof's StringTable, not nsys's StringIds); expected {EXPECTED}"
+        )
     found = sorted(db.tables)
     listed = ", ".join(found[:8]) + (f" … ({len(found)} in all)" if len(found) > 8 else "") if found else "none"
-    raise InputError(db.path, f"is an SQLite database but not an Nsight Systems export: it lacks nsys's tables "
-                              f"(StringIds with CUPTI_ACTIVITY_KIND_*, TARGET_INFO_*, META_DATA_EXPORT …); found "
-                              f"tables: {listed}; expected {EXPECTED}")
+    raise InputError(
+        db.path,
+        f"is an SQLite database but not an Nsight Systems export: it lacks nsys's tables "
+        f"(StringIds with CUPTI_ACTIVITY_KIND_*, TARGET_INFO_*, META_DATA_EXPORT …); found "
+        f"tables: {listed}; expected {EXPECTED}",
+    )
 
 
 def _times(cols: dict) -> tuple[np.ndarray, dict]:
@@ -310,8 +383,11 @@ def _id32(values: np.ndarray) -> np.ndarray:
 
 
 def _gpu_common(db: _Db, table: str, extra: dict[str, int], required: tuple[str, ...]) -> tuple[np.ndarray, dict]:
-    cols = db.ints(table, {"start": -1, "end": -2, "deviceId": -1, "streamId": -1, "correlationId": -1,
-                           "globalPid": -1, **extra}, ("start", "end", "deviceId", "streamId", *required))
+    cols = db.ints(
+        table,
+        {"start": -1, "end": -2, "deviceId": -1, "streamId": -1, "correlationId": -1, "globalPid": -1, **extra},
+        ("start", "end", "deviceId", "streamId", *required),
+    )
     ok, c = _times(cols)
     c["device"] = _id32(c.pop("deviceId"))
     c["stream"] = _id32(c.pop("streamId"))
@@ -331,8 +407,11 @@ def _names(ids: np.ndarray, strings: dict[int, str]) -> pd.Categorical:
 def _kernels(db: _Db) -> pd.DataFrame | None:
     if KERNEL not in db.tables:
         return None
-    named = "shortName" if "demangledName" not in db.columns(KERNEL) and "shortName" in db.columns(KERNEL) \
+    named = (
+        "shortName"
+        if "demangledName" not in db.columns(KERNEL) and "shortName" in db.columns(KERNEL)
         else "demangledName"
+    )
     ok, c = _gpu_common(db, KERNEL, {"demangledName": -1, "shortName": -1}, (named,))
     full, short = c.pop("demangledName"), c.pop("shortName")
     strings = db.strings(np.concatenate([full, short]))
@@ -345,14 +424,19 @@ def _kernels(db: _Db) -> pd.DataFrame | None:
 def _memcpys(db: _Db) -> pd.DataFrame | None:
     if MEMCPY not in db.tables:
         return None
-    ok, c = _gpu_common(db, MEMCPY, {"bytes": -1, "copyKind": 0, "srcKind": 7, "dstKind": 7},
-                        ("correlationId", "bytes", "copyKind"))
+    ok, c = _gpu_common(
+        db, MEMCPY, {"bytes": -1, "copyKind": 0, "srcKind": 7, "dstKind": 7}, ("correlationId", "bytes", "copyKind")
+    )
     direction = _labels(db.enum("ENUM_CUDA_MEMCPY_OPER"), _COPY_KINDS, _copy_kind)
     memory = _labels(db.enum("ENUM_CUDA_MEM_KIND"), _MEM_KINDS, _mem_kind)
     copy, src, dst = c.pop("copyKind"), c.pop("srcKind"), c.pop("dstKind")
     # Kineto's name for a copy, which parsers.trace reads memcpy_kind and host_memory from
-    c["name"] = pd.Categorical([f"Memcpy {direction.get(k, 'Unknown')} ({memory.get(s, 'Unknown')} -> "
-                                f"{memory.get(d, 'Unknown')})" for k, s, d in zip(copy, src, dst)])
+    c["name"] = pd.Categorical(
+        [
+            f"Memcpy {direction.get(k, 'Unknown')} ({memory.get(s, 'Unknown')} -> {memory.get(d, 'Unknown')})"
+            for k, s, d in zip(copy, src, dst)
+        ]
+    )
     c["bytes"] = np.where(c["bytes"] >= 0, c["bytes"], np.nan)
     c["cat"] = np.full(len(copy), "gpu_memcpy", dtype=object)
     return _frame(c, int((~ok).sum()))
@@ -396,8 +480,11 @@ def _mem_kind(symbol: str) -> str:
 
 
 def _runtime(db: _Db) -> pd.DataFrame:
-    cols = db.ints(RUNTIME, {"start": -1, "end": -2, "globalTid": -1, "correlationId": -1, "nameId": -1,
-                             "eventClass": -1}, ("start", "end", "globalTid", "correlationId", "nameId"))
+    cols = db.ints(
+        RUNTIME,
+        {"start": -1, "end": -2, "globalTid": -1, "correlationId": -1, "nameId": -1, "eventClass": -1},
+        ("start", "end", "globalTid", "correlationId", "nameId"),
+    )
     ok, c = _times(cols)
     tid = c.pop("globalTid")
     c["pid"] = _process(tid)
@@ -425,11 +512,15 @@ def _event_class(symbol: str) -> str | None:
 
 
 def _syncs(db: _Db) -> pd.DataFrame:
-    cols = db.ints(SYNC, {"start": -1, "end": -2, "deviceId": -1, "streamId": -1, "correlationId": -1,
-                          "syncType": -1}, ("start", "end", "streamId", "correlationId", "syncType"))
+    cols = db.ints(
+        SYNC,
+        {"start": -1, "end": -2, "deviceId": -1, "streamId": -1, "correlationId": -1, "syncType": -1},
+        ("start", "end", "streamId", "correlationId", "syncType"),
+    )
     ok, c = _times(cols)
-    kinds = {i: _SYNC_LABELS.get(n.split("SYNCHRONIZATION_TYPE_")[-1], n)
-             for i, n in db.enum("ENUM_CUPTI_SYNC_TYPE").items()} or _SYNC_KINDS
+    kinds = {
+        i: _SYNC_LABELS.get(n.split("SYNCHRONIZATION_TYPE_")[-1], n) for i, n in db.enum("ENUM_CUPTI_SYNC_TYPE").items()
+    } or _SYNC_KINDS
     c["kind"] = pd.Categorical([kinds.get(int(k), "Unknown") for k in c.pop("syncType")])
     c["device"] = _id32(c.pop("deviceId"))
     c["stream"] = _id32(c.pop("streamId"))
@@ -444,16 +535,20 @@ def _nvtx(db: _Db, warnings: list[str]) -> pd.DataFrame:
     types = {n: i for i, n in db.enum("ENUM_NSYS_EVENT_TYPE").items()}
     ranges = [types.get(n, i) for n, i in _NVTX_RANGES.items()]
     domain_create = types.get("NvtxDomainCreate", _NVTX_DOMAIN_CREATE)
-    cols = db.ints(NVTX, {"start": -1, "end": -2, "eventType": -1, "globalTid": -1, "textId": -1, "domainId": -1,
-                          "rowid": -1}, ("start", "eventType"))
+    cols = db.ints(
+        NVTX,
+        {"start": -1, "end": -2, "eventType": -1, "globalTid": -1, "textId": -1, "domainId": -1, "rowid": -1},
+        ("start", "eventType"),
+    )
     kind = cols["eventType"]
     is_range = np.isin(kind, ranges)
     texts = {}
     if "text" in have:
         for rowid, text in db.con.execute(f"SELECT rowid, text FROM {_quote(NVTX)} WHERE text IS NOT NULL"):
             texts[int(rowid)] = str(text)
-    domains = {int(d): texts.get(int(r), "") for d, r, k in zip(cols["domainId"], cols["rowid"], kind)
-               if k == domain_create}
+    domains = {
+        int(d): texts.get(int(r), "") for d, r, k in zip(cols["domainId"], cols["rowid"], kind) if k == domain_create
+    }
     open_ranges = int((is_range & (cols["end"] < 0)).sum())
     if open_ranges:
         warnings.append(f"{open_ranges:,} NVTX ranges never ended (no end time) and were skipped")
@@ -473,10 +568,16 @@ def _nvtx(db: _Db, warnings: list[str]) -> pd.DataFrame:
 
 # --- what the export says of itself ---------------------------------------------------------------------------------
 
-_PROPERTY_NAMES = {"totalMemory": "totalGlobalMem", "smCount": "numSms", "threadsPerWarp": "warpSize",
-                   "maxShmemPerBlock": "sharedMemPerBlock", "maxShmemPerSm": "sharedMemPerMultiprocessor",
-                   "maxShmemPerBlockOptin": "sharedMemPerBlockOptin", "maxRegistersPerBlock": "regsPerBlock",
-                   "maxRegistersPerSm": "regsPerMultiprocessor"}
+_PROPERTY_NAMES = {
+    "totalMemory": "totalGlobalMem",
+    "smCount": "numSms",
+    "threadsPerWarp": "warpSize",
+    "maxShmemPerBlock": "sharedMemPerBlock",
+    "maxShmemPerSm": "sharedMemPerMultiprocessor",
+    "maxShmemPerBlockOptin": "sharedMemPerBlockOptin",
+    "maxRegistersPerBlock": "regsPerBlock",
+    "maxRegistersPerSm": "regsPerMultiprocessor",
+}
 
 
 def _device_properties(db: _Db) -> pd.DataFrame | None:
@@ -494,8 +595,13 @@ def _device_properties(db: _Db) -> pd.DataFrame | None:
 def _rank(db: _Db, warnings: list[str]) -> int | None:
     """MPI_RANKS when it names one rank; else RANK (or an MPI / Slurm twin) in the profiled process's environment."""
     if "MPI_RANKS" in db.tables and "rank" in db.columns("MPI_RANKS"):
-        ranks = sorted({int(r) for (r,) in db.con.execute('SELECT DISTINCT CAST("rank" AS INTEGER) FROM "MPI_RANKS"')
-                        if r is not None})
+        ranks = sorted(
+            {
+                int(r)
+                for (r,) in db.con.execute('SELECT DISTINCT CAST("rank" AS INTEGER) FROM "MPI_RANKS"')
+                if r is not None
+            }
+        )
         if len(ranks) == 1:
             return ranks[0]
         if ranks:
@@ -514,9 +620,13 @@ def _rank(db: _Db, warnings: list[str]) -> int | None:
 def _metadata(db: _Db, processes: list[int]) -> dict:
     export = dict(db.key_values("META_DATA_EXPORT"))
     system = dict(db.key_values("TARGET_INFO_SYSTEM_ENV"))
-    meta: dict = {"nsys_version": export.get("EXPORT_PRODUCT_VERSION"), "schema_version": export.get("EXPORT_SCHEMA_VERSION"),
-                  "driver_version": system.get("NvDriverVersion"), "cuda_driver_version": system.get("CudaDriverVersion"),
-                  "os": system.get("OsDescription")}
+    meta: dict = {
+        "nsys_version": export.get("EXPORT_PRODUCT_VERSION"),
+        "schema_version": export.get("EXPORT_SCHEMA_VERSION"),
+        "driver_version": system.get("NvDriverVersion"),
+        "cuda_driver_version": system.get("CudaDriverVersion"),
+        "os": system.get("OsDescription"),
+    }
     if "TARGET_INFO_SESSION_START_TIME" in db.tables and "utcEpochNs" in db.columns("TARGET_INFO_SESSION_START_TIME"):
         row = db.con.execute('SELECT CAST(utcEpochNs AS INTEGER) FROM "TARGET_INFO_SESSION_START_TIME"').fetchone()
         if row and row[0]:
@@ -524,8 +634,11 @@ def _metadata(db: _Db, processes: list[int]) -> dict:
             meta["header"] = {"baseTimeNanoseconds": int(row[0])}
     if "PROCESSES" in db.tables and {"pid", "name"} <= db.columns("PROCESSES") and processes:
         wanted = set(processes)
-        meta["process_names"] = {int(p): str(n) for p, n in db.con.execute('SELECT pid, name FROM "PROCESSES"')
-                                 if isinstance(p, int) and p in wanted}
+        meta["process_names"] = {
+            int(p): str(n)
+            for p, n in db.con.execute('SELECT pid, name FROM "PROCESSES"')
+            if isinstance(p, int) and p in wanted
+        }
     meta["tables"] = sorted(t for t in db.tables if t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_", "CUDA_GRAPH")))
     return {k: v for k, v in meta.items() if v is not None}
 
@@ -538,10 +651,13 @@ def _diagnostics(db: _Db, most: int = 10) -> list[str]:
     serious = [i for i, n in levels.items() if n in ("Warning", "Error")]
     if not serious:
         return []
-    sql = (f'SELECT CAST(severity AS INTEGER), text FROM "DIAGNOSTIC_EVENT" WHERE severity IN '
-           f'({",".join(map(str, serious))}) AND text IS NOT NULL ORDER BY rowid LIMIT {most}')
-    return [f"Nsight Systems {levels.get(s, 'warning').lower()}: {' '.join(str(t).split())}"
-            for s, t in db.con.execute(sql)]
+    sql = (
+        f'SELECT CAST(severity AS INTEGER), text FROM "DIAGNOSTIC_EVENT" WHERE severity IN '
+        f"({','.join(map(str, serious))}) AND text IS NOT NULL ORDER BY rowid LIMIT {most}"
+    )
+    return [
+        f"Nsight Systems {levels.get(s, 'warning').lower()}: {' '.join(str(t).split())}" for s, t in db.con.execute(sql)
+    ]
 
 
 def _per_process(correlation: np.ndarray, pid: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ becomes NaN. A run killed mid-write can leave a last line without its newline;
 that line is dropped with a warning (the rest of the run is still good), while
 any other malformed line is an error that names its line number.
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,9 +22,20 @@ from parsers.limits import read_input
 from parsers.reader import NVML, TEXT, Reader, first_line, is_json
 from parsers.schema import F64, I64, Schema, conform
 
-NVML_COLUMNS = ("t_ns", "gpu", "gpu_util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes",
-                "sm_clock_mhz", "mem_clock_mhz", "power_w", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s",
-                "temperature_c")
+NVML_COLUMNS = (
+    "t_ns",
+    "gpu",
+    "gpu_util_pct",
+    "mem_util_pct",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "power_w",
+    "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s",
+    "temperature_c",
+)
 
 NVML_SCHEMA = Schema(
     name="nvml",
@@ -58,8 +70,11 @@ def read_nvml(path: str | os.PathLike) -> pd.DataFrame:
     if tuple(header) != NVML_COLUMNS:
         missing = [c for c in NVML_COLUMNS if c not in header]
         found = ",".join(header)[:200]
-        raise InputError(path, f"line 1: expected the NVML header {','.join(NVML_COLUMNS)}, found {found!r}"
-                               + (f" (missing {', '.join(missing)})" if missing else ""))
+        raise InputError(
+            path,
+            f"line 1: expected the NVML header {','.join(NVML_COLUMNS)}, found {found!r}"
+            + (f" (missing {', '.join(missing)})" if missing else ""),
+        )
     ends_cleanly = text.endswith("\n")
     rows: list[list[float]] = []
     for index, line in enumerate(lines[1:], start=2):
@@ -70,8 +85,9 @@ def read_nvml(path: str | os.PathLike) -> pd.DataFrame:
             rows.append(_parse_row(line))
         except ValueError as e:
             if is_last and not ends_cleanly:
-                warnings.warn(f"{os.fspath(path)}: line {index} is cut short (the run stopped mid-write); ignored",
-                              stacklevel=2)
+                warnings.warn(
+                    f"{os.fspath(path)}: line {index} is cut short (the run stopped mid-write); ignored", stacklevel=2
+                )
                 break
             raise InputError(path, f"line {index}: {e}") from None
     frame = pd.DataFrame(rows, columns=list(NVML_COLUMNS))

@@ -8,6 +8,7 @@ those modules in the order their formats are tried. A format is recognised from 
 there), so a new format of a kind gpudiag already analyses (another trace format read into
 :class:`parsers.trace.Trace`) needs no change outside its own module and its one line in the registry.
 """
+
 from __future__ import annotations
 
 import functools

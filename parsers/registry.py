@@ -4,6 +4,7 @@ To add a format: write its reader module (it ends with ``READERS = (Reader(...),
 :mod:`parsers.reader`) and add the module's name to :data:`READER_MODULES`. Order matters
 only where two sniffs could both say yes: the first one wins.
 """
+
 from __future__ import annotations
 
 import functools
@@ -80,11 +81,11 @@ def detect(path: str | os.PathLike) -> Reader | None:
         if r.sniff(head):
             return r
     if is_json(head):
-        raise InputError(path, "is JSON but not a format gpudiag knows; expected "
-                               + _expected(JSON))
+        raise InputError(path, "is JSON but not a format gpudiag knows; expected " + _expected(JSON))
     if b"\x00" in head[:4096]:
-        raise InputError(path, "is a binary file of an unknown format; expected "
-                               + _expected(BINARY) + ", or one of those gzipped")
+        raise InputError(
+            path, "is a binary file of an unknown format; expected " + _expected(BINARY) + ", or one of those gzipped"
+        )
     raise InputError(path, f"is not a format gpudiag reads: expected {_expected()}, or a run folder")
 
 

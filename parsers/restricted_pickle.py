@@ -7,6 +7,7 @@ BUILD never get a callable to call: a pickle that tries is an :class:`InputError
 and nothing runs. After loading, the result is walked once to make sure it holds
 only the plain types above (protocol 4/5 can also build sets and bytearrays).
 """
+
 from __future__ import annotations
 
 import io
@@ -42,12 +43,17 @@ def loads_plain(data: bytes, path: str | os.PathLike | None, what: str = "a pick
     except _ForbiddenCode as e:
         raise InputError(path, f"expected {what}; refused to unpickle it because {e}. Nothing was run.") from None
     except EOFError:
-        raise InputError(path, f"expected {what}; the pickle ends early after {len(data):,} bytes (truncated file?)") from None
+        raise InputError(
+            path, f"expected {what}; the pickle ends early after {len(data):,} bytes (truncated file?)"
+        ) from None
     except RecursionError:
         raise InputError(path, f"expected {what}; the pickle nests too deeply to read") from None
     except MemoryError:
-        raise InputError(path, f"expected {what}; unpickling its {len(data):,} bytes asks for more memory than "
-                               "any real snapshot of that size needs (a damaged or hostile pickle)") from None
+        raise InputError(
+            path,
+            f"expected {what}; unpickling its {len(data):,} bytes asks for more memory than "
+            "any real snapshot of that size needs (a damaged or hostile pickle)",
+        ) from None
     except Exception as e:  # UnpicklingError, TypeError from REDUCE on a non-callable, ValueError, ...
         raise InputError(path, f"expected {what}; the pickle is malformed ({type(e).__name__}: {e})") from None
     max_depth = limit("MAX_NESTING_DEPTH")

@@ -15,6 +15,7 @@ through :func:`artifact_paths`. Temporary files (``*.tmp``) are what a killed wr
 they never count as artifacts. The manifest is validated by :func:`read_manifest` (callers never
 meet None in its lists and objects) and turned into the report's notes by :func:`report_notes`.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,15 @@ NCU_REPORT = "ncu/report.ncu-rep"
 NCU_RAW_CSV = "ncu/raw.csv"
 NCU_LOG = "ncu/ncu.log"
 NCU_PARTIAL_REPORT = "ncu/report.partial.ncu-rep"  # what a killed ncu left: kept, never read as the report
-ARTIFACT_PATTERNS = ("events/rank*.jsonl", "memory/rank*.stats.jsonl", "memory/rank*.snapshot.json.gz",
-                     "trace/rank*.json.gz", NVML_CSV, NCU_REPORT, NCU_RAW_CSV)
+ARTIFACT_PATTERNS = (
+    "events/rank*.jsonl",
+    "memory/rank*.stats.jsonl",
+    "memory/rank*.snapshot.json.gz",
+    "trace/rank*.json.gz",
+    NVML_CSV,
+    NCU_REPORT,
+    NCU_RAW_CSV,
+)
 # what the loader reads, per rank, in this order (a trace may also be a plain .json someone put there)
 RANK_PATTERNS = ("trace/rank*.json*", "memory/rank*.snapshot.*", "memory/rank*.stats.jsonl", "events/rank*.jsonl")
 
@@ -46,6 +54,7 @@ _RANK = re.compile(r"rank(\d+)")
 
 
 # ---- layout --------------------------------------------------------------------------------------
+
 
 def is_run_folder(path: str | os.PathLike) -> bool:
     path = Path(path)
@@ -102,6 +111,7 @@ def _ncu_report_available() -> bool:
 
 # ---- what the processes of a run recorded about themselves ----------------------------------------
 
+
 def read_child_records(folder: str | os.PathLike) -> list[dict]:
     """The children's ``{"kind": "run"}`` records (start, expect, end), from every events file."""
     records = []
@@ -144,13 +154,16 @@ def ranks(child_records: list[dict], present: dict[str, int]) -> list[int]:
 
 # ---- the manifest ---------------------------------------------------------------------------------
 
+
 def read_manifest(path: str | os.PathLike) -> dict:
     """A run's manifest.json, validated; optional lists and objects filled so callers never meet None."""
     try:
         raw = read_input(path, json=True, gunzip=False)  # within the caps of parsers/limits.py
     except FileNotFoundError:
-        raise InputError(path, "no manifest.json: not a gpudiag run folder, or `gpudiag profile` was killed "
-                               "before it started the run") from None
+        raise InputError(
+            path,
+            "no manifest.json: not a gpudiag run folder, or `gpudiag profile` was killed before it started the run",
+        ) from None
     except OSError as e:
         raise InputError(path, f"cannot read: {e.strerror}") from None
     try:
@@ -167,12 +180,15 @@ def read_manifest(path: str | os.PathLike) -> dict:
     if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
         raise InputError(path, f"expected schema {SCHEMA_PREFIX}{SUPPORTED_MAJOR}, found {schema!r}")
     try:
-        major = int(schema[len(SCHEMA_PREFIX):].split(".")[0])
+        major = int(schema[len(SCHEMA_PREFIX) :].split(".")[0])
     except ValueError:
         raise InputError(path, f"unreadable schema version {schema!r}") from None
     if major != SUPPORTED_MAJOR:
-        raise InputError(path, f"schema {schema} is not supported by this gpudiag (reads "
-                               f"{SCHEMA_PREFIX}{SUPPORTED_MAJOR}); upgrade gpudiag")
+        raise InputError(
+            path,
+            f"schema {schema} is not supported by this gpudiag (reads "
+            f"{SCHEMA_PREFIX}{SUPPORTED_MAJOR}); upgrade gpudiag",
+        )
     for key in _LISTS:
         value = data.get(key)
         if value is None:
@@ -217,12 +233,16 @@ def report_notes(manifest: dict) -> list[str]:
     notes = []
     status = manifest.get("status")
     if status == "running":
-        notes.append("the manifest still says 'running': gpudiag itself was stopped (or could not write its final "
-                     "manifest) before the run ended, so its exit code and its list of artifacts are unknown")
+        notes.append(
+            "the manifest still says 'running': gpudiag itself was stopped (or could not write its final "
+            "manifest) before the run ended, so its exit code and its list of artifacts are unknown"
+        )
     elif status == "signal":
         who = "ncu" if manifest.get("mode") == "ncu" else "the script"
-        notes.append(f"{who} was killed by {manifest.get('signal')} (exit code {manifest.get('exit_code')}); what "
-                     "was not finished by then is missing or cut short")
+        notes.append(
+            f"{who} was killed by {manifest.get('signal')} (exit code {manifest.get('exit_code')}); what "
+            "was not finished by then is missing or cut short"
+        )
     reasons = manifest.get("missing_reasons") or {}
     for path in manifest.get("missing") or []:
         notes.append(f"{path} is missing: {reasons.get(path, 'the run did not finish writing it')}")

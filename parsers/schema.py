@@ -10,6 +10,7 @@ Each parser module declares its own ``*_SCHEMA`` next to the code that fills it,
 built with :class:`Schema` from here, so a schema and its parser change together.
 ``docs/tables.md`` lists them all.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import pandas as pd
 # dtypes used in schemas. Strings are object columns so pandas 2 and 3 behave alike.
 STR = "object"
 F64 = "float64"
-I64 = "int64"       # only for columns that are never missing
+I64 = "int64"  # only for columns that are never missing
 BOOL = "bool"
 CAT = "category"
 

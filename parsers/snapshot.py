@@ -13,6 +13,7 @@ carries only its ``stack_id`` and that ``location``.
 Nothing here interprets the history (that is :mod:`diagnose.memory_replay`): unknown
 action names are kept as they are and listed in ``metadata["warnings"]``.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,34 +36,88 @@ from parsers.unicode_text import without_lone_surrogates
 SCHEMA_PREFIX = "gpudiag.snapshot/"
 SUPPORTED_SCHEMA_VERSIONS = (1,)
 SMALL_POOL_MAX_BLOCK_BYTES = 1 << 20  # torch kSmallSize: blocks up to 1 MiB come from the small pool
-KNOWN_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
-                 "segment_map", "segment_unmap", "snapshot", "oom")
+KNOWN_ACTIONS = (
+    "alloc",
+    "free_requested",
+    "free_completed",
+    "segment_alloc",
+    "segment_free",
+    "segment_map",
+    "segment_unmap",
+    "snapshot",
+    "oom",
+)
 
-SEGMENTS_SCHEMA = Schema("memory_segments", {
-    "device": I64, "address": I64, "total_size_bytes": I64, "allocated_bytes": I64, "active_bytes": I64,
-    "requested_bytes": I64, "stream": I64, "pool": STR, "pool_id": STR, "is_expandable": BOOL, "block_count": I64,
-}, docs={"address": "first byte of the segment (for expandable segments: of one contiguous mapped range)",
-         "allocated_bytes": "sum of the sizes of allocated blocks (torch's allocated_size)",
-         "active_bytes": "allocated plus freed-but-still-in-use-by-a-stream blocks",
-         "requested_bytes": "sum of the sizes callers asked for, over active blocks",
-         "pool": "'small' (2 MiB segments for blocks <= 1 MiB) or 'large'"})
+SEGMENTS_SCHEMA = Schema(
+    "memory_segments",
+    {
+        "device": I64,
+        "address": I64,
+        "total_size_bytes": I64,
+        "allocated_bytes": I64,
+        "active_bytes": I64,
+        "requested_bytes": I64,
+        "stream": I64,
+        "pool": STR,
+        "pool_id": STR,
+        "is_expandable": BOOL,
+        "block_count": I64,
+    },
+    docs={
+        "address": "first byte of the segment (for expandable segments: of one contiguous mapped range)",
+        "allocated_bytes": "sum of the sizes of allocated blocks (torch's allocated_size)",
+        "active_bytes": "allocated plus freed-but-still-in-use-by-a-stream blocks",
+        "requested_bytes": "sum of the sizes callers asked for, over active blocks",
+        "pool": "'small' (2 MiB segments for blocks <= 1 MiB) or 'large'",
+    },
+)
 
-BLOCKS_SCHEMA = Schema("memory_blocks", {
-    "device": I64, "segment_address": I64, "address": I64, "size_bytes": I64, "requested_bytes": I64,
-    "state": STR, "stack_id": I64, "location": STR,
-}, docs={"state": "active_allocated | active_pending_free | inactive (free)",
-         "stack_id": "row of `stacks` (-1: no frames recorded)", "location": "innermost user frame, path:line"})
+BLOCKS_SCHEMA = Schema(
+    "memory_blocks",
+    {
+        "device": I64,
+        "segment_address": I64,
+        "address": I64,
+        "size_bytes": I64,
+        "requested_bytes": I64,
+        "state": STR,
+        "stack_id": I64,
+        "location": STR,
+    },
+    docs={
+        "state": "active_allocated | active_pending_free | inactive (free)",
+        "stack_id": "row of `stacks` (-1: no frames recorded)",
+        "location": "innermost user frame, path:line",
+    },
+)
 
-TRACE_SCHEMA = Schema("memory_trace", {
-    "device": I64, "seq": I64, "action": STR, "addr": I64, "size_bytes": I64, "stream": I64, "t_us": F64,
-    "device_free_bytes": F64, "stack_id": I64, "location": STR,
-}, docs={"seq": "position in the device's history (oldest first)",
-         "size_bytes": "alloc/free: the size asked for; segment_*: the segment (or mapped range) size; oom: the failed request",
-         "t_us": "unix epoch microseconds (torch's approximate clock)",
-         "device_free_bytes": "oom only: free device memory the driver reported"})
+TRACE_SCHEMA = Schema(
+    "memory_trace",
+    {
+        "device": I64,
+        "seq": I64,
+        "action": STR,
+        "addr": I64,
+        "size_bytes": I64,
+        "stream": I64,
+        "t_us": F64,
+        "device_free_bytes": F64,
+        "stack_id": I64,
+        "location": STR,
+    },
+    docs={
+        "seq": "position in the device's history (oldest first)",
+        "size_bytes": "alloc/free: the size asked for; segment_*: the segment (or mapped range) size; oom: the failed request",
+        "t_us": "unix epoch microseconds (torch's approximate clock)",
+        "device_free_bytes": "oom only: free device memory the driver reported",
+    },
+)
 
-STACKS_SCHEMA = Schema("memory_stacks", {"stack_id": I64, "location": STR, "depth": I64, "python_stack": STR},
-                       docs={"python_stack": "the Python frames, innermost first, 'path:line function' joined by ' | '"})
+STACKS_SCHEMA = Schema(
+    "memory_stacks",
+    {"stack_id": I64, "location": STR, "depth": I64, "python_stack": STR},
+    docs={"python_stack": "the Python frames, innermost first, 'path:line function' joined by ' | '"},
+)
 
 FRAMES_SCHEMA = Schema("memory_frames", {"frame_id": I64, "filename": STR, "line": I64, "name": STR})
 
@@ -131,14 +186,24 @@ def snapshot_from_dict(data: Any, path: str | os.PathLike | None, source_format:
     trace = _trace(data.get("device_traces"), path, interner, warnings)
     settings = data.get("allocator_settings") if isinstance(data.get("allocator_settings"), dict) else {}
     metadata = {
-        "path": None if path is None else os.fspath(path), "format": source_format, "schema": schema,
+        "path": None if path is None else os.fspath(path),
+        "format": source_format,
+        "schema": schema,
         "allocator_settings": settings,
-        "expandable_segments": bool(settings.get("expandable_segments", False)) or bool(segments["is_expandable"].any()),
+        "expandable_segments": bool(settings.get("expandable_segments", False))
+        or bool(segments["is_expandable"].any()),
         "external_annotations": len(ann) if isinstance(ann := data.get("external_annotations"), list) else 0,
         "warnings": warnings,
     }
-    return MemorySnapshot(segments=segments, blocks=blocks, trace=trace, stacks=interner.stacks_table(),
-                          frames=interner.frames_table(), stack_frames=interner.stack_frames, metadata=metadata)
+    return MemorySnapshot(
+        segments=segments,
+        blocks=blocks,
+        trace=trace,
+        stacks=interner.stacks_table(),
+        frames=interner.frames_table(),
+        stack_frames=interner.stack_frames,
+        metadata=metadata,
+    )
 
 
 def _read_bytes(path) -> bytes:
@@ -157,8 +222,11 @@ def _row_count(data) -> int:
         return 0
     segments = data.get("segments") if isinstance(data.get("segments"), list) else []
     traces = data.get("device_traces") if isinstance(data.get("device_traces"), list) else []
-    return (len(segments) + sum(len(s["blocks"]) for s in segments if isinstance(s, dict) and isinstance(s.get("blocks"), list))
-            + sum(len(t) for t in traces if isinstance(t, list)))
+    return (
+        len(segments)
+        + sum(len(s["blocks"]) for s in segments if isinstance(s, dict) and isinstance(s.get("blocks"), list))
+        + sum(len(t) for t in traces if isinstance(t, list))
+    )
 
 
 def _load_json(raw: bytes, path):
@@ -166,7 +234,9 @@ def _load_json(raw: bytes, path):
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, ValueError) as e:
-        raise InputError(path, f"expected a torch snapshot pickle or gpudiag snapshot JSON; it is neither ({e})") from None
+        raise InputError(
+            path, f"expected a torch snapshot pickle or gpudiag snapshot JSON; it is neither ({e})"
+        ) from None
 
 
 def _check_schema(schema, path) -> None:
@@ -174,11 +244,13 @@ def _check_schema(schema, path) -> None:
     if not text.startswith(SCHEMA_PREFIX):
         raise InputError(path, f"expected schema '{SCHEMA_PREFIX}1', found {text!r}")
     try:
-        version = int(text[len(SCHEMA_PREFIX):])
+        version = int(text[len(SCHEMA_PREFIX) :])
     except ValueError:
         raise InputError(path, f"expected schema '{SCHEMA_PREFIX}1', found {text!r}") from None
     if version not in SUPPORTED_SCHEMA_VERSIONS:
-        raise InputError(path, f"snapshot schema {text!r} is newer than this gpudiag reads ({SCHEMA_PREFIX}1); upgrade gpudiag")
+        raise InputError(
+            path, f"snapshot schema {text!r} is newer than this gpudiag reads ({SCHEMA_PREFIX}1); upgrade gpudiag"
+        )
 
 
 def _int(value, path, where: str) -> int:
@@ -205,7 +277,9 @@ def _segments_and_blocks(raw_segments, path, interner: _StackInterner) -> tuple[
     seg_rows, block_rows = [], []
     for i, seg in enumerate(raw_segments):
         if not isinstance(seg, dict) or "address" not in seg or "total_size" not in seg:
-            raise InputError(path, f"segment {i}: expected a dict with 'address' and 'total_size', found {str(seg)[:80]!r}")
+            raise InputError(
+                path, f"segment {i}: expected a dict with 'address' and 'total_size', found {str(seg)[:80]!r}"
+            )
         device = _int(seg.get("device", 0), path, f"segment {i} 'device'")
         address = _int(seg["address"], path, f"segment {i} 'address'")
         blocks = seg.get("blocks") or []
@@ -216,21 +290,35 @@ def _segments_and_blocks(raw_segments, path, interner: _StackInterner) -> tuple[
             if not isinstance(blk, dict) or "size" not in blk:
                 raise InputError(path, f"segment {i} block {j}: expected a dict with 'size'")
             stack_id = interner.stack_id(blk.get("frames"))
-            block_rows.append((device, address, _int(blk.get("address", address), path, f"segment {i} block {j} 'address'"),
-                               _int(blk["size"], path, f"segment {i} block {j} 'size'"),
-                               _int(blk.get("requested_size", blk["size"]), path, f"segment {i} block {j} 'requested_size'"),
-                               _text(blk.get("state", "")), stack_id))
+            block_rows.append(
+                (
+                    device,
+                    address,
+                    _int(blk.get("address", address), path, f"segment {i} block {j} 'address'"),
+                    _int(blk["size"], path, f"segment {i} block {j} 'size'"),
+                    _int(blk.get("requested_size", blk["size"]), path, f"segment {i} block {j} 'requested_size'"),
+                    _text(blk.get("state", "")),
+                    stack_id,
+                )
+            )
         pool_id = seg.get("segment_pool_id")
-        seg_rows.append({
-            "device": device, "address": address, "total_size_bytes": _int(seg["total_size"], path, f"segment {i} 'total_size'"),
-            "allocated_bytes": _int(seg.get("allocated_size", 0), path, f"segment {i} 'allocated_size'"),
-            "active_bytes": _int(seg.get("active_size", 0), path, f"segment {i} 'active_size'"),
-            "requested_bytes": _int(seg.get("requested_size", 0), path, f"segment {i} 'requested_size'"),
-            "stream": _int(seg.get("stream", 0) or 0, path, f"segment {i} 'stream'"),
-            "pool": kind if kind in ("small", "large") else _pool_of_size(int(seg["total_size"])),
-            "pool_id": None if pool_id is None else _text(",".join(map(str, pool_id)) if isinstance(pool_id, (list, tuple)) else pool_id),
-            "is_expandable": bool(seg.get("is_expandable", False)), "block_count": len(blocks),
-        })
+        seg_rows.append(
+            {
+                "device": device,
+                "address": address,
+                "total_size_bytes": _int(seg["total_size"], path, f"segment {i} 'total_size'"),
+                "allocated_bytes": _int(seg.get("allocated_size", 0), path, f"segment {i} 'allocated_size'"),
+                "active_bytes": _int(seg.get("active_size", 0), path, f"segment {i} 'active_size'"),
+                "requested_bytes": _int(seg.get("requested_size", 0), path, f"segment {i} 'requested_size'"),
+                "stream": _int(seg.get("stream", 0) or 0, path, f"segment {i} 'stream'"),
+                "pool": kind if kind in ("small", "large") else _pool_of_size(int(seg["total_size"])),
+                "pool_id": None
+                if pool_id is None
+                else _text(",".join(map(str, pool_id)) if isinstance(pool_id, (list, tuple)) else pool_id),
+                "is_expandable": bool(seg.get("is_expandable", False)),
+                "block_count": len(blocks),
+            }
+        )
     segments = conform(pd.DataFrame(seg_rows, columns=list(SEGMENTS_SCHEMA.columns)), SEGMENTS_SCHEMA)
     segments = segments.sort_values(["device", "address"], kind="stable").reset_index(drop=True)
     columns = ["device", "segment_address", "address", "size_bytes", "requested_bytes", "state", "stack_id"]
@@ -245,18 +333,26 @@ def _pool_of_size(segment_bytes: int) -> str:
 
 def _trace(device_traces, path, interner: _StackInterner, warnings: list[str]) -> pd.DataFrame:
     if device_traces is None:
-        warnings.append("the snapshot has no allocator history (no 'device_traces'): record it with "
-                        "torch.cuda.memory._record_memory_history() before the run, or use `gpudiag profile`")
+        warnings.append(
+            "the snapshot has no allocator history (no 'device_traces'): record it with "
+            "torch.cuda.memory._record_memory_history() before the run, or use `gpudiag profile`"
+        )
         return TRACE_SCHEMA.empty()
     if not isinstance(device_traces, list):
-        raise InputError(path, f"expected 'device_traces' to be a list (one per device), found {type(device_traces).__name__}")
-    cols: dict[str, list] = {k: [] for k in ("device", "seq", "action", "addr", "size_bytes", "stream", "t_us",
-                                             "device_free_bytes", "stack_id")}
+        raise InputError(
+            path, f"expected 'device_traces' to be a list (one per device), found {type(device_traces).__name__}"
+        )
+    cols: dict[str, list] = {
+        k: []
+        for k in ("device", "seq", "action", "addr", "size_bytes", "stream", "t_us", "device_free_bytes", "stack_id")
+    }
     unknown: dict[str, int] = {}
     stack_id = interner.stack_id
     for device, entries in enumerate(device_traces):
         if not isinstance(entries, list):
-            raise InputError(path, f"device_traces[{device}]: expected a list of entries, found {type(entries).__name__}")
+            raise InputError(
+                path, f"device_traces[{device}]: expected a list of entries, found {type(entries).__name__}"
+            )
         a_device, a_seq, a_action = cols["device"], cols["seq"], cols["action"]
         a_addr, a_size, a_stream, a_t = cols["addr"], cols["size_bytes"], cols["stream"], cols["t_us"]
         a_free, a_stack = cols["device_free_bytes"], cols["stack_id"]
@@ -270,8 +366,11 @@ def _trace(device_traces, path, interner: _StackInterner, warnings: list[str]) -
                 a_size.append(int(size))
                 a_stream.append(int(e.get("stream", 0) or 0))
             except (TypeError, KeyError, ValueError, AttributeError, OverflowError):  # OverflowError: int(inf)
-                raise InputError(path, f"device_traces[{device}][{seq}]: expected a dict with 'action', 'addr' and "
-                                       f"'size' (integers), found {str(e)[:120]!r}") from None
+                raise InputError(
+                    path,
+                    f"device_traces[{device}][{seq}]: expected a dict with 'action', 'addr' and "
+                    f"'size' (integers), found {str(e)[:120]!r}",
+                ) from None
             if action not in KNOWN_ACTIONS:
                 action = _text(action)
                 unknown[action] = unknown.get(action, 0) + 1
@@ -284,19 +383,28 @@ def _trace(device_traces, path, interner: _StackInterner, warnings: list[str]) -
         if not entries:
             continue
     if not cols["seq"]:
-        warnings.append("the snapshot's allocator history is empty (recording was on but nothing was allocated, "
-                        "or it was switched off before the run)")
+        warnings.append(
+            "the snapshot's allocator history is empty (recording was on but nothing was allocated, "
+            "or it was switched off before the run)"
+        )
     if unknown:
         listed = ", ".join(f"{name!r} ×{n}" for name, n in sorted(unknown.items()))
         warnings.append(f"unknown allocator history actions kept but not replayed: {listed}")
-    trace = pd.DataFrame({
-        "device": np.asarray(cols["device"], dtype=np.int64), "seq": np.asarray(cols["seq"], dtype=np.int64),
-        "action": pd.Series(cols["action"], dtype=object), "addr": _int64_array(cols["addr"], path, "addr"),
-        "size_bytes": _int64_array(cols["size_bytes"], path, "size"), "stream": _int64_array(cols["stream"], path, "stream"),
-        "t_us": pd.to_numeric(pd.Series(cols["t_us"], dtype=object), errors="coerce").astype(float),
-        "device_free_bytes": pd.to_numeric(pd.Series(cols["device_free_bytes"], dtype=object), errors="coerce").astype(float),
-        "stack_id": np.asarray(cols["stack_id"], dtype=np.int64),
-    })
+    trace = pd.DataFrame(
+        {
+            "device": np.asarray(cols["device"], dtype=np.int64),
+            "seq": np.asarray(cols["seq"], dtype=np.int64),
+            "action": pd.Series(cols["action"], dtype=object),
+            "addr": _int64_array(cols["addr"], path, "addr"),
+            "size_bytes": _int64_array(cols["size_bytes"], path, "size"),
+            "stream": _int64_array(cols["stream"], path, "stream"),
+            "t_us": pd.to_numeric(pd.Series(cols["t_us"], dtype=object), errors="coerce").astype(float),
+            "device_free_bytes": pd.to_numeric(
+                pd.Series(cols["device_free_bytes"], dtype=object), errors="coerce"
+            ).astype(float),
+            "stack_id": np.asarray(cols["stack_id"], dtype=np.int64),
+        }
+    )
     trace["location"] = interner.locations_of(trace["stack_id"].to_numpy())
     return conform(trace, TRACE_SCHEMA)
 
@@ -356,17 +464,31 @@ class _StackInterner:
         return table[np.asarray(stack_ids, dtype=np.int64)]
 
     def stacks_table(self) -> pd.DataFrame:
-        return conform(pd.DataFrame({"stack_id": np.arange(len(self.stack_frames), dtype=np.int64),
-                                     "location": pd.Series(self._locations, dtype=object),
-                                     "depth": [len(s) for s in self.stack_frames],
-                                     "python_stack": pd.Series(self._python_stacks, dtype=object)}), STACKS_SCHEMA)
+        return conform(
+            pd.DataFrame(
+                {
+                    "stack_id": np.arange(len(self.stack_frames), dtype=np.int64),
+                    "location": pd.Series(self._locations, dtype=object),
+                    "depth": [len(s) for s in self.stack_frames],
+                    "python_stack": pd.Series(self._python_stacks, dtype=object),
+                }
+            ),
+            STACKS_SCHEMA,
+        )
 
     def frames_table(self) -> pd.DataFrame:
         keys = list(self._frame_ids)
-        return conform(pd.DataFrame({"frame_id": np.arange(len(keys), dtype=np.int64),
-                                     "filename": [_text(k[0]) for k in keys],
-                                     "line": [_line(k[1]) for k in keys],
-                                     "name": [_text(k[2]) for k in keys]}), FRAMES_SCHEMA)
+        return conform(
+            pd.DataFrame(
+                {
+                    "frame_id": np.arange(len(keys), dtype=np.int64),
+                    "filename": [_text(k[0]) for k in keys],
+                    "line": [_line(k[1]) for k in keys],
+                    "name": [_text(k[2]) for k in keys],
+                }
+            ),
+            FRAMES_SCHEMA,
+        )
 
 
 def _line(value) -> int:
@@ -397,12 +519,19 @@ def is_snapshot_pickle(head: bytes) -> bool:
 def is_snapshot_json(head: bytes) -> bool:
     """A snapshot as JSON: the pickle's dict written as JSON, or gpudiag's own form."""
     compact = compact_json(head)
-    return compact is not None and ('"segments"' in compact or '"device_traces"' in compact
-                                    or '"gpudiag.snapshot' in compact)
+    return compact is not None and (
+        '"segments"' in compact or '"device_traces"' in compact or '"gpudiag.snapshot' in compact
+    )
 
 
 READERS = (
-    Reader("snapshot-pickle", SNAPSHOTS, is_snapshot_pickle, read_snapshot,
-           "a torch memory snapshot pickle (torch.cuda.memory._dump_snapshot)", (BINARY,)),
+    Reader(
+        "snapshot-pickle",
+        SNAPSHOTS,
+        is_snapshot_pickle,
+        read_snapshot,
+        "a torch memory snapshot pickle (torch.cuda.memory._dump_snapshot)",
+        (BINARY,),
+    ),
     Reader("snapshot-json", SNAPSHOTS, is_snapshot_json, read_snapshot, "a memory snapshot as JSON", (JSON,)),
 )

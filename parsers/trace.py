@@ -10,6 +10,7 @@ frame to the nearest frame of the user's own code. Times are int64 ns
 (``ts_ns``, ``dur_ns``, ``end_ns``); ids absent from the trace are -1.
 Tables and columns are documented in ``docs/traces.md``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -35,59 +36,145 @@ PERFETTO = "perfetto"
 
 _TIMES = {"ts_ns": I64, "dur_ns": I64, "end_ns": I64}
 
-GPU_SCHEMA = Schema("trace.gpu", {
-    **_TIMES, "pid": I64, "tid": I64, "device": I64, "stream": I64, "correlation": I64, "external_id": I64,
-    "name": CAT, "cat": CAT, "kind": CAT, "bytes": F64, "memcpy_kind": CAT, "host_memory": CAT,
-    "runtime_index": I64,
-}, {"kind": "compute | comm | memcpy | memset", "memcpy_kind": "HtoD | DtoH | DtoD | HtoH | PtoP",
-    "host_memory": "pageable | pinned (host side of a HtoD/DtoH copy)",
-    "runtime_index": "row in runtime of the call that launched it, or -1"})
+GPU_SCHEMA = Schema(
+    "trace.gpu",
+    {
+        **_TIMES,
+        "pid": I64,
+        "tid": I64,
+        "device": I64,
+        "stream": I64,
+        "correlation": I64,
+        "external_id": I64,
+        "name": CAT,
+        "cat": CAT,
+        "kind": CAT,
+        "bytes": F64,
+        "memcpy_kind": CAT,
+        "host_memory": CAT,
+        "runtime_index": I64,
+    },
+    {
+        "kind": "compute | comm | memcpy | memset",
+        "memcpy_kind": "HtoD | DtoH | DtoD | HtoH | PtoP",
+        "host_memory": "pageable | pinned (host side of a HtoD/DtoH copy)",
+        "runtime_index": "row in runtime of the call that launched it, or -1",
+    },
+)
 
-RUNTIME_SCHEMA = Schema("trace.runtime", {
-    **_TIMES, "pid": I64, "tid": I64, "name": CAT, "cat": CAT, "correlation": I64, "external_id": I64,
-    "sync_kind": CAT, "memcpy_kind": CAT, "host_memory": CAT, "gpu_index": I64, "cpu_op_index": I64,
-    "python_index": I64,
-}, {"sync_kind": "stream | event | device | memcpy | wait_event, when the call synchronises",
-    "gpu_index": "row in gpu of the work it launched (first one), or -1",
-    "cpu_op_index": "innermost enclosing cpu op, or -1", "python_index": "innermost enclosing Python frame, or -1"})
+RUNTIME_SCHEMA = Schema(
+    "trace.runtime",
+    {
+        **_TIMES,
+        "pid": I64,
+        "tid": I64,
+        "name": CAT,
+        "cat": CAT,
+        "correlation": I64,
+        "external_id": I64,
+        "sync_kind": CAT,
+        "memcpy_kind": CAT,
+        "host_memory": CAT,
+        "gpu_index": I64,
+        "cpu_op_index": I64,
+        "python_index": I64,
+    },
+    {
+        "sync_kind": "stream | event | device | memcpy | wait_event, when the call synchronises",
+        "gpu_index": "row in gpu of the work it launched (first one), or -1",
+        "cpu_op_index": "innermost enclosing cpu op, or -1",
+        "python_index": "innermost enclosing Python frame, or -1",
+    },
+)
 
-CUDA_SYNC_SCHEMA = Schema("trace.cuda_sync", {
-    **_TIMES, "device": I64, "stream": I64, "correlation": I64, "kind": CAT, "wait_on_stream": I64})
+CUDA_SYNC_SCHEMA = Schema(
+    "trace.cuda_sync", {**_TIMES, "device": I64, "stream": I64, "correlation": I64, "kind": CAT, "wait_on_stream": I64}
+)
 
-CPU_OP_SCHEMA = Schema("trace.cpu_ops", {
-    **_TIMES, "pid": I64, "tid": I64, "name": CAT, "external_id": I64, "parent_index": I64,
-    "top_index": I64, "python_index": I64,
-}, {"parent_index": "enclosing cpu op", "top_index": "outermost enclosing cpu op (itself when top level)"})
+CPU_OP_SCHEMA = Schema(
+    "trace.cpu_ops",
+    {
+        **_TIMES,
+        "pid": I64,
+        "tid": I64,
+        "name": CAT,
+        "external_id": I64,
+        "parent_index": I64,
+        "top_index": I64,
+        "python_index": I64,
+    },
+    {"parent_index": "enclosing cpu op", "top_index": "outermost enclosing cpu op (itself when top level)"},
+)
 
-PYTHON_SCHEMA = Schema("trace.python", {
-    **_TIMES, "pid": I64, "tid": I64, "name": CAT, "python_id": I64, "parent_index": I64, "file": CAT,
-    "line": I64, "function": CAT, "is_user": BOOL, "user_index": I64,
-}, {"line": "the function's FIRST line (Kineto names frames so), -1 when unknown",
-    "user_index": "nearest frame at or above that is the user's own code, or -1"})
+PYTHON_SCHEMA = Schema(
+    "trace.python",
+    {
+        **_TIMES,
+        "pid": I64,
+        "tid": I64,
+        "name": CAT,
+        "python_id": I64,
+        "parent_index": I64,
+        "file": CAT,
+        "line": I64,
+        "function": CAT,
+        "is_user": BOOL,
+        "user_index": I64,
+    },
+    {
+        "line": "the function's FIRST line (Kineto names frames so), -1 when unknown",
+        "user_index": "nearest frame at or above that is the user's own code, or -1",
+    },
+)
 
-ANNOTATION_SCHEMA = Schema("trace.annotations", {
-    **_TIMES, "pid": I64, "tid": I64, "name": CAT, "cat": CAT, "step": F64})
+ANNOTATION_SCHEMA = Schema(
+    "trace.annotations", {**_TIMES, "pid": I64, "tid": I64, "name": CAT, "cat": CAT, "step": F64}
+)
 
 FLOW_SCHEMA = Schema("trace.flows", {"ts_ns": I64, "pid": I64, "tid": I64, "id": I64, "ph": CAT, "cat": CAT})
 
 OTHER_SCHEMA = Schema("trace.other", {**_TIMES, "pid": I64, "tid": I64, "name": CAT, "cat": CAT})
 
-GPU_CATS = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "Memcpy": "gpu_memcpy",
-            "gpu_memset": "gpu_memset", "Memset": "gpu_memset"}
+GPU_CATS = {
+    "kernel": "kernel",
+    "Kernel": "kernel",
+    "gpu_memcpy": "gpu_memcpy",
+    "Memcpy": "gpu_memcpy",
+    "gpu_memset": "gpu_memset",
+    "Memset": "gpu_memset",
+}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver", "runtime", "driver"}
 CPU_OP_CATS = {"cpu_op", "Operator", "operator"}
 ANNOTATION_CATS = {"user_annotation", "gpu_user_annotation"}
 # categories Kineto writes that gpudiag does not need (not reported as unknown)
-IGNORED_CATS = {"Trace", "overhead", "cuda_profiler_range", "python_function", "cpu_instant_event",
-                "ac2g", "fwdbwd", "async_cpu_to_gpu", "gpu_mem_op", "mtia_ccp_events", "kernel_memcpy",
-                "Trace Span"}
+IGNORED_CATS = {
+    "Trace",
+    "overhead",
+    "cuda_profiler_range",
+    "python_function",
+    "cpu_instant_event",
+    "ac2g",
+    "fwdbwd",
+    "async_cpu_to_gpu",
+    "gpu_mem_op",
+    "mtia_ccp_events",
+    "kernel_memcpy",
+    "Trace Span",
+}
 
 SYNC_CALLS = {
-    "cudaStreamSynchronize": "stream", "cuStreamSynchronize": "stream",
-    "cudaDeviceSynchronize": "device", "cuCtxSynchronize": "device",
-    "cudaEventSynchronize": "event", "cuEventSynchronize": "event",
-    "cudaMemcpy": "memcpy", "cuMemcpyDtoH": "memcpy", "cuMemcpyDtoH_v2": "memcpy", "cuMemcpyHtoD_v2": "memcpy",
-    "cudaStreamWaitEvent": "wait_event", "cuStreamWaitEvent": "wait_event",
+    "cudaStreamSynchronize": "stream",
+    "cuStreamSynchronize": "stream",
+    "cudaDeviceSynchronize": "device",
+    "cuCtxSynchronize": "device",
+    "cudaEventSynchronize": "event",
+    "cuEventSynchronize": "event",
+    "cudaMemcpy": "memcpy",
+    "cuMemcpyDtoH": "memcpy",
+    "cuMemcpyDtoH_v2": "memcpy",
+    "cuMemcpyHtoD_v2": "memcpy",
+    "cudaStreamWaitEvent": "wait_event",
+    "cuStreamWaitEvent": "wait_event",
 }
 _MEMCPY_NAME = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 _PY_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
@@ -96,8 +183,24 @@ _GPU_PROCESS = re.compile(r"^/device:GPU:(\d+)")
 _JAX_STREAM = re.compile(r"Stream #(\d+)")
 _COMM = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|collective", re.I)
 LIBRARY_DIRS = ("site-packages/", "dist-packages/", "/lib/python3", "/lib64/python3")
-LIBRARY_PACKAGES = {"torch", "jax", "jaxlib", "flax", "optax", "numpy", "triton", "transformers", "accelerate",
-                    "deepspeed", "lightning", "pytorch_lightning", "torchvision", "apex", "megatron", "nn.Module: "}
+LIBRARY_PACKAGES = {
+    "torch",
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "numpy",
+    "triton",
+    "transformers",
+    "accelerate",
+    "deepspeed",
+    "lightning",
+    "pytorch_lightning",
+    "torchvision",
+    "apex",
+    "megatron",
+    "nn.Module: ",
+}
 
 
 @dataclass
@@ -193,8 +296,9 @@ class _Builder:
         self.reset()
 
     def reset(self):
-        self.tables = {k: _Columns() for k in ("gpu", "runtime", "cuda_sync", "cpu_ops", "python", "annotations",
-                                               "flows", "other")}
+        self.tables = {
+            k: _Columns() for k in ("gpu", "runtime", "cuda_sync", "cpu_ops", "python", "annotations", "flows", "other")
+        }
         self.meta: list[dict] = []
         self.bad_duration = 0
         self.bad_events = 0
@@ -333,8 +437,11 @@ def us_to_ns(us: np.ndarray) -> np.ndarray:
 
 def _plausible(e: dict) -> bool:
     args = e.get("args")
-    return (isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur", 0), (int, float))
-            and (args is None or isinstance(args, dict)))
+    return (
+        isinstance(e.get("ts"), (int, float))
+        and isinstance(e.get("dur", 0), (int, float))
+        and (args is None or isinstance(args, dict))
+    )
 
 
 def _ints(values: list) -> np.ndarray:
@@ -384,12 +491,16 @@ def read_trace(path: str | os.PathLike) -> Trace:
         raise InputError(path, "expected a chrome trace with 'traceEvents'; found an empty event list and no metadata")
     frames = {k: t.frame() if t.pieces else pd.DataFrame() for k, t in b.tables.items()}
     procs, threads = _metadata_names(b.meta)
-    fmt = PERFETTO if any(_GPU_PROCESS.match(n or "") for n in procs.values()) and not frames["gpu"].shape[0] else KINETO
+    fmt = (
+        PERFETTO if any(_GPU_PROCESS.match(n or "") for n in procs.values()) and not frames["gpu"].shape[0] else KINETO
+    )
     warnings = _warnings(b)
     if fmt == PERFETTO:
         frames = _from_perfetto(frames, procs, threads)
     trace = Trace(
-        path=path, format=fmt, rank=_rank(header),
+        path=path,
+        format=fmt,
+        rank=_rank(header),
         gpu=_gpu(frames["gpu"]),
         runtime=conform(frames["runtime"], RUNTIME_SCHEMA),
         cuda_sync=conform(frames["cuda_sync"], CUDA_SYNC_SCHEMA),
@@ -400,19 +511,31 @@ def read_trace(path: str | os.PathLike) -> Trace:
         other=conform(frames["other"], OTHER_SCHEMA),
         device_properties=_device_properties(header),
         collectives=b.collectives.frame(),
-        metadata={"header": {k: v for k, v in header.items() if k not in ("deviceProperties",)},
-                  "process_names": procs, "events": b.n_events},
+        metadata={
+            "header": {k: v for k, v in header.items() if k not in ("deviceProperties",)},
+            "process_names": procs,
+            "events": b.n_events,
+        },
         warnings=warnings,
     )
     _link(trace)
     return trace
 
 
-def trace_from_tables(path: str | os.PathLike, fmt: str, *, gpu: pd.DataFrame, runtime: pd.DataFrame,
-                      cuda_sync: pd.DataFrame | None = None, annotations: pd.DataFrame | None = None,
-                      other: pd.DataFrame | None = None, device_properties: pd.DataFrame | None = None,
-                      rank: int | None = None, metadata: dict[str, Any] | None = None,
-                      warnings: list[str] | None = None) -> Trace:
+def trace_from_tables(
+    path: str | os.PathLike,
+    fmt: str,
+    *,
+    gpu: pd.DataFrame,
+    runtime: pd.DataFrame,
+    cuda_sync: pd.DataFrame | None = None,
+    annotations: pd.DataFrame | None = None,
+    other: pd.DataFrame | None = None,
+    device_properties: pd.DataFrame | None = None,
+    rank: int | None = None,
+    metadata: dict[str, Any] | None = None,
+    warnings: list[str] | None = None,
+) -> Trace:
     """A :class:`Trace` from another format's raw tables, finished and linked as :func:`read_trace` does.
 
     For a reader of another trace format (e.g. :mod:`parsers.nsys_sqlite`). ``gpu`` rows carry ``ts_ns, dur_ns,
@@ -424,13 +547,20 @@ def trace_from_tables(path: str | os.PathLike, fmt: str, *, gpu: pd.DataFrame, r
     """
     empty = pd.DataFrame()
     trace = Trace(
-        path=os.fspath(path), format=fmt, rank=rank, gpu=_gpu(gpu), runtime=conform(runtime, RUNTIME_SCHEMA),
+        path=os.fspath(path),
+        format=fmt,
+        rank=rank,
+        gpu=_gpu(gpu),
+        runtime=conform(runtime, RUNTIME_SCHEMA),
         cuda_sync=conform(empty if cuda_sync is None else cuda_sync, CUDA_SYNC_SCHEMA),
-        cpu_ops=CPU_OP_SCHEMA.empty(), python=_python(empty),
-        annotations=_annotations(empty if annotations is None else annotations), flows=FLOW_SCHEMA.empty(),
+        cpu_ops=CPU_OP_SCHEMA.empty(),
+        python=_python(empty),
+        annotations=_annotations(empty if annotations is None else annotations),
+        flows=FLOW_SCHEMA.empty(),
         other=conform(empty if other is None else other, OTHER_SCHEMA),
         device_properties=_device_properties({}) if device_properties is None else device_properties,
-        metadata=dict(metadata or {}), warnings=list(warnings or []),
+        metadata=dict(metadata or {}),
+        warnings=list(warnings or []),
     )
     _link(trace)
     return trace
@@ -439,10 +569,14 @@ def trace_from_tables(path: str | os.PathLike, fmt: str, *, gpu: pd.DataFrame, r
 def _warnings(b: _Builder) -> list[str]:
     out = []
     if b.bad_duration:
-        out.append(f"{b.bad_duration:,} complete events had a missing or negative duration (or a time beyond "
-                   f"what int64 nanoseconds hold) and were skipped")
+        out.append(
+            f"{b.bad_duration:,} complete events had a missing or negative duration (or a time beyond "
+            f"what int64 nanoseconds hold) and were skipped"
+        )
     if b.bad_events:
-        out.append(f"{b.bad_events:,} events were not well-formed (not an object, or non-numeric ts/dur/args) and were skipped")
+        out.append(
+            f"{b.bad_events:,} events were not well-formed (not an object, or non-numeric ts/dur/args) and were skipped"
+        )
     if b.unknown_cats:
         listed = ", ".join(f"{c!r} ({n:,})" for c, n in b.unknown_cats.most_common(8))
         out.append(f"events of unknown categories were kept in trace.other, not analysed: {listed}")
@@ -486,8 +620,11 @@ def _from_perfetto(frames: dict, procs: dict, threads: dict) -> dict:
     gpu["device"] = [gpu_pids[p] for p in gpu["pid"]]
     names = gpu["name"].astype(str)
     lower = names.str.lower()
-    gpu["cat"] = np.where(lower.str.contains("memcpy|memcpyd2h|memcpyh2d|copy_start|transfer"), "gpu_memcpy",
-                          np.where(lower.str.contains("memset"), "gpu_memset", "kernel"))
+    gpu["cat"] = np.where(
+        lower.str.contains("memcpy|memcpyd2h|memcpyh2d|copy_start|transfer"),
+        "gpu_memcpy",
+        np.where(lower.str.contains("memset"), "gpu_memset", "kernel"),
+    )
     host_pids = [p for p, n in procs.items() if n.startswith("/host:")]
     host = other[~on_gpu & other["pid"].isin(host_pids)]
     is_api = host["name"].astype(str).str.match(r"^cu[A-Z]|^cuda[A-Z]")
@@ -506,9 +643,11 @@ def _gpu(df: pd.DataFrame) -> pd.DataFrame:
     if len(df):
         names = df["name"].astype("category")
         cats = pd.Series(names.cat.categories.astype(str))
-        kinds = np.where(cats.str.match(r"^(?:Memcpy|dma)"), "memcpy",
-                         np.where(cats.str.match(r"^Memset"), "memset",
-                                  np.where(cats.str.contains(_COMM), "comm", "compute")))
+        kinds = np.where(
+            cats.str.match(r"^(?:Memcpy|dma)"),
+            "memcpy",
+            np.where(cats.str.match(r"^Memset"), "memset", np.where(cats.str.contains(_COMM), "comm", "compute")),
+        )
         codes = names.cat.codes.to_numpy()
         cat_kind = df["cat"].astype(str).to_numpy()
         kind = _by_code(kinds, codes, "compute")
@@ -621,8 +760,11 @@ def _link(t: Trace) -> None:
     gpu, rt, ops, py = t.gpu, t.runtime, t.cpu_ops, t.python
     # conform() fills an absent int64 column with 0, which here would point at row 0 of a table that may be
     # empty (a trace without Python frames, without cpu ops): every link starts as "none" (-1) instead
-    for df, cols in ((rt, ("gpu_index", "cpu_op_index", "python_index")),
-                     (ops, ("parent_index", "top_index", "python_index")), (py, ("parent_index", "user_index"))):
+    for df, cols in (
+        (rt, ("gpu_index", "cpu_op_index", "python_index")),
+        (ops, ("parent_index", "top_index", "python_index")),
+        (py, ("parent_index", "user_index")),
+    ):
         for col in cols:
             df[col] = np.full(len(df), -1, dtype=np.int64)
     tol = 1000 if _integral_us(ops["ts_ns"].to_numpy(), rt["ts_ns"].to_numpy()) else 1
@@ -660,8 +802,16 @@ def _link(t: Trace) -> None:
         ops["parent_index"] = parent
         ops["top_index"] = _roots(parent)
         if len(rt):
-            rt["cpu_op_index"] = enclosing(o_ts, o_end, o_g, parent, rt["ts_ns"].to_numpy(), rt["end_ns"].to_numpy(),
-                                           thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy()), tol)
+            rt["cpu_op_index"] = enclosing(
+                o_ts,
+                o_end,
+                o_g,
+                parent,
+                rt["ts_ns"].to_numpy(),
+                rt["end_ns"].to_numpy(),
+                thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy()),
+                tol,
+            )
     # Python frames: parent by id where given, else by time; then the nearest user frame
     if len(py):
         p_ts, p_end = py["ts_ns"].to_numpy(), py["end_ns"].to_numpy()
@@ -676,11 +826,27 @@ def _link(t: Trace) -> None:
         py["parent_index"] = parent
         py["user_index"] = _nearest_marked(parent, py["is_user"].to_numpy())
         if len(ops):
-            ops["python_index"] = enclosing(p_ts, p_end, p_g, parent, ops["ts_ns"].to_numpy(), ops["end_ns"].to_numpy(),
-                                            thread_key(ops["pid"].to_numpy(), ops["tid"].to_numpy()), tol)
+            ops["python_index"] = enclosing(
+                p_ts,
+                p_end,
+                p_g,
+                parent,
+                ops["ts_ns"].to_numpy(),
+                ops["end_ns"].to_numpy(),
+                thread_key(ops["pid"].to_numpy(), ops["tid"].to_numpy()),
+                tol,
+            )
         if len(rt):
-            rt["python_index"] = enclosing(p_ts, p_end, p_g, parent, rt["ts_ns"].to_numpy(), rt["end_ns"].to_numpy(),
-                                           thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy()), tol)
+            rt["python_index"] = enclosing(
+                p_ts,
+                p_end,
+                p_g,
+                parent,
+                rt["ts_ns"].to_numpy(),
+                rt["end_ns"].to_numpy(),
+                thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy()),
+                tol,
+            )
         if "parent_id" in py:
             t.python = py.drop(columns=["parent_id"])
 
@@ -689,9 +855,11 @@ def _sync_kind(rt: pd.DataFrame) -> pd.Categorical:
     names = rt["name"].astype("category")
     kind = _by_code([SYNC_CALLS.get(str(c)) for c in names.cat.categories], names.cat.codes.to_numpy(), None)
     # a DtoH copy into pageable memory (or any cudaMemcpy without Async) blocks the host until it is done
-    blocking_copy = (rt["name"].astype(str).str.startswith("cudaMemcpyAsync").to_numpy()
-                     & (rt["host_memory"].astype(object) == "pageable").to_numpy()
-                     & (rt["memcpy_kind"].astype(object) == "DtoH").to_numpy())
+    blocking_copy = (
+        rt["name"].astype(str).str.startswith("cudaMemcpyAsync").to_numpy()
+        & (rt["host_memory"].astype(object) == "pageable").to_numpy()
+        & (rt["memcpy_kind"].astype(object) == "DtoH").to_numpy()
+    )
     kind = np.where(blocking_copy & (kind == None), "memcpy", kind)  # noqa: E711
     return pd.Categorical(kind)
 
@@ -724,8 +892,9 @@ def _nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
 def is_trace(head: bytes) -> bool:
     """A Chrome-trace JSON: Kineto's (``traceEvents``, ``schemaVersion``) or JAX's perfetto export."""
     compact = compact_json(head)
-    return compact is not None and ('"traceEvents"' in compact or '"schemaVersion"' in compact
-                                    or '"displayTimeUnit"' in compact)
+    return compact is not None and (
+        '"traceEvents"' in compact or '"schemaVersion"' in compact or '"displayTimeUnit"' in compact
+    )
 
 
 READERS = (Reader("trace", TRACES, is_trace, read_trace, "a PyTorch profiler (Kineto) or JAX perfetto trace", (JSON,)),)

@@ -9,6 +9,7 @@ torch), which is what lets ranks' kernels be matched exactly rather than by orde
 Rows are keyed like ``Trace.gpu`` (``ts_ns`` rounded the same way, ``correlation``) and
 ``Trace.cpu_ops`` (``ts_ns``, ``external_id``) so they join back.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,21 +21,53 @@ import pandas as pd
 from parsers.schema import F64, I64, STR, Schema, conform
 from parsers.trace_stream import read_chunks
 
-COLLECTIVES_SCHEMA = Schema("trace.collectives", {
-    "source": STR, "ts_ns": I64, "correlation": I64, "external_id": I64, "collective": STR,
-    "pg_name": STR, "pg_ranks": STR, "group_size": F64, "in_nelems": F64, "out_nelems": F64, "dtype": STR,
-    "msg_bytes": F64, "seq": F64,
-}, {"source": "kernel (an NCCL kernel on the GPU) | cpu_op (record_param_comms)",
-    "collective": "Kineto's 'Collective name' (allreduce, _allgather_base, ...), None when not written",
-    "pg_ranks": "the group's global ranks as Kineto writes them, e.g. '[0, 1]'",
-    "msg_bytes": "max(in, out) nelems x the dtype's size, NaN when either is unknown",
-    "seq": "the collective's sequence number in its group (torch >= 2.4 writes 'Seq'), NaN when absent"})
+COLLECTIVES_SCHEMA = Schema(
+    "trace.collectives",
+    {
+        "source": STR,
+        "ts_ns": I64,
+        "correlation": I64,
+        "external_id": I64,
+        "collective": STR,
+        "pg_name": STR,
+        "pg_ranks": STR,
+        "group_size": F64,
+        "in_nelems": F64,
+        "out_nelems": F64,
+        "dtype": STR,
+        "msg_bytes": F64,
+        "seq": F64,
+    },
+    {
+        "source": "kernel (an NCCL kernel on the GPU) | cpu_op (record_param_comms)",
+        "collective": "Kineto's 'Collective name' (allreduce, _allgather_base, ...), None when not written",
+        "pg_ranks": "the group's global ranks as Kineto writes them, e.g. '[0, 1]'",
+        "msg_bytes": "max(in, out) nelems x the dtype's size, NaN when either is unknown",
+        "seq": "the collective's sequence number in its group (torch >= 2.4 writes 'Seq'), NaN when absent",
+    },
+)
 
 NCCL_KERNEL = re.compile(r"^(?:nccl|rccl)\w*Kernel", re.I)
 # bytes per element of the dtype names Kineto writes (c10 ScalarType names)
-DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Int": 4, "Long": 8, "Short": 2, "Char": 1,
-               "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "ComplexFloat": 8, "ComplexDouble": 16,
-               "UInt16": 2, "UInt32": 4, "UInt64": 8}
+DTYPE_BYTES = {
+    "Float": 4,
+    "Half": 2,
+    "BFloat16": 2,
+    "Double": 8,
+    "Int": 4,
+    "Long": 8,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "UInt16": 2,
+    "UInt32": 4,
+    "UInt64": 8,
+}
 
 
 class CollectiveArgs:
@@ -63,14 +96,38 @@ class CollectiveArgs:
             ts = e.get("ts")
             if not isinstance(ts, (int, float)):
                 continue
-            self.rows.append((source, int(np.rint(float(ts) * 1000.0)), a.get("correlation"), a.get("External id"),
-                              a.get("Collective name"), a.get("Process Group Name"), a.get("Process Group Ranks"),
-                              a.get("Group size"), a.get("In msg nelems"), a.get("Out msg nelems"), a.get("dtype"),
-                              a.get("Seq")))
+            self.rows.append(
+                (
+                    source,
+                    int(np.rint(float(ts) * 1000.0)),
+                    a.get("correlation"),
+                    a.get("External id"),
+                    a.get("Collective name"),
+                    a.get("Process Group Name"),
+                    a.get("Process Group Ranks"),
+                    a.get("Group size"),
+                    a.get("In msg nelems"),
+                    a.get("Out msg nelems"),
+                    a.get("dtype"),
+                    a.get("Seq"),
+                )
+            )
 
     def frame(self) -> pd.DataFrame:
-        cols = ["source", "ts_ns", "correlation", "external_id", "collective", "pg_name", "pg_ranks", "group_size",
-                "in_nelems", "out_nelems", "dtype", "seq"]
+        cols = [
+            "source",
+            "ts_ns",
+            "correlation",
+            "external_id",
+            "collective",
+            "pg_name",
+            "pg_ranks",
+            "group_size",
+            "in_nelems",
+            "out_nelems",
+            "dtype",
+            "seq",
+        ]
         df = pd.DataFrame(self.rows, columns=cols)
         for c in ("correlation", "external_id"):
             df[c] = _ints(df[c])

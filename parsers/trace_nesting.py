@@ -6,6 +6,7 @@ from times: an interval's parent is the innermost earlier-starting interval of t
 same thread that ends no earlier. Both functions work on whole arrays with pointer
 jumping (a few numpy passes), never one Python step per event.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,8 +41,16 @@ def parents(ts: np.ndarray, end: np.ndarray, group: np.ndarray, tol: int = 0) ->
     return out
 
 
-def enclosing(ts: np.ndarray, end: np.ndarray, group: np.ndarray, parent: np.ndarray,
-              q_ts: np.ndarray, q_end: np.ndarray, q_group: np.ndarray, tol: int = 0) -> np.ndarray:
+def enclosing(
+    ts: np.ndarray,
+    end: np.ndarray,
+    group: np.ndarray,
+    parent: np.ndarray,
+    q_ts: np.ndarray,
+    q_end: np.ndarray,
+    q_group: np.ndarray,
+    tol: int = 0,
+) -> np.ndarray:
     """For each query interval, the row of the innermost interval (of ``ts``/``end``) holding it, or -1.
 
     ``parent`` is what :func:`parents` gave for the same intervals.

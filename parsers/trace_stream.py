@@ -7,6 +7,7 @@ only if the piece parses, so a ``}, {`` inside a string or a nested ``args`` lis
 the cut to an earlier boundary. Anything unexpected falls back to one whole-file parse,
 whose error (if any) becomes the :class:`InputError`.
 """
+
 from __future__ import annotations
 
 import re
@@ -54,13 +55,15 @@ def read_chunks(path: str, on_events: Callable[[list], None], reset: Callable[[]
         events = data.get("traceEvents")
         if not isinstance(events, list):
             found = ", ".join(sorted(map(str, data))[:8]) or "nothing"
-            raise InputError(path, f"expected a chrome trace (a JSON object with a 'traceEvents' list); found keys: {found}")
+            raise InputError(
+                path, f"expected a chrome trace (a JSON object with a 'traceEvents' list); found keys: {found}"
+            )
         header = {k: v for k, v in data.items() if k != "traceEvents"}
     else:
         raise InputError(path, f"expected a chrome trace JSON object or array; found a JSON {type(data).__name__}")
     step = 200_000
     for i in range(0, len(events), step):
-        on_events(events[i:i + step])
+        on_events(events[i : i + step])
     return header
 
 
@@ -75,7 +78,9 @@ def _read(path: str, f, n: int) -> bytes:
     try:
         return f.read(n)
     except EOFError:
-        raise InputError(path, "gzip stream ends early: the file is truncated (was the run killed while writing?)") from None
+        raise InputError(
+            path, "gzip stream ends early: the file is truncated (was the run killed while writing?)"
+        ) from None
     except (OSError, zlib.error) as e:
         raise InputError(path, f"cannot decompress: {e}") from None
 
@@ -98,9 +103,9 @@ def _stream(path: str, on_events: Callable[[list], None]) -> dict:
     with _open(path) as f:
         buf = _read(path, f, PIECE_BYTES)
         start = len(buf) - len(buf.lstrip())
-        if buf[start:start + 1] == b"[":
+        if buf[start : start + 1] == b"[":
             header, pos = b"", start + 1
-        elif buf[start:start + 1] == b"{":
+        elif buf[start : start + 1] == b"{":
             m = _EVENTS_KEY.search(buf)
             while m is None:
                 more = _read(path, f, PIECE_BYTES)
@@ -108,7 +113,7 @@ def _stream(path: str, on_events: Callable[[list], None]) -> dict:
                     raise _Fallback
                 buf += more
                 m = _EVENTS_KEY.search(buf)
-            header, pos = buf[:m.start()], m.end()
+            header, pos = buf[: m.start()], m.end()
         else:
             raise _Fallback
         pending = buf[pos:]
@@ -161,7 +166,7 @@ def _cut(pending: bytes):
         if tries >= 8:
             return None
         try:
-            return _loads(b"[" + pending[:close + 1] + b"]"), open_
+            return _loads(b"[" + pending[: close + 1] + b"]"), open_
         except JSONDecodeError:
             continue
     return None
@@ -181,6 +186,6 @@ def _finish(pending: bytes, on_events: Callable[[list], None]) -> bytes:
             continue
         if isinstance(events, list):
             on_events(events)
-            return pending[j + 1:]
+            return pending[j + 1 :]
         end = j
     raise _Fallback

@@ -5,6 +5,7 @@ argument that was not UTF-8 into lone surrogates (surrogateescape): such a strin
 pyarrow or a UTF-8 write raise UnicodeEncodeError. Found by fuzzing; each reader decides whether
 to refuse the input or replace the character.
 """
+
 from __future__ import annotations
 
 import re

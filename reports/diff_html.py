@@ -3,6 +3,7 @@
 Render only: every number shown is in ``diff.metrics`` / ``diff.kernels`` / ``diff.tables``.
 Same conventions as reports/html.py: plotly.js inlined once, figures as fragments, text escaped.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,28 +47,38 @@ def _sig(significant, noise: str) -> str:
 
 
 def render_diff_terminal(diff, color: bool = False, show_all: bool = False, kernel_limit: int = 10) -> str:
-    lines = [f"gpudiag diff: A = {', '.join(diff.source_a.get('paths', []))}",
-             f"              B = {', '.join(diff.source_b.get('paths', []))}"]
+    lines = [
+        f"gpudiag diff: A = {', '.join(diff.source_a.get('paths', []))}",
+        f"              B = {', '.join(diff.source_b.get('paths', []))}",
+    ]
     m = diff.metrics
     changed = m if show_all else m[~m["verdict"].isin(["unchanged"])]
     counts = m["verdict"].value_counts()
-    lines.append(f"{len(m)} shared metrics: {int(counts.get('worse', 0))} worse, {int(counts.get('better', 0))} better, "
-                 f"{int(counts.get('within_noise', 0))} within noise, {int(counts.get('unchanged', 0))} unchanged")
+    lines.append(
+        f"{len(m)} shared metrics: {int(counts.get('worse', 0))} worse, {int(counts.get('better', 0))} better, "
+        f"{int(counts.get('within_noise', 0))} within noise, {int(counts.get('unchanged', 0))} unchanged"
+    )
     for rec in changed.itertuples(index=False):
         tag = f"{rec.verdict:>12}"
         if color and rec.verdict in _COLORS:
             tag = f"{_COLORS[rec.verdict]}{tag}{_RESET}"
-        lines.append(f"{tag}  {rec.key}: {_fmt(rec.a, rec.unit)} -> {_fmt(rec.b, rec.unit)} {_change(rec.change_pct)}"
-                     f"  [{_sig(rec.significant, rec.noise)}]")
+        lines.append(
+            f"{tag}  {rec.key}: {_fmt(rec.a, rec.unit)} -> {_fmt(rec.b, rec.unit)} {_change(rec.change_pct)}"
+            f"  [{_sig(rec.significant, rec.noise)}]"
+        )
     k = diff.kernels
     if len(k):
-        lines.append(f"kernels: {int((k['status'] == 'both').sum())} in both, {int((k['status'] == 'added').sum())} "
-                     f"only in B, {int((k['status'] == 'removed').sum())} only in A (by total time):")
+        lines.append(
+            f"kernels: {int((k['status'] == 'both').sum())} in both, {int((k['status'] == 'added').sum())} "
+            f"only in B, {int((k['status'] == 'removed').sum())} only in A (by total time):"
+        )
         for rec in k.head(kernel_limit).itertuples(index=False):
             if rec.status == "both":
-                text = (f"median {_fmt(rec.median_dur_a_ns, 'ns')} -> {_fmt(rec.median_dur_b_ns, 'ns')} "
-                        f"{_change(rec.median_dur_change_pct)} [{rec.median_dur_verdict}]; L2 hit "
-                        f"{_fmt(rec.l2_hit_a_pct, '%')} -> {_fmt(rec.l2_hit_b_pct, '%')} [{rec.l2_hit_verdict}]")
+                text = (
+                    f"median {_fmt(rec.median_dur_a_ns, 'ns')} -> {_fmt(rec.median_dur_b_ns, 'ns')} "
+                    f"{_change(rec.median_dur_change_pct)} [{rec.median_dur_verdict}]; L2 hit "
+                    f"{_fmt(rec.l2_hit_a_pct, '%')} -> {_fmt(rec.l2_hit_b_pct, '%')} [{rec.l2_hit_verdict}]"
+                )
             elif rec.status == "added":
                 text = f"only in B: {rec.launches_b} launches, {_fmt(rec.total_time_b_ns, 'ns')}"
             else:
@@ -89,9 +100,18 @@ def render_diff_terminal(diff, color: bool = False, show_all: bool = False, kern
 def _metric_rows(diff) -> list[dict]:
     rows = []
     for rec in diff.metrics.itertuples(index=False):
-        rows.append({"key": rec.key, "a": _fmt(rec.a, rec.unit), "b": _fmt(rec.b, rec.unit),
-                     "change": _change(rec.change_pct), "verdict": rec.verdict, "direction": rec.direction,
-                     "significance": _sig(rec.significant, rec.noise), "noise": rec.noise})
+        rows.append(
+            {
+                "key": rec.key,
+                "a": _fmt(rec.a, rec.unit),
+                "b": _fmt(rec.b, rec.unit),
+                "change": _change(rec.change_pct),
+                "verdict": rec.verdict,
+                "direction": rec.direction,
+                "significance": _sig(rec.significant, rec.noise),
+                "noise": rec.noise,
+            }
+        )
     order = {"worse": 0, "better": 1, "changed": 2, "within_noise": 3, "unchanged": 4}
     return sorted(rows, key=lambda r: (order.get(r["verdict"], 5), r["key"]))
 
@@ -106,10 +126,21 @@ def _step_figure(diff) -> str:
     for run in ("A", "B"):
         s = samples[samples["run"] == run]
         if len(s):
-            fig.add_trace(go.Box(y=s["step_ms"].tolist(), name=f"run {run}", boxpoints="all", jitter=0.4,
-                                 text=[f"rank {r} step {st}" for r, st in zip(s["rank"], s["step"])]))
-    fig.update_layout(title="Step time per measured step (warm-up left out)", yaxis_title="step time (ms)",
-                      height=380, showlegend=False)
+            fig.add_trace(
+                go.Box(
+                    y=s["step_ms"].tolist(),
+                    name=f"run {run}",
+                    boxpoints="all",
+                    jitter=0.4,
+                    text=[f"rank {r} step {st}" for r, st in zip(s["rank"], s["step"])],
+                )
+            )
+    fig.update_layout(
+        title="Step time per measured step (warm-up left out)",
+        yaxis_title="step time (ms)",
+        height=380,
+        showlegend=False,
+    )
     return figure_html(fig, "diff-steps")
 
 
@@ -121,10 +152,19 @@ def _kernel_figure(diff) -> str:
 
     top = k.head(MAX_KERNEL_BARS)
     names = [n if len(n) <= 50 else n[:47] + "…" for n in top["kernel_short"]]
-    fig = go.Figure([go.Bar(y=names, x=(top["total_time_a_ns"] / 1e3).tolist(), name="A", orientation="h"),
-                     go.Bar(y=names, x=(top["total_time_b_ns"] / 1e3).tolist(), name="B", orientation="h")])
-    fig.update_layout(title="GPU time per kernel (profiled launches)", xaxis_title="total time (µs)", barmode="group",
-                      height=max(300, 40 * len(top) + 120), yaxis=dict(autorange="reversed"))
+    fig = go.Figure(
+        [
+            go.Bar(y=names, x=(top["total_time_a_ns"] / 1e3).tolist(), name="A", orientation="h"),
+            go.Bar(y=names, x=(top["total_time_b_ns"] / 1e3).tolist(), name="B", orientation="h"),
+        ]
+    )
+    fig.update_layout(
+        title="GPU time per kernel (profiled launches)",
+        xaxis_title="total time (µs)",
+        barmode="group",
+        height=max(300, 40 * len(top) + 120),
+        yaxis=dict(autorange="reversed"),
+    )
     return figure_html(fig, "diff-kernels")
 
 
@@ -132,18 +172,45 @@ def _kernel_table(diff) -> str:
     k = diff.kernels
     if not len(k):
         return '<p class="muted">No ncu kernel table in either run.</p>'
-    shown = k[["kernel_short", "status", "launches_a", "launches_b", "total_time_a_ns", "total_time_b_ns",
-               "median_dur_a_ns", "median_dur_b_ns", "median_dur_change_pct", "median_dur_p_value",
-               "median_dur_verdict", "l2_hit_a_pct", "l2_hit_b_pct", "l2_hit_delta_pts", "l2_hit_p_value",
-               "l2_hit_verdict"]].copy()
+    shown = k[
+        [
+            "kernel_short",
+            "status",
+            "launches_a",
+            "launches_b",
+            "total_time_a_ns",
+            "total_time_b_ns",
+            "median_dur_a_ns",
+            "median_dur_b_ns",
+            "median_dur_change_pct",
+            "median_dur_p_value",
+            "median_dur_verdict",
+            "l2_hit_a_pct",
+            "l2_hit_b_pct",
+            "l2_hit_delta_pts",
+            "l2_hit_p_value",
+            "l2_hit_verdict",
+        ]
+    ].copy()
     return table_html(shown, "diff-kernel-table", float_fmt="{:,.4g}")
 
 
 def render_diff_html(diff) -> str:
     data = diff.to_dict()
     return render_page(
-        "diff.html", a=diff.source_a, b=diff.source_b, metrics=_metric_rows(diff), alpha=diff.options.alpha,
-        added=diff.findings_added, removed=diff.findings_removed, changed=diff.findings_changed,
-        only_a=diff.keys_only_in_a, only_b=diff.keys_only_in_b, warnings=diff.warnings,
-        step_figure=_step_figure(diff), kernel_figure=_kernel_figure(diff), kernel_table=_kernel_table(diff),
-        data=data)
+        "diff.html",
+        a=diff.source_a,
+        b=diff.source_b,
+        metrics=_metric_rows(diff),
+        alpha=diff.options.alpha,
+        added=diff.findings_added,
+        removed=diff.findings_removed,
+        changed=diff.findings_changed,
+        only_a=diff.keys_only_in_a,
+        only_b=diff.keys_only_in_b,
+        warnings=diff.warnings,
+        step_figure=_step_figure(diff),
+        kernel_figure=_kernel_figure(diff),
+        kernel_table=_kernel_table(diff),
+        data=data,
+    )

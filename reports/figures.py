@@ -3,6 +3,7 @@
 Every figure is ``to_html(full_html=False, include_plotlyjs=False)``; the page
 inlines plotly.js once (``reports/templating.py`` and ``templates/_base.html``), so the report works offline.
 """
+
 from __future__ import annotations
 
 import html
@@ -18,8 +19,9 @@ PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 def figure_html(fig, div_id: str | None = None) -> str:
     """A plotly figure as a div + script that use the page's inlined plotly.js."""
     fig.update_layout(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50))
-    return fig.to_html(full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG,
-                       div_id=div_id or f"fig-{next(_ids)}")
+    return fig.to_html(
+        full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG, div_id=div_id or f"fig-{next(_ids)}"
+    )
 
 
 def plotly_js() -> str:
@@ -28,8 +30,9 @@ def plotly_js() -> str:
     return get_plotlyjs()
 
 
-def table_html(df: pd.DataFrame, table_id: str, max_rows: int = 500, float_fmt: str = "{:,.2f}",
-               sortable: bool = True) -> str:
+def table_html(
+    df: pd.DataFrame, table_id: str, max_rows: int = 500, float_fmt: str = "{:,.2f}", sortable: bool = True
+) -> str:
     """A sortable HTML table (click a header); every cell escaped."""
     if df is None or not len(df):
         return '<p class="muted">No rows.</p>'
@@ -47,7 +50,9 @@ def table_html(df: pd.DataFrame, table_id: str, max_rows: int = 500, float_fmt: 
             else:
                 cells.append(f"<td>{html.escape('' if v is None else str(v))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    more = (f'<p class="muted">Showing {max_rows:,} of {len(df):,} rows.</p>' if len(df) > max_rows else "")
+    more = f'<p class="muted">Showing {max_rows:,} of {len(df):,} rows.</p>' if len(df) > max_rows else ""
     cls = "data sortable" if sortable else "data"
-    return (f'<table id="{html.escape(table_id)}" class="{cls}"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table>{more}')
+    return (
+        f'<table id="{html.escape(table_id)}" class="{cls}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>{more}"
+    )

@@ -1,4 +1,5 @@
 """Human units for display only (values stay in base units everywhere else)."""
+
 from __future__ import annotations
 
 import math

@@ -4,6 +4,7 @@ plotly.js is inlined once; every figure is a ``full_html=False`` fragment; every
 piece of user text goes through Jinja's autoescaping or ``tojson``. Nothing is
 loaded from the network.
 """
+
 from __future__ import annotations
 
 import html
@@ -16,11 +17,19 @@ from reports.format import share_human, value_human
 from reports.templating import render_page
 
 SECTION_TITLES = {
-    "l2": "L2 cache", "occupancy": "Occupancy", "launch_config": "Launch configuration",
-    "tiny_kernels": "Tiny kernels", "speed_of_light": "Speed of light", "kernels": "Kernels",
-    "fragmentation": "Memory and fragmentation", "sync": "Host syncs and GPU idle time",
-    "idle": "GPU idle time", "launch": "Launch statistics", "utilization": "NVML utilisation",
-    "comm": "Collectives across ranks", "steps": "Step timings",
+    "l2": "L2 cache",
+    "occupancy": "Occupancy",
+    "launch_config": "Launch configuration",
+    "tiny_kernels": "Tiny kernels",
+    "speed_of_light": "Speed of light",
+    "kernels": "Kernels",
+    "fragmentation": "Memory and fragmentation",
+    "sync": "Host syncs and GPU idle time",
+    "idle": "GPU idle time",
+    "launch": "Launch statistics",
+    "utilization": "NVML utilisation",
+    "comm": "Collectives across ranks",
+    "steps": "Step timings",
 }
 
 MAX_SUBJECT_ROWS = 50
@@ -51,7 +60,9 @@ def render_section(name: str, result) -> str:
 def generic_section(result) -> str:
     parts = []
     for key, df in result.tables.items():
-        parts.append(f"<h3>{html.escape(str(key))}</h3><div class='scroll'>{table_html(df, f'{result.analyzer}-{key}')}</div>")
+        parts.append(
+            f"<h3>{html.escape(str(key))}</h3><div class='scroll'>{table_html(df, f'{result.analyzer}-{key}')}</div>"
+        )
     if not parts:
         parts.append('<p class="muted">Nothing to show for this input.</p>')
     return "\n".join(parts)
@@ -66,12 +77,22 @@ def _finding_view(f) -> dict:
                 columns.append(k)
     rows = [[_cell(s.get(c)) for c in columns] for s in subjects]
     return {
-        "id": f.id, "severity": f.severity.label, "title": f.title,
+        "id": f.id,
+        "severity": f.severity.label,
+        "title": f.title,
         "cost": share_human(f.cost_share) if f.cost_share is not None else None,
         "section": f.section or section_anchor(f.analyzer),
-        "evidence": [{"metric": e.metric, "value": value_human(e.value, e.unit),
-                      "threshold": "" if e.threshold is None else value_human(e.threshold, e.unit)} for e in f.evidence],
-        "subjects": subjects, "subject_columns": columns, "subject_rows": rows,
+        "evidence": [
+            {
+                "metric": e.metric,
+                "value": value_human(e.value, e.unit),
+                "threshold": "" if e.threshold is None else value_human(e.threshold, e.unit),
+            }
+            for e in f.evidence
+        ],
+        "subjects": subjects,
+        "subject_columns": columns,
+        "subject_rows": rows,
         "subject_kind": f.subjects[0].kind if f.subjects else "",
         "recommendation": f.recommendation,
     }
@@ -106,13 +127,25 @@ def _summary_items(summary: dict) -> list[dict]:
 def render_html(analysis) -> str:
     sections = []
     for name, result in analysis.results.items():
-        sections.append(Section(section_anchor(name), SECTION_TITLES.get(name, name.replace("_", " ").title()),
-                                render_section(name, result)))
-    data = {"schema": "gpudiag.report-data/1", "summary": analysis.summary,
-            "findings": [f.to_json() for f in analysis.findings]}
+        sections.append(
+            Section(
+                section_anchor(name),
+                SECTION_TITLES.get(name, name.replace("_", " ").title()),
+                render_section(name, result),
+            )
+        )
+    data = {
+        "schema": "gpudiag.report-data/1",
+        "summary": analysis.summary,
+        "findings": [f.to_json() for f in analysis.findings],
+    }
     return render_page(
-        "report.html", source=analysis.source, findings=[_finding_view(f) for f in analysis.findings],
-        sections=sections, summary_items=_summary_items(analysis.summary), warnings=analysis.warnings,
+        "report.html",
+        source=analysis.source,
+        findings=[_finding_view(f) for f in analysis.findings],
+        sections=sections,
+        summary_items=_summary_items(analysis.summary),
+        warnings=analysis.warnings,
         data=json.loads(json.dumps(data, default=str, allow_nan=False)) if _finite(data) else _scrub(data),
     )
 

@@ -1,4 +1,5 @@
 """The findings JSON: ``gpudiag.findings/1``, the contract with CI (docs/findings-json.md)."""
+
 from __future__ import annotations
 
 import json

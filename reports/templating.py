@@ -5,6 +5,7 @@ each extend ``templates/_base.html``, which holds the stylesheet, the one inline
 the page data (``tojson``, sorted keys) and the table-sort script. Autoescaping is on for ``.html``
 templates, so user text is escaped unless a renderer marks a fragment ``|safe``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,8 +18,11 @@ from reports.figures import plotly_js
 @functools.cache
 def environment() -> jinja2.Environment:
     """The Jinja environment over ``reports/templates`` (built once per process)."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),
-                             autoescape=jinja2.select_autoescape(["html"]), keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("reports", "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+        keep_trailing_newline=True,
+    )
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "default": str}
     return env
 
@@ -29,5 +33,6 @@ def render_page(template: str, **context) -> str:
     Passes in plotly.js, inlined once by the base template, with ``</script`` written as
     ``<\\/script`` so that it cannot close its script tag early.
     """
-    return environment().get_template(template).render(
-        plotly_js=plotly_js().replace("</script", "<\\/script"), **context)
+    return (
+        environment().get_template(template).render(plotly_js=plotly_js().replace("</script", "<\\/script"), **context)
+    )

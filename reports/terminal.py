@@ -1,4 +1,5 @@
 """A short terminal summary: findings ranked by cost, one line each, then where the report is."""
+
 from __future__ import annotations
 
 import shutil

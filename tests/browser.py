@@ -4,6 +4,7 @@ Collects console errors, page errors and every network request, so tests can
 assert that the page renders offline with no errors. Skips where Chromium is not
 installed, unless GPUDIAG_REQUIRE_BROWSER=1 (CI sets it), where it fails instead.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,15 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @dataclass
@@ -59,9 +67,11 @@ def visit(html_path: Path, evaluate: dict[str, str] | None = None, timeout_ms: i
                 page.wait_for_function(
                     "document.querySelectorAll('div.plotly-graph-div .main-svg').length > 0 && "
                     "[...document.querySelectorAll('div.plotly-graph-div')].every(d => d.querySelector('.main-svg'))",
-                    timeout=timeout_ms)
+                    timeout=timeout_ms,
+                )
             result.rendered_plots = page.evaluate(
-                "[...document.querySelectorAll('div.plotly-graph-div')].filter(d => d.querySelector('.main-svg')).length")
+                "[...document.querySelectorAll('div.plotly-graph-div')].filter(d => d.querySelector('.main-svg')).length"
+            )
             for key, js in (evaluate or {}).items():
                 result.evaluated[key] = page.evaluate(js)
         finally:

@@ -3,6 +3,7 @@
 Uses the stdlib HTML parser, which treats script bodies as opaque text, so URLs
 inside the inlined plotly.js source are not mistaken for tags.
 """
+
 from html.parser import HTMLParser
 
 

@@ -1,4 +1,5 @@
 """Where the test data lives: the repo's fixtures/, and ../shared/data when present."""
+
 from pathlib import Path
 
 import pytest

@@ -3,6 +3,7 @@
 Inputs: every file in fixtures/bad/ (hand-made bad inputs, see its README) plus a
 few made here. Nothing here is a real capture.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,9 @@ BAD = sorted(p for p in (FIXTURES / "bad").iterdir() if p.is_file() and not p.na
 
 
 def gpudiag(*args):
-    return subprocess.run([sys.executable, "-m", "diagnose", *map(str, args)], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose", *map(str, args)], capture_output=True, text=True, timeout=120
+    )
 
 
 def _made_here(tmp_path):

@@ -1,4 +1,5 @@
 """End to end on the real H200 ncu fixtures: CLI report/check, findings JSON, HTML in Chromium."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,9 @@ TINY = FIXTURES / "ncu" / "tiny_kernels" / "raw_base.csv"
 
 
 def gpudiag(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "diagnose", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def test_report_cli_writes_html_and_json(tmp_path):

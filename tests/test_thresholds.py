@@ -1,4 +1,5 @@
 """Thresholds: overrides, config files, and the generated docs staying current."""
+
 import json
 
 import pytest

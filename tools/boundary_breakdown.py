@@ -7,6 +7,7 @@ cost per step). The wrappers add a little of their own; the parts are what to co
 
     PYTHONPATH=$PWD python3 tools/boundary_breakdown.py [--device cuda] [--steps 2000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,6 +47,7 @@ def main(argv=None) -> int:
                 return original(*a, **k)
             finally:
                 times.setdefault(label or name, []).append(time.perf_counter_ns() - t)
+
         setattr(owner, name, wrapper)
 
     for name in ("boundary", "drain", "_after_step"):
@@ -69,11 +71,15 @@ def main(argv=None) -> int:
             for _ in range(args.steps):
                 step()
             step_ms = (time.perf_counter() - t0) * 1000 / args.steps
-    print(f"torch {torch.__version__} on {torch.cuda.get_device_name() if args.device != 'cpu' else 'cpu'}: "
-          f"{args.steps} steps, {step_ms:.3f} ms/step (mean, wrappers included)")
+    print(
+        f"torch {torch.__version__} on {torch.cuda.get_device_name() if args.device != 'cpu' else 'cpu'}: "
+        f"{args.steps} steps, {step_ms:.3f} ms/step (mean, wrappers included)"
+    )
     for label, values in sorted(times.items(), key=lambda kv: -statistics.median(kv[1])):
-        print(f"  {label:<34} {len(values):>6} calls  median {statistics.median(values) / 1e3:8.2f} µs  "
-              f"mean {statistics.fmean(values) / 1e3:8.2f} µs")
+        print(
+            f"  {label:<34} {len(values):>6} calls  median {statistics.median(values) / 1e3:8.2f} µs  "
+            f"mean {statistics.fmean(values) / 1e3:8.2f} µs"
+        )
     return 0
 
 

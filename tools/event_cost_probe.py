@@ -9,6 +9,7 @@ work queued ahead (eight 2048² matmuls, as kernels are still running at a step 
 
     PYTHONPATH=$PWD python3 tools/event_cost_probe.py [--calls 300]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,10 @@ def main(argv=None) -> int:
         "is_current_stream_capturing()": lambda: torch.cuda.is_current_stream_capturing(),
         "1-element add_ kernel launch": lambda: tiny.add_(1),
     }
-    print(f"torch {torch.__version__} cuda {torch.version.cuda} on {torch.cuda.get_device_name()}; "
-          f"median µs per call over {args.calls} calls")
+    print(
+        f"torch {torch.__version__} cuda {torch.version.cuda} on {torch.cuda.get_device_name()}; "
+        f"median µs per call over {args.calls} calls"
+    )
     print(f"  {'call':<38} {'idle GPU':>9} {'GPU busy':>9}")
     for name, call in calls.items():
         idle, busy = [], []

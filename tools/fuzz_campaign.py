@@ -20,6 +20,7 @@ uncaught exceptions | hangs | code execution | max memory MiB. ``partial/accepte
 ``uncaught`` also counts results that break their declared schema and InputErrors that do not
 name the file. Results as JSON with ``--json OUT``. docs/fuzzing.md has the last run's table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,10 +39,30 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-READERS = ("ncu_csv", "ncu_rep", "trace", "snapshot_pickle", "snapshot_json", "memory_stats", "events", "nvml",
-           "manifest", "load", "run_folder")
-COLUMNS = ("reader", "kind of input", "count", "clear error", "partial/accepted", "uncaught exceptions", "hangs",
-           "code execution", "max memory MiB")
+READERS = (
+    "ncu_csv",
+    "ncu_rep",
+    "trace",
+    "snapshot_pickle",
+    "snapshot_json",
+    "memory_stats",
+    "events",
+    "nvml",
+    "manifest",
+    "load",
+    "run_folder",
+)
+COLUMNS = (
+    "reader",
+    "kind of input",
+    "count",
+    "clear error",
+    "partial/accepted",
+    "uncaught exceptions",
+    "hangs",
+    "code execution",
+    "max memory MiB",
+)
 
 
 def case_rng(seed: int, reader: str, kind: str, index: int) -> random.Random:
@@ -55,6 +76,7 @@ def kinds_of(reader: str) -> tuple[str, ...]:
 
 
 # --- the worker: one reader, its cases in order ---------------------------------------------------------
+
 
 def worker(args) -> None:
     """Run cases of one reader, one JSON line per case on stdout; the line ``start`` before each."""
@@ -75,13 +97,22 @@ def worker(args) -> None:
                     break
                 _emit({"event": "start", "kind": kind, "index": i})
                 dest = tmp / f"{kind}-{i}"
-                path, seed_name = build_case(reader, kind, RandomChooser(case_rng(args.seed, reader, kind, i)), dest,
-                                             full=args.full)
+                path, seed_name = build_case(
+                    reader, kind, RandomChooser(case_rng(args.seed, reader, kind, i)), dest, full=args.full
+                )
                 peak.reset()
                 outcome = run_reader(reader, path, limit_s=args.limit_s)
-                record = {"event": "case", "reader": reader, "kind": kind, "index": i, "seed": seed_name,
-                          "outcome": outcome.kind, "detail": outcome.detail, "seconds": round(outcome.seconds, 4),
-                          "peak_mib": round(peak.mib(), 1)}
+                record = {
+                    "event": "case",
+                    "reader": reader,
+                    "kind": kind,
+                    "index": i,
+                    "seed": seed_name,
+                    "outcome": outcome.kind,
+                    "detail": outcome.detail,
+                    "seconds": round(outcome.seconds, 4),
+                    "peak_mib": round(peak.mib(), 1),
+                }
                 if not outcome.ok and args.save:
                     record["saved"] = _save(Path(args.save), reader, kind, i, path)
                 _emit(record)
@@ -158,13 +189,26 @@ def _emit(obj) -> None:
 
 # --- the parent: workers, restarts, the table ------------------------------------------------------------
 
+
 def run_reader_cases(reader: str, args, results: list, rss: dict) -> None:
     """Run one reader's worker to the end, restarting it after a case that killed or froze it."""
     start_at: dict[str, int] = {}
     budget = (args.cell_seconds * len(kinds_of(reader)) if args.cell_seconds else 3600) + 120
     while True:
-        cmd = [sys.executable, __file__, "--worker", reader, "--count", str(args.count), "--seed", str(args.seed),
-               "--limit-s", str(args.limit_s), "--start-at", json.dumps(start_at)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            reader,
+            "--count",
+            str(args.count),
+            "--seed",
+            str(args.seed),
+            "--limit-s",
+            str(args.limit_s),
+            "--start-at",
+            json.dumps(start_at),
+        ]
         cmd += ["--cell-seconds", str(args.cell_seconds)] if args.cell_seconds else []
         cmd += ["--save", args.save] if args.save else []
         cmd += ["--full"] if args.full else []
@@ -188,9 +232,19 @@ def run_reader_cases(reader: str, args, results: list, rss: dict) -> None:
         if done or current is None:
             return
         # the worker died or froze inside a case: that case is a hang (or a crash of the process)
-        results.append({"event": "case", "reader": reader, "kind": current["kind"], "index": current["index"],
-                        "seed": "?", "outcome": "hang" if proc.returncode in (-9, None) else "uncaught",
-                        "detail": f"worker exited {proc.returncode} inside the case", "seconds": None, "peak_mib": None})
+        results.append(
+            {
+                "event": "case",
+                "reader": reader,
+                "kind": current["kind"],
+                "index": current["index"],
+                "seed": "?",
+                "outcome": "hang" if proc.returncode in (-9, None) else "uncaught",
+                "detail": f"worker exited {proc.returncode} inside the case",
+                "seconds": None,
+                "peak_mib": None,
+            }
+        )
         start_at[current["kind"]] = current["index"] + 1
 
 
@@ -210,15 +264,19 @@ def table(results: list, readers) -> str:
     for key in sorted(cells, key=lambda k: (order.get(k[0], 99), KINDS.index(k[1]) if k[1] in KINDS else 99)):
         c = cells[key]
         uncaught = c["uncaught"] + c["bad_result"] + c["unclear_error"]
-        lines.append(f"| {key[0]} | {key[1]} | {c['count']} | {c['clear_error']} | {c['partial']}/{c['accepted']} | "
-                     f"{uncaught} | {c['hang']} | {c['code_execution']} | {peak[key]:.1f} |")
+        lines.append(
+            f"| {key[0]} | {key[1]} | {c['count']} | {c['clear_error']} | {c['partial']}/{c['accepted']} | "
+            f"{uncaught} | {c['hang']} | {c['code_execution']} | {peak[key]:.1f} |"
+        )
     total = defaultdict(int)
     for c in cells.values():
         for k, v in c.items():
             total[k] += v
-    lines.append(f"| **all** | | {total['count']} | {total['clear_error']} | {total['partial']}/{total['accepted']} | "
-                 f"{total['uncaught'] + total['bad_result'] + total['unclear_error']} | {total['hang']} | "
-                 f"{total['code_execution']} | {max(peak.values(), default=0):.1f} |")
+    lines.append(
+        f"| **all** | | {total['count']} | {total['clear_error']} | {total['partial']}/{total['accepted']} | "
+        f"{total['uncaught'] + total['bad_result'] + total['unclear_error']} | {total['hang']} | "
+        f"{total['code_execution']} | {max(peak.values(), default=0):.1f} |"
+    )
     return "\n".join(lines)
 
 
@@ -229,8 +287,9 @@ def replay(spec: str, args) -> int:
 
     reader, kind, index = spec.split(":")
     dest = Path(tempfile.mkdtemp(prefix="gpudiag-replay-")) / "case"
-    path, seed_name = build_case(reader, kind, RandomChooser(case_rng(args.seed, reader, kind, int(index))), dest,
-                                 full=args.full)
+    path, seed_name = build_case(
+        reader, kind, RandomChooser(case_rng(args.seed, reader, kind, int(index))), dest, full=args.full
+    )
     print(f"case {spec} from seed {seed_name!r}: {path}", file=sys.stderr)
     _reader(reader)(path)  # a failure raises here, with its traceback
     print("read without an uncaught exception", file=sys.stderr)
@@ -238,6 +297,7 @@ def replay(spec: str, args) -> int:
 
 
 # --- atheris: coverage-guided byte mutations on the same seeds -----------------------------------------------
+
 
 def atheris_worker(args, argv) -> None:
     import atheris
@@ -269,7 +329,10 @@ def atheris_worker(args, argv) -> None:
             base = rnd.choice(seeds)
             kind = rnd.choice(kinds_for(base))
             from tests.fuzz.seeds import Seed
-            s = Seed(base.name, data or base.data, base.fmt, base.suffix, gz=data[:2] == b"\x1f\x8b" if data else base.gz)
+
+            s = Seed(
+                base.name, data or base.data, base.fmt, base.suffix, gz=data[:2] == b"\x1f\x8b" if data else base.gz
+            )
             try:
                 return mutate(s, kind, RandomChooser(rnd))[:max_size]
             except Exception:  # a mutation of an already mutated input may not apply: fall back to libFuzzer's
@@ -302,27 +365,50 @@ def atheris_worker(args, argv) -> None:
 
 def run_atheris(reader: str, seconds: int, args, results: list) -> None:
     stats = Path(tempfile.mkdtemp(prefix="gpudiag-atheris-stats-")) / "stats.json"
-    cmd = [sys.executable, __file__, "--atheris-worker", reader, "--stats", str(stats), "--limit-s", str(args.limit_s),
-           "--", f"-max_total_time={seconds}", "-max_len=300000", "-rss_limit_mb=4096", "-timeout=60"]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--atheris-worker",
+        reader,
+        "--stats",
+        str(stats),
+        "--limit-s",
+        str(args.limit_s),
+        "--",
+        f"-max_total_time={seconds}",
+        "-max_len=300000",
+        "-rss_limit_mb=4096",
+        "-timeout=60",
+    ]
     cmd[-5:-5] = ["--save", args.save] if args.save else []
     subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=seconds + 300)
     if not stats.exists():
-        results.append({"reader": reader, "kind": "libfuzzer", "outcome": "uncaught", "peak_mib": None,
-                        "detail": "the atheris worker wrote no statistics"})
+        results.append(
+            {
+                "reader": reader,
+                "kind": "libfuzzer",
+                "outcome": "uncaught",
+                "peak_mib": None,
+                "detail": "the atheris worker wrote no statistics",
+            }
+        )
         return
     data = json.loads(stats.read_text())
     for kind, n in data["stats"].items():
-        results.extend({"reader": reader, "kind": "libfuzzer", "outcome": kind, "peak_mib": data["peak_mib"]}
-                       for _ in range(n))
+        results.extend(
+            {"reader": reader, "kind": "libfuzzer", "outcome": kind, "peak_mib": data["peak_mib"]} for _ in range(n)
+        )
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = []
     if "--" in argv:
-        extra = argv[argv.index("--") + 1:]
-        argv = argv[:argv.index("--")]
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+        extra = argv[argv.index("--") + 1 :]
+        argv = argv[: argv.index("--")]
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--seconds", type=float, default=None, help="total wall-clock budget, split over reader x kind")
     ap.add_argument("--count", type=int, default=1000, help="most cases per reader x kind (default 1000)")
     ap.add_argument("--readers", default=",".join(READERS), help="comma-separated subset of " + ",".join(READERS))
@@ -332,8 +418,13 @@ def main(argv=None) -> int:
     ap.add_argument("--full", action="store_true", help="also mutate the whole (large) fixture files")
     ap.add_argument("--json", dest="json_out", default=None, help="write every case's result and the table here")
     ap.add_argument("--save", default=None, help="copy every failing input into this folder")
-    ap.add_argument("--atheris", type=int, default=0, metavar="SECONDS",
-                    help="after the loop, this many seconds of atheris (libFuzzer) per reader, if installed")
+    ap.add_argument(
+        "--atheris",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="after the loop, this many seconds of atheris (libFuzzer) per reader, if installed",
+    )
     ap.add_argument("--replay", default=None, metavar="READER:KIND:INDEX")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--start-at", help=argparse.SUPPRESS)
@@ -375,17 +466,31 @@ def main(argv=None) -> int:
     text = table(results, readers)
     elapsed = time.time() - started
     print(text)
-    print(f"\n{len(results)} inputs in {elapsed:.0f} s; peak RSS per reader worker (MiB): "
-          + ", ".join(f"{r} {v:.0f}" for r, v in sorted(rss.items())))
+    print(
+        f"\n{len(results)} inputs in {elapsed:.0f} s; peak RSS per reader worker (MiB): "
+        + ", ".join(f"{r} {v:.0f}" for r, v in sorted(rss.items()))
+    )
     failures = [r for r in results if r["outcome"] not in ("clear_error", "partial", "accepted")]
     for f in failures[:40]:
-        print(f"FAIL {f['reader']}:{f['kind']}:{f.get('index', '?')} {f['outcome']}: {f.get('detail', '')[:200]}",
-              file=sys.stderr)
+        print(
+            f"FAIL {f['reader']}:{f['kind']}:{f.get('index', '?')} {f['outcome']}: {f.get('detail', '')[:200]}",
+            file=sys.stderr,
+        )
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({
-            "command": " ".join([Path(sys.executable).name, "tools/fuzz_campaign.py", *sys.argv[1:]]),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "seconds": round(elapsed, 1), "seed": args.seed,
-            "table": text, "peak_rss_mib": rss, "results": results}, indent=1))
+        Path(args.json_out).write_text(
+            json.dumps(
+                {
+                    "command": " ".join([Path(sys.executable).name, "tools/fuzz_campaign.py", *sys.argv[1:]]),
+                    "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                    "seconds": round(elapsed, 1),
+                    "seed": args.seed,
+                    "table": text,
+                    "peak_rss_mib": rss,
+                    "results": results,
+                },
+                indent=1,
+            )
+        )
     return 1 if failures else 0
 
 

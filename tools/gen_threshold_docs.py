@@ -1,4 +1,5 @@
 """Write docs/thresholds.md from diagnose/thresholds.py (one place for every threshold)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,10 +12,14 @@ from diagnose.thresholds import Thresholds  # noqa: E402
 
 
 def render() -> str:
-    lines = ["# Thresholds", "",
-             "Generated from `diagnose/thresholds.py` by `python tools/gen_threshold_docs.py`; a test keeps it current.",
-             "Override one with `--threshold GROUP.NAME=VALUE` (repeatable) or a config file",
-             "(`--config gpudiag.toml` with `[GROUP]` tables, or the same as JSON).", ""]
+    lines = [
+        "# Thresholds",
+        "",
+        "Generated from `diagnose/thresholds.py` by `python tools/gen_threshold_docs.py`; a test keeps it current.",
+        "Override one with `--threshold GROUP.NAME=VALUE` (repeatable) or a config file",
+        "(`--config gpudiag.toml` with `[GROUP]` tables, or the same as JSON).",
+        "",
+    ]
     th = Thresholds()
     for f in dataclasses.fields(th):
         group = getattr(th, f.name)

@@ -12,6 +12,7 @@ step log and the benchmark's tripled intervals): docs/measurements/h200-2026-12-
 
     PYTHONPATH=$PWD python3 tools/overhead_sources.py [--seconds 30] [--variants light,no-nvtx]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,6 +64,7 @@ def spin_hook(spin_ns: int):
         end = time.perf_counter_ns() + spin_ns
         while time.perf_counter_ns() < end:
             pass
+
     return hook
 
 
@@ -76,8 +78,10 @@ def measure(variant: str, step, args, work: Path) -> dict:
         hook.set(False)
         return {"times": times, "own": None}
     # as in the benchmark: light is on a third of the time, so its clock-kept intervals are tripled
-    with light_share_intervals() as options, \
-            diagnose.profile(out=work / variant, quiet=True, nvml=False, **{**options, **RUNTIME_VARIANTS[variant]}) as run:
+    with (
+        light_share_intervals() as options,
+        diagnose.profile(out=work / variant, quiet=True, nvml=False, **{**options, **RUNTIME_VARIANTS[variant]}) as run,
+    ):
         time_steps(step, 40)
         times = run_rounds(step, StepHook(lifecycle.active()), args.run_steps, args.seconds, 10**9, 0)
     return {"times": times, "own": own_time(run.path, 40)}
@@ -105,10 +109,14 @@ def main(argv=None) -> int:
 
     step = make_step(args.device, 1024, 4, 64)
     time_steps(step, 500)
-    print(f"torch {torch.__version__} on {device_info(torch, args.device)[1]}; "
-          f"runs of {args.run_steps} steps, {args.seconds:g} s a variant; shifts are light arm - plain arm, µs")
-    print(f"{'variant':<18} {'rounds':>6} {'plain ms':>8} {'median shift':>13} {'95% interval':>17} "
-          f"{'mean shift':>10} {'own med':>7} {'own mean':>8} {'GPU-timed':>9}  shift by position (median)")
+    print(
+        f"torch {torch.__version__} on {device_info(torch, args.device)[1]}; "
+        f"runs of {args.run_steps} steps, {args.seconds:g} s a variant; shifts are light arm - plain arm, µs"
+    )
+    print(
+        f"{'variant':<18} {'rounds':>6} {'plain ms':>8} {'median shift':>13} {'95% interval':>17} "
+        f"{'mean shift':>10} {'own med':>7} {'own mean':>8} {'GPU-timed':>9}  shift by position (median)"
+    )
     with tempfile.TemporaryDirectory(prefix="gpudiag-sources-") as work:
         for variant in variants:
             result = measure(variant, step, args, Path(work))
@@ -116,11 +124,16 @@ def main(argv=None) -> int:
             med, low, high = shift_us(times, np.median)
             mean = 1000 * (np.mean(times[:, 0, :]) - np.mean(times[:, 1, :]))
             positions = [1000 * (np.median(times[:, 0, i]) - np.median(times[:, 1, i])) for i in range(times.shape[2])]
-            own_text = (f"{own['own_median_us']:>7.1f} {own['own_us']:>8.1f} {own['gpu_timed_pct']:>8.1f}%"
-                        if own and own.get("own_us") is not None else f"{'-':>7} {'-':>8} {'-':>9}")
-            print(f"{variant:<18} {len(times):>6} {np.median(times[:, 1, :]):>8.4f} {med:>+13.1f} "
-                  f"{low:>+8.1f} .. {high:+.1f} {mean:>+10.1f} {own_text}  "
-                  + " ".join(f"{v:+.0f}" for v in positions), flush=True)
+            own_text = (
+                f"{own['own_median_us']:>7.1f} {own['own_us']:>8.1f} {own['gpu_timed_pct']:>8.1f}%"
+                if own and own.get("own_us") is not None
+                else f"{'-':>7} {'-':>8} {'-':>9}"
+            )
+            print(
+                f"{variant:<18} {len(times):>6} {np.median(times[:, 1, :]):>8.4f} {med:>+13.1f} "
+                f"{low:>+8.1f} .. {high:+.1f} {mean:>+10.1f} {own_text}  " + " ".join(f"{v:+.0f}" for v in positions),
+                flush=True,
+            )
     return 0
 
 

@@ -3,6 +3,7 @@
 Modules are discovered, so adding a diagnosis is adding a file. An analyzer whose
 input is missing returns an info finding saying so (``findings.not_measured``).
 """
+
 from __future__ import annotations
 
 import importlib

@@ -5,6 +5,7 @@ Definitions are in :mod:`diagnose.collectives` (matching, wait, clock assumption
 rank, so they count in comm time and overlap but not in waits or stragglers. A trace with no
 collectives gives an empty result (no finding noise).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,14 +40,22 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     on_gpu = bool((occ["source"] == "kernel").any())
     ranks = sorted(times)
     world = _world_size(profile)
-    result.meta.update({"ranks": ranks, "world_size": world, "source": "NCCL kernels" if on_gpu else "gloo cpu ops",
-                        "clock": "one clock for all ranks (same host); see docs/comm.md"})
+    result.meta.update(
+        {
+            "ranks": ranks,
+            "world_size": world,
+            "source": "NCCL kernels" if on_gpu else "gloo cpu ops",
+            "clock": "one clock for all ranks (same host); see docs/comm.md",
+        }
+    )
 
     overlap = _overlap_table(times) if on_gpu else pd.DataFrame()
     result.tables["overlap"] = overlap
     if len(overlap):
         tot = overlap["comm_ms"].sum()
-        result.summary["comm_overlap_pct"] = float(100.0 * overlap["overlapped_ms"].sum() / tot) if tot else float("nan")
+        result.summary["comm_overlap_pct"] = (
+            float(100.0 * overlap["overlapped_ms"].sum() / tot) if tot else float("nan")
+        )
         result.summary["comm_time_share"] = float(overlap["comm_ms"].sum() / overlap["span_ms"].sum())
         for r in overlap.itertuples():
             result.summary[f"rank{r.rank}.comm_overlap_pct"] = float(r.overlap_pct)
@@ -57,13 +66,19 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     p2p = col.match(occ[occ["op"].isin(col.P2P_OPS)]) if len(ranks) >= 2 else matched
     result.tables["waits"] = _wait_table(pd.concat([matched, p2p], ignore_index=True))
     if len(ranks) < 2:
-        result.findings.append(Finding(
-            id="comm.single_rank", analyzer=NAME, severity=Severity.INFO,
-            title=f"Collectives found on one rank only (rank {ranks[0]}): waits and stragglers need two or more ranks",
-            subjects=(Subject("rank", f"rank {ranks[0]}"),),
-            evidence=(Evidence("collectives", float(len(occ)), "count"),),
-            recommendation="Profile every rank (`gpudiag profile -- torchrun --nproc-per-node N train.py` writes "
-                           "trace/rank<N>.json.gz for each) and report the run folder.", section=SECTION))
+        result.findings.append(
+            Finding(
+                id="comm.single_rank",
+                analyzer=NAME,
+                severity=Severity.INFO,
+                title=f"Collectives found on one rank only (rank {ranks[0]}): waits and stragglers need two or more ranks",
+                subjects=(Subject("rank", f"rank {ranks[0]}"),),
+                evidence=(Evidence("collectives", float(len(occ)), "count"),),
+                recommendation="Profile every rank (`gpudiag profile -- torchrun --nproc-per-node N train.py` writes "
+                "trace/rank<N>.json.gz for each) and report the run folder.",
+                section=SECTION,
+            )
+        )
         result.tables["timeline"] = _timeline(occ, col.match(occ.iloc[:0]), times, None)
         return result
 
@@ -99,9 +114,17 @@ def _overlap_table(times: dict) -> pd.DataFrame:
     rows = []
     for rank, t in times.items():
         o = col.overlap(t)
-        rows.append({"rank": rank, "comm_ms": o["comm_ns"] / 1e6, "overlapped_ms": o["overlapped_ns"] / 1e6,
-                     "exposed_ms": o["exposed_ns"] / 1e6, "overlap_pct": o["overlap_pct"],
-                     "comm_time_share": o["comm_time_share"], "span_ms": o["span_ns"] / 1e6})
+        rows.append(
+            {
+                "rank": rank,
+                "comm_ms": o["comm_ns"] / 1e6,
+                "overlapped_ms": o["overlapped_ns"] / 1e6,
+                "exposed_ms": o["exposed_ns"] / 1e6,
+                "overlap_pct": o["overlap_pct"],
+                "comm_time_share": o["comm_time_share"],
+                "span_ms": o["span_ns"] / 1e6,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -117,15 +140,26 @@ def _per_step(m: pd.DataFrame, times: dict) -> pd.DataFrame:
             if s.step == -1:
                 t0, t1 = (int(t.busy[0].min()), int(t.busy[1].max())) if len(t.busy[0]) else (0, 0)
                 if len(mine):
-                    t0, t1 = min(t0, int(mine["ts_ns"].min())) if t1 else int(mine["ts_ns"].min()), max(t1, int(mine["end_ns"].max()))
-            rows.append({"rank": rank, "step": int(s.step), "step_ms": (t1 - t0) / 1e6,
-                         "wait_ms": _union_ms(in_step["ts_ns"], in_step["ts_ns"] + in_step["wait_ns"]),
-                         "collective_ms": float(in_step["dur_ns"].sum()) / 1e6 if len(in_step) else 0.0,
-                         "last_count": int(in_step["is_last"].sum()) if len(in_step) else 0,
-                         "collectives": int(len(in_step)),
-                         "compute_ms": col.clipped_ns(t.compute, t0, t1) / 1e6,
-                         "gpu_idle_ms": ((t1 - t0) - col.clipped_ns(t.busy, t0, t1)) / 1e6 if len(t.busy[0]) else float("nan"),
-                         "t0_ns": t0})
+                    t0, t1 = (
+                        min(t0, int(mine["ts_ns"].min())) if t1 else int(mine["ts_ns"].min()),
+                        max(t1, int(mine["end_ns"].max())),
+                    )
+            rows.append(
+                {
+                    "rank": rank,
+                    "step": int(s.step),
+                    "step_ms": (t1 - t0) / 1e6,
+                    "wait_ms": _union_ms(in_step["ts_ns"], in_step["ts_ns"] + in_step["wait_ns"]),
+                    "collective_ms": float(in_step["dur_ns"].sum()) / 1e6 if len(in_step) else 0.0,
+                    "last_count": int(in_step["is_last"].sum()) if len(in_step) else 0,
+                    "collectives": int(len(in_step)),
+                    "compute_ms": col.clipped_ns(t.compute, t0, t1) / 1e6,
+                    "gpu_idle_ms": ((t1 - t0) - col.clipped_ns(t.busy, t0, t1)) / 1e6
+                    if len(t.busy[0])
+                    else float("nan"),
+                    "t0_ns": t0,
+                }
+            )
     df = pd.DataFrame(rows)
     if len(m) and (m["step"] >= 0).any():
         df = df[df["step"].isin(set(m["step"]))]  # steps that hold matched collectives
@@ -148,13 +182,20 @@ def _rank_table(m: pd.DataFrame, per_step: pd.DataFrame, overlap: pd.DataFrame, 
         mine = m[m["rank"] == rank] if len(m) else m
         step_ms = ps["step_ms"].mean() if len(ps) else float("nan")
         wait = ps["wait_ms"].mean() if len(ps) else float("nan")
-        rows.append({"rank": rank, "steps": int(len(ps)), "collectives": int(len(mine)),
-                     "last_share": float(mine["is_last"].sum() / n_coll) if n_coll else float("nan"),
-                     "arrival_lag_ms_mean": float(mine["arrival_lag_ns"].mean() / 1e6) if len(mine) else float("nan"),
-                     "wait_ms_per_step": float(wait), "step_ms": float(step_ms),
-                     "wait_step_share": float(wait / step_ms) if step_ms else float("nan"),
-                     "compute_ms_per_step": float(ps["compute_ms"].mean()) if len(ps) else float("nan"),
-                     "gpu_idle_ms_per_step": float(ps["gpu_idle_ms"].mean()) if len(ps) else float("nan")})
+        rows.append(
+            {
+                "rank": rank,
+                "steps": int(len(ps)),
+                "collectives": int(len(mine)),
+                "last_share": float(mine["is_last"].sum() / n_coll) if n_coll else float("nan"),
+                "arrival_lag_ms_mean": float(mine["arrival_lag_ns"].mean() / 1e6) if len(mine) else float("nan"),
+                "wait_ms_per_step": float(wait),
+                "step_ms": float(step_ms),
+                "wait_step_share": float(wait / step_ms) if step_ms else float("nan"),
+                "compute_ms_per_step": float(ps["compute_ms"].mean()) if len(ps) else float("nan"),
+                "gpu_idle_ms_per_step": float(ps["gpu_idle_ms"].mean()) if len(ps) else float("nan"),
+            }
+        )
     out = pd.DataFrame(rows)
     if len(overlap):
         out = out.merge(overlap[["rank", "overlap_pct"]], on="rank", how="left")
@@ -164,19 +205,42 @@ def _rank_table(m: pd.DataFrame, per_step: pd.DataFrame, overlap: pd.DataFrame, 
 def _wait_table(m: pd.DataFrame) -> pd.DataFrame:
     """One row per matched collective, display-ready (ms from the first arrival)."""
     if not len(m):
-        return pd.DataFrame(columns=["collective", "step", "op", "group", "ranks", "straggler", "arrival_spread_ms",
-                                     "max_wait_ms", "mean_wait_ms", "after_last_ms", "msg_mb", "p2p"])
+        return pd.DataFrame(
+            columns=[
+                "collective",
+                "step",
+                "op",
+                "group",
+                "ranks",
+                "straggler",
+                "arrival_spread_ms",
+                "max_wait_ms",
+                "mean_wait_ms",
+                "after_last_ms",
+                "msg_mb",
+                "p2p",
+            ]
+        )
     g = m.groupby(["cid", "p2p"], sort=True)
     rows = []
     for (cid, p2p), c in g:
         after = (c["end_ns"] - c["last_arrival_ns"]).clip(lower=0)
-        rows.append({"collective": f"#{cid}" + (" p2p" if p2p else ""), "step": int(c["step"].iloc[0]),
-                     "op": str(c["collective"].iloc[0]), "group": str(c["group"].iloc[0]), "ranks": int(len(c)),
-                     "straggler": f"rank {int(c['straggler'].iloc[0])}" if c["straggler"].iloc[0] >= 0 else "none",
-                     "arrival_spread_ms": float((c["ts_ns"].max() - c["ts_ns"].min()) / 1e6),
-                     "max_wait_ms": float(c["wait_ns"].max() / 1e6), "mean_wait_ms": float(c["wait_ns"].mean() / 1e6),
-                     "after_last_ms": float(after.min() / 1e6), "msg_mb": float(c["msg_bytes"].max() / 2**20),
-                     "p2p": bool(p2p)})
+        rows.append(
+            {
+                "collective": f"#{cid}" + (" p2p" if p2p else ""),
+                "step": int(c["step"].iloc[0]),
+                "op": str(c["collective"].iloc[0]),
+                "group": str(c["group"].iloc[0]),
+                "ranks": int(len(c)),
+                "straggler": f"rank {int(c['straggler'].iloc[0])}" if c["straggler"].iloc[0] >= 0 else "none",
+                "arrival_spread_ms": float((c["ts_ns"].max() - c["ts_ns"].min()) / 1e6),
+                "max_wait_ms": float(c["wait_ns"].max() / 1e6),
+                "mean_wait_ms": float(c["wait_ns"].mean() / 1e6),
+                "after_last_ms": float(after.min() / 1e6),
+                "msg_mb": float(c["msg_bytes"].max() / 2**20),
+                "p2p": bool(p2p),
+            }
+        )
     return pd.DataFrame(rows).sort_values(["p2p", "max_wait_ms"], ascending=[True, False]).reset_index(drop=True)
 
 
@@ -223,28 +287,44 @@ def _low_overlap(overlap: pd.DataFrame, th: Thresholds) -> list[Finding]:
     exposed_share = (low["exposed_ms"] / low["span_ms"]).to_numpy()
     worst = float(exposed_share.max())
     sev = Severity.CRITICAL if worst >= c.exposed_critical_share else Severity.WARNING
-    subjects = tuple(Subject("rank", f"rank {int(r.rank)}",
-                             severity=Severity.CRITICAL if e >= c.exposed_critical_share else Severity.WARNING,
-                             figures={"overlap_pct": float(r.overlap_pct), "comm_ms": float(r.comm_ms),
-                                      "exposed_comm_ms": float(r.exposed_ms), "exposed_share": float(e)})
-                     for r, e in zip(low.itertuples(), exposed_share))
+    subjects = tuple(
+        Subject(
+            "rank",
+            f"rank {int(r.rank)}",
+            severity=Severity.CRITICAL if e >= c.exposed_critical_share else Severity.WARNING,
+            figures={
+                "overlap_pct": float(r.overlap_pct),
+                "comm_ms": float(r.comm_ms),
+                "exposed_comm_ms": float(r.exposed_ms),
+                "exposed_share": float(e),
+            },
+        )
+        for r, e in zip(low.itertuples(), exposed_share)
+    )
     pooled = 100.0 * low["overlapped_ms"].sum() / low["comm_ms"].sum()
-    return [Finding(
-        id="comm.low_overlap", analyzer=NAME, severity=sev,
-        title=f"Communication overlaps compute only {pooled:.0f} % of the time on {len(low)} rank(s); "
-              f"exposed communication is up to {100 * worst:.0f} % of the trace",
-        subjects=subjects,
-        evidence=(Evidence("comm_overlap_pct", float(pooled), "%", c.overlap_low_pct),
-                  Evidence("comm_time_share", float(low["comm_time_share"].max()), "share", c.min_comm_share),
-                  Evidence("exposed_comm_share", worst, "share", c.exposed_critical_share)),
-        cost_share=worst,
-        recommendation="Start gradient communication while the backward still computes. DDP: lower bucket_cap_mb "
-                       "(default 25) so the first buckets are ready sooner, keep gradient_as_bucket_view=True and "
-                       "find_unused_parameters=False; with gradient accumulation wrap the non-final micro-steps in "
-                       "`model.no_sync()` so only one all-reduce per optimizer step is exposed. FSDP: "
-                       "backward_prefetch=BACKWARD_PRE and forward_prefetch=True. Keep host syncs (.item(), "
-                       ".cpu()) out of the backward: they stop the CPU from queueing the compute that should overlap.",
-        section=SECTION)]
+    return [
+        Finding(
+            id="comm.low_overlap",
+            analyzer=NAME,
+            severity=sev,
+            title=f"Communication overlaps compute only {pooled:.0f} % of the time on {len(low)} rank(s); "
+            f"exposed communication is up to {100 * worst:.0f} % of the trace",
+            subjects=subjects,
+            evidence=(
+                Evidence("comm_overlap_pct", float(pooled), "%", c.overlap_low_pct),
+                Evidence("comm_time_share", float(low["comm_time_share"].max()), "share", c.min_comm_share),
+                Evidence("exposed_comm_share", worst, "share", c.exposed_critical_share),
+            ),
+            cost_share=worst,
+            recommendation="Start gradient communication while the backward still computes. DDP: lower bucket_cap_mb "
+            "(default 25) so the first buckets are ready sooner, keep gradient_as_bucket_view=True and "
+            "find_unused_parameters=False; with gradient accumulation wrap the non-final micro-steps in "
+            "`model.no_sync()` so only one all-reduce per optimizer step is exposed. FSDP: "
+            "backward_prefetch=BACKWARD_PRE and forward_prefetch=True. Keep host syncs (.item(), "
+            ".cpu()) out of the backward: they stop the CPU from queueing the compute that should overlap.",
+            section=SECTION,
+        )
+    ]
 
 
 def _straggler(m, per_step, rank_table, times, th, on_gpu, world) -> list[Finding]:
@@ -264,47 +344,79 @@ def _straggler(m, per_step, rank_table, times, th, on_gpu, world) -> list[Findin
     cause, advice = _cause(rank, rank_table, lag_ms, on_gpu)
     sev = Severity.CRITICAL if share is not None and share >= c.wait_share_critical else Severity.WARNING
     partial = f" (among the {len(rank_table)} of {world} ranks traced)" if world and world > len(rank_table) else ""
-    return [Finding(
-        id="comm.straggler", analyzer=NAME, severity=sev,
-        title=f"Rank {rank} is the last to arrive at {100 * top['last_share']:.0f} % of collectives{partial}, "
-              f"{lag_ms:.1f} ms behind the first; the other ranks wait {caused_ms:.1f} ms per step for it ({cause})",
-        subjects=(Subject("rank", f"rank {rank}", severity=sev,
-                          figures={"rank": rank, "last_share": float(top["last_share"]), "arrival_lag_ms": lag_ms,
-                                   "caused_wait_ms_per_step": caused_ms,
-                                   "compute_ms_per_step": float(top["compute_ms_per_step"]),
-                                   "gpu_idle_ms_per_step": float(top["gpu_idle_ms_per_step"]), "cause": cause}),),
-        evidence=(Evidence("straggler_last_share", float(top["last_share"]), "share", c.straggler_share),
-                  Evidence("straggler_arrival_lag_ms", lag_ms, "ms"),
-                  Evidence("caused_wait_ms_per_step", caused_ms, "ms"),
-                  Evidence("caused_wait_step_share", share if share is not None else float("nan"), "share",
-                           c.wait_share_critical)),
-        cost_share=share, recommendation=advice, section=SECTION)]
+    return [
+        Finding(
+            id="comm.straggler",
+            analyzer=NAME,
+            severity=sev,
+            title=f"Rank {rank} is the last to arrive at {100 * top['last_share']:.0f} % of collectives{partial}, "
+            f"{lag_ms:.1f} ms behind the first; the other ranks wait {caused_ms:.1f} ms per step for it ({cause})",
+            subjects=(
+                Subject(
+                    "rank",
+                    f"rank {rank}",
+                    severity=sev,
+                    figures={
+                        "rank": rank,
+                        "last_share": float(top["last_share"]),
+                        "arrival_lag_ms": lag_ms,
+                        "caused_wait_ms_per_step": caused_ms,
+                        "compute_ms_per_step": float(top["compute_ms_per_step"]),
+                        "gpu_idle_ms_per_step": float(top["gpu_idle_ms_per_step"]),
+                        "cause": cause,
+                    },
+                ),
+            ),
+            evidence=(
+                Evidence("straggler_last_share", float(top["last_share"]), "share", c.straggler_share),
+                Evidence("straggler_arrival_lag_ms", lag_ms, "ms"),
+                Evidence("caused_wait_ms_per_step", caused_ms, "ms"),
+                Evidence(
+                    "caused_wait_step_share",
+                    share if share is not None else float("nan"),
+                    "share",
+                    c.wait_share_critical,
+                ),
+            ),
+            cost_share=share,
+            recommendation=advice,
+            section=SECTION,
+        )
+    ]
 
 
 def _cause(rank: int, rank_table: pd.DataFrame, lag_ms: float, on_gpu: bool) -> tuple[str, str]:
     """Why the straggler is late: more GPU compute per step than the others, or an idle GPU (the host was late)."""
     if not on_gpu:
-        return ("cause not visible in a CPU-only trace",
-                f"Look at what rank {rank} does before its collectives (data loading, extra work, a host sync) and "
-                "even it out across ranks.")
+        return (
+            "cause not visible in a CPU-only trace",
+            f"Look at what rank {rank} does before its collectives (data loading, extra work, a host sync) and "
+            "even it out across ranks.",
+        )
     me = rank_table[rank_table["rank"] == rank].iloc[0]
     rest = rank_table[rank_table["rank"] != rank]
     extra_compute = float(me["compute_ms_per_step"] - rest["compute_ms_per_step"].median())
     extra_idle = float(me["gpu_idle_ms_per_step"] - rest["gpu_idle_ms_per_step"].median())
     if extra_compute >= 0.5 * lag_ms and extra_compute >= extra_idle:
-        return (f"{extra_compute:.1f} ms more GPU compute per step than the others",
-                f"Rank {rank} computes more per step: balance the work, e.g. the same number of samples and tokens "
-                "per rank (a length-bucketed or padded DistributedSampler, drop_last=True), and the same model "
-                "partition size (FSDP/pipeline stages).")
+        return (
+            f"{extra_compute:.1f} ms more GPU compute per step than the others",
+            f"Rank {rank} computes more per step: balance the work, e.g. the same number of samples and tokens "
+            "per rank (a length-bucketed or padded DistributedSampler, drop_last=True), and the same model "
+            "partition size (FSDP/pipeline stages).",
+        )
     if extra_idle >= 0.5 * lag_ms:
-        return (f"its GPU idles {extra_idle:.1f} ms more per step: the host is late",
-                f"Rank {rank}'s GPU runs dry before the collective because its host launches late: find the host "
-                "sync (.item(), .cpu(), torch.cuda.synchronize), data loading stall or CPU work on that rank (see "
-                "the sync and idle sections), move it after the backward or off the critical path, and give the "
-                "DataLoader enough workers with pin_memory=True.")
-    return ("cause unclear from the GPU timeline",
-            f"Compare rank {rank}'s step with the others in the timeline: its collectives start later although its "
-            "GPU compute and idle time are close to theirs; check its input data and host-side work.")
+        return (
+            f"its GPU idles {extra_idle:.1f} ms more per step: the host is late",
+            f"Rank {rank}'s GPU runs dry before the collective because its host launches late: find the host "
+            "sync (.item(), .cpu(), torch.cuda.synchronize), data loading stall or CPU work on that rank (see "
+            "the sync and idle sections), move it after the backward or off the critical path, and give the "
+            "DataLoader enough workers with pin_memory=True.",
+        )
+    return (
+        "cause unclear from the GPU timeline",
+        f"Compare rank {rank}'s step with the others in the timeline: its collectives start later although its "
+        "GPU compute and idle time are close to theirs; check its input data and host-side work.",
+    )
 
 
 def _wait_dominates(m: pd.DataFrame, rank_table: pd.DataFrame, th: Thresholds) -> list[Finding]:
@@ -314,26 +426,56 @@ def _wait_dominates(m: pd.DataFrame, rank_table: pd.DataFrame, th: Thresholds) -
         return []
     worst = float(bad["wait_step_share"].max())
     sev = Severity.CRITICAL if worst >= c.wait_share_critical else Severity.WARNING
-    subjects = [Subject("rank", f"rank {int(r.rank)}",
-                        severity=Severity.CRITICAL if r.wait_step_share >= c.wait_share_critical else Severity.WARNING,
-                        figures={"wait_ms_per_step": float(r.wait_ms_per_step), "step_ms": float(r.step_ms),
-                                 "wait_step_share": float(r.wait_step_share)}) for r in bad.itertuples()]
-    by = m.groupby("cid").agg(wait_ns=("wait_ns", "sum"), op=("collective", "first"), step=("step", "first"),
-                              straggler=("straggler", "first")).sort_values("wait_ns", ascending=False).head(5)
-    subjects += [Subject("collective", f"#{cid} {r.op} (step {int(r.step)})",
-                         figures={"wait_ms": float(r.wait_ns / 1e6), "straggler_rank": int(r.straggler)})
-                 for cid, r in by.iterrows()]
-    return [Finding(
-        id="comm.wait_dominates", analyzer=NAME, severity=sev,
-        title=f"Ranks wait for each other in collectives {100 * worst:.0f} % of the step "
-              f"({float(bad['wait_ms_per_step'].max()):.1f} ms per step on the worst rank)",
-        subjects=tuple(subjects),
-        evidence=(Evidence("comm_wait_step_share", worst, "share", c.wait_share_warning),
-                  Evidence("comm_wait_ms_per_step", float(bad["wait_ms_per_step"].max()), "ms")),
-        cost_share=worst,
-        recommendation="Waiting in a collective is time lost to the slowest rank. Remove the cause of lateness "
-                       "(see comm.straggler: unequal data or work, a host sync or data loading on one rank); with no "
-                       "persistent straggler, cut how often ranks synchronise: `model.no_sync()` for the non-final "
-                       "micro-steps of gradient accumulation, fewer and larger buckets (bucket_cap_mb), and no "
-                       "host sync between forward and backward.",
-        section=SECTION)]
+    subjects = [
+        Subject(
+            "rank",
+            f"rank {int(r.rank)}",
+            severity=Severity.CRITICAL if r.wait_step_share >= c.wait_share_critical else Severity.WARNING,
+            figures={
+                "wait_ms_per_step": float(r.wait_ms_per_step),
+                "step_ms": float(r.step_ms),
+                "wait_step_share": float(r.wait_step_share),
+            },
+        )
+        for r in bad.itertuples()
+    ]
+    by = (
+        m.groupby("cid")
+        .agg(
+            wait_ns=("wait_ns", "sum"),
+            op=("collective", "first"),
+            step=("step", "first"),
+            straggler=("straggler", "first"),
+        )
+        .sort_values("wait_ns", ascending=False)
+        .head(5)
+    )
+    subjects += [
+        Subject(
+            "collective",
+            f"#{cid} {r.op} (step {int(r.step)})",
+            figures={"wait_ms": float(r.wait_ns / 1e6), "straggler_rank": int(r.straggler)},
+        )
+        for cid, r in by.iterrows()
+    ]
+    return [
+        Finding(
+            id="comm.wait_dominates",
+            analyzer=NAME,
+            severity=sev,
+            title=f"Ranks wait for each other in collectives {100 * worst:.0f} % of the step "
+            f"({float(bad['wait_ms_per_step'].max()):.1f} ms per step on the worst rank)",
+            subjects=tuple(subjects),
+            evidence=(
+                Evidence("comm_wait_step_share", worst, "share", c.wait_share_warning),
+                Evidence("comm_wait_ms_per_step", float(bad["wait_ms_per_step"].max()), "ms"),
+            ),
+            cost_share=worst,
+            recommendation="Waiting in a collective is time lost to the slowest rank. Remove the cause of lateness "
+            "(see comm.straggler: unequal data or work, a host sync or data loading on one rank); with no "
+            "persistent straggler, cut how often ranks synchronise: `model.no_sync()` for the non-final "
+            "micro-steps of gradient accumulation, fewer and larger buckets (bucket_cap_mb), and no "
+            "host sync between forward and backward.",
+            section=SECTION,
+        )
+    ]

@@ -17,6 +17,7 @@ the snapshot and the per-step ``memory_stats``, and judges:
 With only ``memory_stats`` (no history) the peak and churn findings come from the stats.
 The device with the largest peak reserved is the one drawn and summarised.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,11 +38,15 @@ GIB = 2**30
 def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     result = Result(analyzer=NAME)
     if not profile.snapshots and not profile.memory_stats:
-        result.findings.append(not_measured(
-            NAME, "Allocator memory (fragmentation)",
-            "Run under `gpudiag profile` (it records the allocator history and per-step memory_stats), or pass a "
-            "snapshot from torch.cuda.memory._dump_snapshot() after torch.cuda.memory._record_memory_history().",
-            section=SECTION))
+        result.findings.append(
+            not_measured(
+                NAME,
+                "Allocator memory (fragmentation)",
+                "Run under `gpudiag profile` (it records the allocator history and per-step memory_stats), or pass a "
+                "snapshot from torch.cuda.memory._dump_snapshot() after torch.cuda.memory._record_memory_history().",
+                section=SECTION,
+            )
+        )
         return result
     views = []
     for rank, snapshot in sorted(profile.snapshots.items()):
@@ -65,20 +70,31 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         torch_stats = stats[stats["framework"] == "torch"]
         if len(torch_stats):
             _torch_stats_only(result, rank, torch_stats, th)
-    if not views and not any(len(profile.memory_stats[r]) and (profile.memory_stats[r]["framework"] == "jax").any()
-                             for r in profile.memory_stats):
-        result.findings.append(not_measured(
-            NAME, "The allocator history (fragmentation heatmap)",
-            "Only per-step memory_stats were found. Record the history with torch.cuda.memory._record_memory_history() "
-            "and dump a snapshot (gpudiag profile does both) to see the heatmap and which lines fragment memory.",
-            section=SECTION))
+    if not views and not any(
+        len(profile.memory_stats[r]) and (profile.memory_stats[r]["framework"] == "jax").any()
+        for r in profile.memory_stats
+    ):
+        result.findings.append(
+            not_measured(
+                NAME,
+                "The allocator history (fragmentation heatmap)",
+                "Only per-step memory_stats were found. Record the history with torch.cuda.memory._record_memory_history() "
+                "and dump a snapshot (gpudiag profile does both) to see the heatmap and which lines fragment memory.",
+                section=SECTION,
+            )
+        )
     if any(v["snapshot"].metadata.get("warnings") for v in views) or not views and profile.snapshots:
         empty = [r for r, s in profile.snapshots.items() if not s.has_history]
         if empty:
-            result.findings.append(not_measured(
-                NAME, f"The allocator history of rank(s) {', '.join(map(str, empty))}",
-                "The snapshot holds no history entries: call torch.cuda.memory._record_memory_history(max_entries=100000) "
-                "before the first CUDA allocation, and dump the snapshot before stopping it.", section=SECTION))
+            result.findings.append(
+                not_measured(
+                    NAME,
+                    f"The allocator history of rank(s) {', '.join(map(str, empty))}",
+                    "The snapshot holds no history entries: call torch.cuda.memory._record_memory_history(max_entries=100000) "
+                    "before the first CUDA allocation, and dump the snapshot before stopping it.",
+                    section=SECTION,
+                )
+            )
     return _dedupe(result)
 
 
@@ -107,8 +123,15 @@ def _replay_view(profile: Profile, rank: int, device: int, snapshot, th: Thresho
     replayed = replay(snapshot, device, sample_at=sample_at)
     t0 = x[0]
     scale = 1e6 if times_known else 1.0
-    view = {"rank": rank, "device": device, "snapshot": snapshot, "replay": replayed, "steps": steps,
-            "times_known": times_known, "t0_us": t0}
+    view = {
+        "rank": rank,
+        "device": device,
+        "snapshot": snapshot,
+        "replay": replayed,
+        "steps": steps,
+        "times_known": times_known,
+        "t0_us": t0,
+    }
     tl = replayed.timeline
     view["peak_reserved_bytes"] = float(tl["reserved_bytes"].max())
     view["peak_allocated_bytes"] = float(tl["allocated_bytes"].max())
@@ -131,9 +154,15 @@ def _replay_view(profile: Profile, rank: int, device: int, snapshot, th: Thresho
 
 def _snapshot_only_view(rank: int, device: int, snapshot) -> dict:
     seg = snapshot.segments_for(device)
-    return {"rank": rank, "device": device, "snapshot": snapshot, "replay": None,
-            "peak_reserved_bytes": float(seg["total_size_bytes"].sum()),
-            "peak_allocated_bytes": float(seg["allocated_bytes"].sum()), "coverage_pct": 0.0}
+    return {
+        "rank": rank,
+        "device": device,
+        "snapshot": snapshot,
+        "replay": None,
+        "peak_reserved_bytes": float(seg["total_size_bytes"].sum()),
+        "peak_allocated_bytes": float(seg["allocated_bytes"].sum()),
+        "coverage_pct": 0.0,
+    }
 
 
 def _step_edges(profile: Profile, rank: int) -> pd.DataFrame | None:
@@ -175,7 +204,9 @@ def _bin_ends(entry_bin: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.r_[entry_bin[1:] != entry_bin[:-1], True])
 
 
-def _binned_timeline(tl: pd.DataFrame, entry_bin: np.ndarray, nbins: int, x: np.ndarray, t0: float, scale: float) -> pd.DataFrame:
+def _binned_timeline(
+    tl: pd.DataFrame, entry_bin: np.ndarray, nbins: int, x: np.ndarray, t0: float, scale: float
+) -> pd.DataFrame:
     starts = np.flatnonzero(np.r_[True, entry_bin[1:] != entry_bin[:-1]])
     ends = np.r_[starts[1:] - 1, len(tl) - 1]
     out = {"t_s": (x[ends] - t0) / scale, "entries": ends - starts + 1}
@@ -196,8 +227,15 @@ def _heat_bins_table(entry_bin, nbins, x, t0, scale, labels) -> pd.DataFrame:
     t_end = np.where(has, (x[np.clip(last, 0, None)] - t0) / scale, np.nan)
     if labels is None:
         labels = [f"{a:.3f}–{b:.3f} s" if np.isfinite(a) else "" for a, b in zip(t_start, t_end)]
-    return pd.DataFrame({"bin": np.arange(nbins), "label": labels[:nbins], "t_start_s": t_start, "t_end_s": t_end,
-                         "entries": np.bincount(entry_bin, minlength=nbins)})
+    return pd.DataFrame(
+        {
+            "bin": np.arange(nbins),
+            "label": labels[:nbins],
+            "t_start_s": t_start,
+            "t_end_s": t_end,
+            "entries": np.bincount(entry_bin, minlength=nbins),
+        }
+    )
 
 
 def _state_at(tl: pd.DataFrame, x: np.ndarray, at_us: np.ndarray, col: str) -> np.ndarray:
@@ -276,10 +314,16 @@ def _largest_allocations(r: ReplayResult, th: Thresholds) -> pd.DataFrame:
     if not len(a):
         return pd.DataFrame()
     top = a.sort_values("block_bytes", ascending=False, kind="stable").head(th.memory.top_allocations)
-    return pd.DataFrame({"address": [f"{v:#x}" for v in top["addr"]], "block_bytes": top["block_bytes"].to_numpy(),
-                         "requested_bytes": top["requested_bytes"].to_numpy(),
-                         "alloc_entry": top["alloc_entry"].to_numpy(), "freed_entry": top["free_requested_entry"].to_numpy(),
-                         "location": top["location"].fillna("(no Python frame)").to_numpy()})
+    return pd.DataFrame(
+        {
+            "address": [f"{v:#x}" for v in top["addr"]],
+            "block_bytes": top["block_bytes"].to_numpy(),
+            "requested_bytes": top["requested_bytes"].to_numpy(),
+            "alloc_entry": top["alloc_entry"].to_numpy(),
+            "freed_entry": top["free_requested_entry"].to_numpy(),
+            "location": top["location"].fillna("(no Python frame)").to_numpy(),
+        }
+    )
 
 
 def _locations(r: ReplayResult, th: Thresholds) -> pd.DataFrame:
@@ -287,9 +331,17 @@ def _locations(r: ReplayResult, th: Thresholds) -> pd.DataFrame:
     if not len(a):
         return pd.DataFrame()
     g = a.assign(location=a["location"].fillna("(no Python frame)")).groupby("location")
-    out = g.agg(allocations=("block_bytes", "size"), largest_block_bytes=("block_bytes", "max"),
-                total_block_bytes=("block_bytes", "sum"), distinct_sizes=("requested_bytes", "nunique")).reset_index()
-    return out.sort_values(["largest_block_bytes", "total_block_bytes"], ascending=False).head(th.memory.top_allocations).reset_index(drop=True)
+    out = g.agg(
+        allocations=("block_bytes", "size"),
+        largest_block_bytes=("block_bytes", "max"),
+        total_block_bytes=("block_bytes", "sum"),
+        distinct_sizes=("requested_bytes", "nunique"),
+    ).reset_index()
+    return (
+        out.sort_values(["largest_block_bytes", "total_block_bytes"], ascending=False)
+        .head(th.memory.top_allocations)
+        .reset_index(drop=True)
+    )
 
 
 # --- findings from the replay -------------------------------------------------------------------------------
@@ -330,39 +382,72 @@ def _at_peak(view: dict, th: Thresholds) -> Finding | None:
         return None
     severity = Severity.CRITICAL if share >= mem.frag_critical_share else Severity.WARNING
     curve = view["fragmentation_curve"]
-    peak_ext = float(np.nanmax(curve["external_fragmentation_pct"])) if curve["external_fragmentation_pct"].notna().any() else float("nan")
+    peak_ext = (
+        float(np.nanmax(curve["external_fragmentation_pct"]))
+        if curve["external_fragmentation_pct"].notna().any()
+        else float("nan")
+    )
     worst = frag.sort_values("free_pool_before_bytes", ascending=False).iloc[0]
-    subjects = [Subject("segment", f"{int(row.segment_address):#x}", severity=severity,
-                        figures={"segment_bytes": int(row.segment_bytes), "pool": row.pool,
-                                 "free_before_bytes": int(row.free_pool_before_bytes),
-                                 "largest_free_before_bytes": int(row.largest_free_pool_before_bytes),
-                                 "request_bytes": int(row.next_request_bytes)})
-                for row in _segment_addresses(view, frag).sort_values("segment_bytes", ascending=False)
-                .head(mem.top_allocations).itertuples()]
+    subjects = [
+        Subject(
+            "segment",
+            f"{int(row.segment_address):#x}",
+            severity=severity,
+            figures={
+                "segment_bytes": int(row.segment_bytes),
+                "pool": row.pool,
+                "free_before_bytes": int(row.free_pool_before_bytes),
+                "largest_free_before_bytes": int(row.largest_free_pool_before_bytes),
+                "request_bytes": int(row.next_request_bytes),
+            },
+        )
+        for row in _segment_addresses(view, frag)
+        .sort_values("segment_bytes", ascending=False)
+        .head(mem.top_allocations)
+        .itertuples()
+    ]
     subjects += _location_subjects(view, th)
     expandable = view["snapshot"].metadata.get("expandable_segments", False)
-    fix = ("Bucket or pad variable shapes (sequence lengths, batch sizes) to a few fixed sizes so freed blocks fit the "
-           "next step's requests")
+    fix = (
+        "Bucket or pad variable shapes (sequence lengths, batch sizes) to a few fixed sizes so freed blocks fit the "
+        "next step's requests"
+    )
     if not expandable:
-        fix = ("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments then grow in place instead of new "
-               "cudaMalloc segments, so freed space is reused). " + fix)
-    fix += ("; call optimizer.zero_grad(set_to_none=True) so gradients are freed between steps; if large blocks split "
-            "into unusable remainders, try max_split_size_mb; call torch.cuda.empty_cache() only between phases "
-            "(e.g. after evaluation), never inside the step.")
+        fix = (
+            "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments then grow in place instead of new "
+            "cudaMalloc segments, so freed space is reused). " + fix
+        )
+    fix += (
+        "; call optimizer.zero_grad(set_to_none=True) so gradients are freed between steps; if large blocks split "
+        "into unusable remainders, try max_split_size_mb; call torch.cuda.empty_cache() only between phases "
+        "(e.g. after evaluation), never inside the step."
+    )
     return Finding(
-        id="fragmentation.at_peak", analyzer=NAME, severity=severity,
-        title=(f"{_where(view)}: {share:.0%} of the {peak_res / GIB:.2f} GiB reserved was never allocated even at the "
-               f"peak ({peak_alloc / GIB:.2f} GiB); {len(frag)} segment(s) ({frag['segment_bytes'].sum() / GIB:.2f} GiB) "
-               f"were added while enough memory was free but fragmented"),
+        id="fragmentation.at_peak",
+        analyzer=NAME,
+        severity=severity,
+        title=(
+            f"{_where(view)}: {share:.0%} of the {peak_res / GIB:.2f} GiB reserved was never allocated even at the "
+            f"peak ({peak_alloc / GIB:.2f} GiB); {len(frag)} segment(s) ({frag['segment_bytes'].sum() / GIB:.2f} GiB) "
+            f"were added while enough memory was free but fragmented"
+        ),
         subjects=tuple(subjects),
-        evidence=(Evidence("reserved_unused_at_peak_pct", 100 * share, "%", 100 * mem.frag_warning_share),
-                  Evidence("peak_reserved_bytes", peak_res, "bytes"), Evidence("peak_allocated_bytes", peak_alloc, "bytes"),
-                  Evidence("fragmented_growth_bytes", float(frag["segment_bytes"].sum()), "bytes"),
-                  Evidence("free_before_worst_growth_bytes", float(worst.free_pool_before_bytes), "bytes"),
-                  Evidence("largest_free_block_before_worst_growth_bytes", float(worst.largest_free_pool_before_bytes), "bytes"),
-                  Evidence("request_at_worst_growth_bytes", float(worst.next_request_bytes), "bytes"),
-                  Evidence("peak_external_fragmentation_pct", peak_ext, "%", mem.ext_frag_warning_pct)),
-        cost_share=None, recommendation=fix, section=SECTION)
+        evidence=(
+            Evidence("reserved_unused_at_peak_pct", 100 * share, "%", 100 * mem.frag_warning_share),
+            Evidence("peak_reserved_bytes", peak_res, "bytes"),
+            Evidence("peak_allocated_bytes", peak_alloc, "bytes"),
+            Evidence("fragmented_growth_bytes", float(frag["segment_bytes"].sum()), "bytes"),
+            Evidence("free_before_worst_growth_bytes", float(worst.free_pool_before_bytes), "bytes"),
+            Evidence(
+                "largest_free_block_before_worst_growth_bytes", float(worst.largest_free_pool_before_bytes), "bytes"
+            ),
+            Evidence("request_at_worst_growth_bytes", float(worst.next_request_bytes), "bytes"),
+            Evidence("peak_external_fragmentation_pct", peak_ext, "%", mem.ext_frag_warning_pct),
+        ),
+        cost_share=None,
+        recommendation=fix,
+        section=SECTION,
+    )
 
 
 def _segment_addresses(view: dict, growth: pd.DataFrame) -> pd.DataFrame:
@@ -375,10 +460,19 @@ def _location_subjects(view: dict, th: Thresholds) -> list[Subject]:
     locs = view["locations"]
     if not len(locs):
         return []
-    return [Subject("location", row.location, figures={"largest_block_bytes": int(row.largest_block_bytes),
-                                                       "allocations": int(row.allocations),
-                                                       "distinct_sizes": int(row.distinct_sizes)})
-            for row in locs.head(5).itertuples() if row.location != "(no Python frame)"]
+    return [
+        Subject(
+            "location",
+            row.location,
+            figures={
+                "largest_block_bytes": int(row.largest_block_bytes),
+                "allocations": int(row.allocations),
+                "distinct_sizes": int(row.distinct_sizes),
+            },
+        )
+        for row in locs.head(5).itertuples()
+        if row.location != "(no Python frame)"
+    ]
 
 
 def _churn(view: dict, th: Thresholds) -> Finding | None:
@@ -386,31 +480,50 @@ def _churn(view: dict, th: Thresholds) -> Finding | None:
     mem = th.memory
     if not len(per_step):
         return None
-    steady = per_step[per_step["step"] >= 0].iloc[mem.churn_warmup_steps:]
+    steady = per_step[per_step["step"] >= 0].iloc[mem.churn_warmup_steps :]
     if len(steady) < 2:
         return None
     ops = steady["segment_ops"]
-    both = ((steady["segment_alloc"] + steady["segment_map"]) > 0) & ((steady["segment_free"] + steady["segment_unmap"]) > 0)
+    both = ((steady["segment_alloc"] + steady["segment_map"]) > 0) & (
+        (steady["segment_free"] + steady["segment_unmap"]) > 0
+    )
     median_ops = float(ops.median())
     if median_ops < mem.churn_segments_per_step or both.mean() < 0.5:
         return None
     worst = steady.sort_values("segment_ops", ascending=False).head(mem.top_allocations)
-    subjects = [Subject("step", f"step {int(r.step)}", figures={"segment_ops": int(r.segment_ops),
-                                                                 "grown_bytes": int(r.segment_grown_bytes),
-                                                                 "released_bytes": int(r.segment_released_bytes)})
-                for r in worst.itertuples()]
+    subjects = [
+        Subject(
+            "step",
+            f"step {int(r.step)}",
+            figures={
+                "segment_ops": int(r.segment_ops),
+                "grown_bytes": int(r.segment_grown_bytes),
+                "released_bytes": int(r.segment_released_bytes),
+            },
+        )
+        for r in worst.itertuples()
+    ]
     return Finding(
-        id="fragmentation.churn", analyzer=NAME, severity=Severity.WARNING,
-        title=(f"{_where(view)}: the allocator creates and releases segments every step (median {median_ops:.0f} "
-               f"cudaMalloc/cudaFree per step, both in {both.mean():.0%} of steady steps)"),
+        id="fragmentation.churn",
+        analyzer=NAME,
+        severity=Severity.WARNING,
+        title=(
+            f"{_where(view)}: the allocator creates and releases segments every step (median {median_ops:.0f} "
+            f"cudaMalloc/cudaFree per step, both in {both.mean():.0%} of steady steps)"
+        ),
         subjects=tuple(subjects + _location_subjects(view, th)),
-        evidence=(Evidence("segment_ops_per_step_median", median_ops, "count", mem.churn_segments_per_step),
-                  Evidence("steps_with_alloc_and_free_pct", 100 * float(both.mean()), "%", 50.0)),
-        recommendation=("Find what releases cached memory inside the loop: a torch.cuda.empty_cache() call per step "
-                        "(move it out of the step), or memory pressure that makes the allocator free its cache; use "
-                        "fixed or bucketed shapes and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so the cache "
-                        "can be reused instead of re-created."),
-        section=SECTION)
+        evidence=(
+            Evidence("segment_ops_per_step_median", median_ops, "count", mem.churn_segments_per_step),
+            Evidence("steps_with_alloc_and_free_pct", 100 * float(both.mean()), "%", 50.0),
+        ),
+        recommendation=(
+            "Find what releases cached memory inside the loop: a torch.cuda.empty_cache() call per step "
+            "(move it out of the step), or memory pressure that makes the allocator free its cache; use "
+            "fixed or bucketed shapes and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so the cache "
+            "can be reused instead of re-created."
+        ),
+        section=SECTION,
+    )
 
 
 def _ooms(view: dict, th: Thresholds) -> list[Finding]:
@@ -422,45 +535,85 @@ def _ooms(view: dict, th: Thresholds) -> list[Finding]:
     demand = ooms[ooms["cached_free_bytes"] <= ooms["request_bytes"]]
     if len(frag):
         worst = frag.sort_values("request_bytes", ascending=False).iloc[0]
-        subjects = [Subject("location", str(loc), severity=Severity.CRITICAL,
-                            figures={"request_bytes": int(grp["request_bytes"].max()), "ooms": int(len(grp))})
-                    for loc, grp in frag.assign(location=frag["location"].fillna("(no Python frame)")).groupby("location")]
-        out.append(Finding(
-            id="fragmentation.oom_from_fragmentation", analyzer=NAME, severity=Severity.CRITICAL,
-            title=(f"{_where(view)}: out of memory for {worst.request_bytes / 2**20:,.0f} MiB although "
-                   f"{worst.cached_free_bytes / GIB:.2f} GiB was reserved but unallocated; the largest free block "
-                   f"was {worst.largest_free_pool_bytes / 2**20:,.0f} MiB (fragmentation, not demand)"),
-            subjects=tuple(subjects),
-            evidence=(Evidence("oom_request_bytes", float(worst.request_bytes), "bytes"),
-                      Evidence("reserved_unallocated_at_oom_bytes", float(worst.cached_free_bytes), "bytes",
-                               float(worst.request_bytes)),
-                      Evidence("largest_free_block_at_oom_bytes", float(worst.largest_free_pool_bytes), "bytes"),
-                      Evidence("reserved_at_oom_bytes", float(worst.reserved_bytes), "bytes"),
-                      Evidence("allocated_at_oom_bytes", float(worst.allocated_bytes), "bytes"),
-                      Evidence("driver_free_at_oom_bytes", float(worst.device_free_bytes), "bytes")),
-            recommendation=("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so freed pages can be remapped into "
-                            "one large block; free long-lived small tensors that pin segments (or allocate them "
-                            "before the large transient ones); keep shapes fixed or bucketed; as a last resort "
-                            "max_split_size_mb stops large blocks being split into unusable pieces."),
-            section=SECTION))
+        subjects = [
+            Subject(
+                "location",
+                str(loc),
+                severity=Severity.CRITICAL,
+                figures={"request_bytes": int(grp["request_bytes"].max()), "ooms": int(len(grp))},
+            )
+            for loc, grp in frag.assign(location=frag["location"].fillna("(no Python frame)")).groupby("location")
+        ]
+        out.append(
+            Finding(
+                id="fragmentation.oom_from_fragmentation",
+                analyzer=NAME,
+                severity=Severity.CRITICAL,
+                title=(
+                    f"{_where(view)}: out of memory for {worst.request_bytes / 2**20:,.0f} MiB although "
+                    f"{worst.cached_free_bytes / GIB:.2f} GiB was reserved but unallocated; the largest free block "
+                    f"was {worst.largest_free_pool_bytes / 2**20:,.0f} MiB (fragmentation, not demand)"
+                ),
+                subjects=tuple(subjects),
+                evidence=(
+                    Evidence("oom_request_bytes", float(worst.request_bytes), "bytes"),
+                    Evidence(
+                        "reserved_unallocated_at_oom_bytes",
+                        float(worst.cached_free_bytes),
+                        "bytes",
+                        float(worst.request_bytes),
+                    ),
+                    Evidence("largest_free_block_at_oom_bytes", float(worst.largest_free_pool_bytes), "bytes"),
+                    Evidence("reserved_at_oom_bytes", float(worst.reserved_bytes), "bytes"),
+                    Evidence("allocated_at_oom_bytes", float(worst.allocated_bytes), "bytes"),
+                    Evidence("driver_free_at_oom_bytes", float(worst.device_free_bytes), "bytes"),
+                ),
+                recommendation=(
+                    "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so freed pages can be remapped into "
+                    "one large block; free long-lived small tensors that pin segments (or allocate them "
+                    "before the large transient ones); keep shapes fixed or bucketed; as a last resort "
+                    "max_split_size_mb stops large blocks being split into unusable pieces."
+                ),
+                section=SECTION,
+            )
+        )
     if len(demand):
         worst = demand.iloc[0]
-        out.append(Finding(
-            id="fragmentation.oom_demand", analyzer=NAME, severity=Severity.WARNING,
-            title=(f"{_where(view)}: out of memory for {worst.request_bytes / 2**20:,.1f} MiB with only "
-                   f"{worst.cached_free_bytes / 2**20:,.1f} MiB reserved but unallocated: the demand itself "
-                   f"({worst.allocated_bytes / GIB:.2f} GiB allocated) reached the limit"),
-            subjects=tuple(Subject("location", str(loc), figures={"request_bytes": int(g["request_bytes"].max())})
-                           for loc, g in demand.assign(location=demand["location"].fillna("(no Python frame)")).groupby("location")),
-            evidence=(Evidence("oom_request_bytes", float(worst.request_bytes), "bytes"),
-                      Evidence("reserved_unallocated_at_oom_bytes", float(worst.cached_free_bytes), "bytes",
-                               float(worst.request_bytes)),
-                      Evidence("allocated_at_oom_bytes", float(worst.allocated_bytes), "bytes"),
-                      Evidence("driver_free_at_oom_bytes", float(worst.device_free_bytes), "bytes")),
-            recommendation=("Reduce what is live at once: a smaller batch, activation checkpointing, mixed precision, "
-                            "or freeing references (e.g. losses kept with their graph) sooner. If the driver reported "
-                            "plenty free, a cap (set_per_process_memory_fraction) or another process set the limit."),
-            section=SECTION))
+        out.append(
+            Finding(
+                id="fragmentation.oom_demand",
+                analyzer=NAME,
+                severity=Severity.WARNING,
+                title=(
+                    f"{_where(view)}: out of memory for {worst.request_bytes / 2**20:,.1f} MiB with only "
+                    f"{worst.cached_free_bytes / 2**20:,.1f} MiB reserved but unallocated: the demand itself "
+                    f"({worst.allocated_bytes / GIB:.2f} GiB allocated) reached the limit"
+                ),
+                subjects=tuple(
+                    Subject("location", str(loc), figures={"request_bytes": int(g["request_bytes"].max())})
+                    for loc, g in demand.assign(location=demand["location"].fillna("(no Python frame)")).groupby(
+                        "location"
+                    )
+                ),
+                evidence=(
+                    Evidence("oom_request_bytes", float(worst.request_bytes), "bytes"),
+                    Evidence(
+                        "reserved_unallocated_at_oom_bytes",
+                        float(worst.cached_free_bytes),
+                        "bytes",
+                        float(worst.request_bytes),
+                    ),
+                    Evidence("allocated_at_oom_bytes", float(worst.allocated_bytes), "bytes"),
+                    Evidence("driver_free_at_oom_bytes", float(worst.device_free_bytes), "bytes"),
+                ),
+                recommendation=(
+                    "Reduce what is live at once: a smaller batch, activation checkpointing, mixed precision, "
+                    "or freeing references (e.g. losses kept with their graph) sooner. If the driver reported "
+                    "plenty free, a cap (set_per_process_memory_fraction) or another process set the limit."
+                ),
+                section=SECTION,
+            )
+        )
     return out
 
 
@@ -468,16 +621,24 @@ def _publish(result: Result, view: dict, views: list[dict], th: Thresholds) -> N
     r: ReplayResult | None = view.get("replay")
     snap = view["snapshot"]
     seg = snap.segments_for(view["device"])
-    result.summary.update({
-        "snapshot_reserved_bytes": float(seg["total_size_bytes"].sum()),
-        "snapshot_allocated_bytes": float(seg["allocated_bytes"].sum()),
-        "peak_reserved_bytes": view["peak_reserved_bytes"], "peak_allocated_bytes": view["peak_allocated_bytes"],
-        "history_coverage_pct": view["coverage_pct"],
-    })
-    result.meta.update({"rank": view["rank"], "device": view["device"],
-                        "devices": [(v["rank"], v["device"]) for v in views],
-                        "expandable_segments": bool(snap.metadata.get("expandable_segments")),
-                        "snapshot_format": snap.metadata.get("format")})
+    result.summary.update(
+        {
+            "snapshot_reserved_bytes": float(seg["total_size_bytes"].sum()),
+            "snapshot_allocated_bytes": float(seg["allocated_bytes"].sum()),
+            "peak_reserved_bytes": view["peak_reserved_bytes"],
+            "peak_allocated_bytes": view["peak_allocated_bytes"],
+            "history_coverage_pct": view["coverage_pct"],
+        }
+    )
+    result.meta.update(
+        {
+            "rank": view["rank"],
+            "device": view["device"],
+            "devices": [(v["rank"], v["device"]) for v in views],
+            "expandable_segments": bool(snap.metadata.get("expandable_segments")),
+            "snapshot_format": snap.metadata.get("format"),
+        }
+    )
     if r is None:
         result.meta["history"] = False
         return
@@ -489,17 +650,35 @@ def _publish(result: Result, view: dict, views: list[dict], th: Thresholds) -> N
     stats = view["stats_agreement"]
     if len(stats) and stats["in_history"].any():
         result.summary["memory_stats_agreement_pct"] = float(100 * stats.loc[stats["in_history"], "agrees"].mean())
-    result.tables.update({
-        "timeline": view["timeline"], "fragmentation_curve": curve, "heatmap": view["heatmap"],
-        "heatmap_rows": view["heatmap_rows"], "heatmap_bins": view["heatmap_bins"], "per_step": view["per_step"],
-        "segment_growth": r.growth, "ooms": r.ooms, "snapshot_agreement": agree, "memory_stats_agreement": stats,
-        "largest_allocations": view["largest_allocations"], "locations": view["locations"],
-    })
-    result.meta.update({"history": True, "entries": r.meta["entries"], "replay_mismatches": r.meta["mismatches"],
-                        "estimated_blocks": r.meta["estimated_blocks"], "heatmap_axis": view["heatmap_axis"],
-                        "times_known": view["times_known"], "history_coverage_pct": view["coverage_pct"],
-                        "max_heatmap_cells": th.memory.max_heatmap_time_bins * th.memory.max_heatmap_segment_rows,
-                        "max_timeline_bins": th.memory.max_timeline_bins})
+    result.tables.update(
+        {
+            "timeline": view["timeline"],
+            "fragmentation_curve": curve,
+            "heatmap": view["heatmap"],
+            "heatmap_rows": view["heatmap_rows"],
+            "heatmap_bins": view["heatmap_bins"],
+            "per_step": view["per_step"],
+            "segment_growth": r.growth,
+            "ooms": r.ooms,
+            "snapshot_agreement": agree,
+            "memory_stats_agreement": stats,
+            "largest_allocations": view["largest_allocations"],
+            "locations": view["locations"],
+        }
+    )
+    result.meta.update(
+        {
+            "history": True,
+            "entries": r.meta["entries"],
+            "replay_mismatches": r.meta["mismatches"],
+            "estimated_blocks": r.meta["estimated_blocks"],
+            "heatmap_axis": view["heatmap_axis"],
+            "times_known": view["times_known"],
+            "history_coverage_pct": view["coverage_pct"],
+            "max_heatmap_cells": th.memory.max_heatmap_time_bins * th.memory.max_heatmap_segment_rows,
+            "max_timeline_bins": th.memory.max_timeline_bins,
+        }
+    )
 
 
 # --- memory_stats only (torch) and JAX -----------------------------------------------------------------------
@@ -512,47 +691,88 @@ def _torch_stats_only(result: Result, rank: int, stats: pd.DataFrame, th: Thresh
     peak_alloc = float(np.nanmax(s["allocated_peak_bytes"].fillna(s["allocated_bytes"])))
     result.summary.setdefault("peak_reserved_bytes", peak_res)
     result.summary.setdefault("peak_allocated_bytes", peak_alloc)
-    table = s[["step", "allocated_bytes", "reserved_bytes", "allocated_peak_bytes", "reserved_peak_bytes",
-               "inactive_split_bytes", "num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms"]].copy()
+    table = s[
+        [
+            "step",
+            "allocated_bytes",
+            "reserved_bytes",
+            "allocated_peak_bytes",
+            "reserved_peak_bytes",
+            "inactive_split_bytes",
+            "num_device_alloc",
+            "num_device_free",
+            "num_alloc_retries",
+            "num_ooms",
+        ]
+    ].copy()
     table["segment_ops"] = (table["num_device_alloc"].diff() + table["num_device_free"].diff()).fillna(0)
     result.tables.setdefault("stats_per_step", table.reset_index(drop=True))
     if peak_res >= mem.min_reserved_bytes and peak_res > 0:
         share = (peak_res - peak_alloc) / peak_res
         if share >= mem.frag_warning_share:
             sev = Severity.CRITICAL if share >= mem.frag_critical_share else Severity.WARNING
-            result.findings.append(Finding(
-                id="fragmentation.at_peak", analyzer=NAME, severity=sev,
-                title=f"rank {rank}: {share:.0%} of the {peak_res / GIB:.2f} GiB reserved was never allocated even at the peak",
-                subjects=(Subject("rank", f"rank {rank}", severity=sev),),
-                evidence=(Evidence("reserved_unused_at_peak_pct", 100 * share, "%", 100 * mem.frag_warning_share),
-                          Evidence("peak_reserved_bytes", peak_res, "bytes"), Evidence("peak_allocated_bytes", peak_alloc, "bytes")),
-                recommendation="Record the allocator history to see which lines fragment memory; meanwhile try "
-                               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and fixed or bucketed shapes.",
-                section=SECTION))
-    steady = table.iloc[mem.churn_warmup_steps + 1:]
-    if len(steady) >= 2 and steady["segment_ops"].median() >= mem.churn_segments_per_step and steady["num_device_free"].diff().fillna(0).gt(0).mean() >= 0.5:
-        result.findings.append(Finding(
-            id="fragmentation.churn", analyzer=NAME, severity=Severity.WARNING,
-            title=f"rank {rank}: segments are allocated and freed every step (median {steady['segment_ops'].median():.0f} cudaMalloc/cudaFree)",
-            subjects=(Subject("rank", f"rank {rank}"),),
-            evidence=(Evidence("segment_ops_per_step_median", float(steady["segment_ops"].median()), "count",
-                               mem.churn_segments_per_step),),
-            recommendation="Move torch.cuda.empty_cache() out of the step; use fixed or bucketed shapes and "
-                           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.", section=SECTION))
+            result.findings.append(
+                Finding(
+                    id="fragmentation.at_peak",
+                    analyzer=NAME,
+                    severity=sev,
+                    title=f"rank {rank}: {share:.0%} of the {peak_res / GIB:.2f} GiB reserved was never allocated even at the peak",
+                    subjects=(Subject("rank", f"rank {rank}", severity=sev),),
+                    evidence=(
+                        Evidence("reserved_unused_at_peak_pct", 100 * share, "%", 100 * mem.frag_warning_share),
+                        Evidence("peak_reserved_bytes", peak_res, "bytes"),
+                        Evidence("peak_allocated_bytes", peak_alloc, "bytes"),
+                    ),
+                    recommendation="Record the allocator history to see which lines fragment memory; meanwhile try "
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and fixed or bucketed shapes.",
+                    section=SECTION,
+                )
+            )
+    steady = table.iloc[mem.churn_warmup_steps + 1 :]
+    if (
+        len(steady) >= 2
+        and steady["segment_ops"].median() >= mem.churn_segments_per_step
+        and steady["num_device_free"].diff().fillna(0).gt(0).mean() >= 0.5
+    ):
+        result.findings.append(
+            Finding(
+                id="fragmentation.churn",
+                analyzer=NAME,
+                severity=Severity.WARNING,
+                title=f"rank {rank}: segments are allocated and freed every step (median {steady['segment_ops'].median():.0f} cudaMalloc/cudaFree)",
+                subjects=(Subject("rank", f"rank {rank}"),),
+                evidence=(
+                    Evidence(
+                        "segment_ops_per_step_median",
+                        float(steady["segment_ops"].median()),
+                        "count",
+                        mem.churn_segments_per_step,
+                    ),
+                ),
+                recommendation="Move torch.cuda.empty_cache() out of the step; use fixed or bucketed shapes and "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+                section=SECTION,
+            )
+        )
     _retries(result, rank, s)
 
 
 def _retries(result: Result, rank: int, s: pd.DataFrame) -> None:
     retries = float(np.nanmax(s["num_alloc_retries"])) if s["num_alloc_retries"].notna().any() else 0.0
     if retries > 0:
-        result.findings.append(Finding(
-            id="fragmentation.alloc_retries", analyzer=NAME, severity=Severity.WARNING,
-            title=f"rank {rank}: cudaMalloc failed {retries:.0f} time(s) and the allocator flushed its cache to retry",
-            subjects=(Subject("rank", f"rank {rank}"),),
-            evidence=(Evidence("num_alloc_retries", retries, "count", 0.0),),
-            recommendation="Each retry frees every cached block and synchronises the device. Lower peak memory or "
-                           "fragmentation (expandable_segments:True, bucketed shapes) so the cache is not exhausted.",
-            section=SECTION))
+        result.findings.append(
+            Finding(
+                id="fragmentation.alloc_retries",
+                analyzer=NAME,
+                severity=Severity.WARNING,
+                title=f"rank {rank}: cudaMalloc failed {retries:.0f} time(s) and the allocator flushed its cache to retry",
+                subjects=(Subject("rank", f"rank {rank}"),),
+                evidence=(Evidence("num_alloc_retries", retries, "count", 0.0),),
+                recommendation="Each retry frees every cached block and synchronises the device. Lower peak memory or "
+                "fragmentation (expandable_segments:True, bucketed shapes) so the cache is not exhausted.",
+                section=SECTION,
+            )
+        )
 
 
 JAX_UNREPORTED = ("requested bytes", "active bytes", "segments and blocks", "an allocation history with source lines")
@@ -561,17 +781,27 @@ JAX_UNREPORTED = ("requested bytes", "active bytes", "segments and blocks", "an 
 def _jax(result: Result, rank: int, stats: pd.DataFrame, th: Thresholds) -> None:
     s = stats.sort_values("step")
     free_in_pool = s["pool_bytes"] - s["allocated_bytes"]
-    curve = pd.DataFrame({"step": s["step"].to_numpy(), "in_use_bytes": s["allocated_bytes"].to_numpy(),
-                          "in_use_peak_bytes": s["allocated_peak_bytes"].to_numpy(), "pool_bytes": s["pool_bytes"].to_numpy(),
-                          "reserved_bytes": s["reserved_bytes"].to_numpy(),
-                          "largest_free_block_bytes": s["largest_free_block_bytes"].to_numpy(),
-                          "limit_bytes": s["limit_bytes"].to_numpy(),
-                          "external_fragmentation_pct": external_fragmentation_pct(s["largest_free_block_bytes"], free_in_pool)})
+    curve = pd.DataFrame(
+        {
+            "step": s["step"].to_numpy(),
+            "in_use_bytes": s["allocated_bytes"].to_numpy(),
+            "in_use_peak_bytes": s["allocated_peak_bytes"].to_numpy(),
+            "pool_bytes": s["pool_bytes"].to_numpy(),
+            "reserved_bytes": s["reserved_bytes"].to_numpy(),
+            "largest_free_block_bytes": s["largest_free_block_bytes"].to_numpy(),
+            "limit_bytes": s["limit_bytes"].to_numpy(),
+            "external_fragmentation_pct": external_fragmentation_pct(s["largest_free_block_bytes"], free_in_pool),
+        }
+    )
     result.tables["jax_per_step"] = curve
     missing = [c for c in ("pool_bytes", "largest_free_block_bytes", "reserved_bytes") if s[c].isna().all()]
     reserved_zero = s["reserved_bytes"].notna().all() and (s["reserved_bytes"] == 0).all()
-    result.summary.update({"jax_peak_bytes_in_use": float(np.nanmax(s["allocated_peak_bytes"])),
-                           "jax_pool_bytes": float(np.nanmax(s["pool_bytes"])) if s["pool_bytes"].notna().any() else float("nan")})
+    result.summary.update(
+        {
+            "jax_peak_bytes_in_use": float(np.nanmax(s["allocated_peak_bytes"])),
+            "jax_pool_bytes": float(np.nanmax(s["pool_bytes"])) if s["pool_bytes"].notna().any() else float("nan"),
+        }
+    )
     if curve["external_fragmentation_pct"].notna().any():
         result.summary["jax_peak_external_fragmentation_pct"] = float(np.nanmax(curve["external_fragmentation_pct"]))
     limit = float(np.nanmax(s["limit_bytes"])) if s["limit_bytes"].notna().any() else float("nan")
@@ -580,34 +810,56 @@ def _jax(result: Result, rank: int, stats: pd.DataFrame, th: Thresholds) -> None
     if reserved_zero:
         said.append("bytes_reserved is 0 on every step")
     if np.isfinite(pool) and np.isfinite(limit) and limit > 0:
-        said.append(f"the BFC pool ({pool / GIB:.1f} GiB, {100 * pool / limit:.0f} % of the {limit / GIB:.1f} GiB limit) "
-                    "was preallocated, so reserved memory is the pool, not the demand")
+        said.append(
+            f"the BFC pool ({pool / GIB:.1f} GiB, {100 * pool / limit:.0f} % of the {limit / GIB:.1f} GiB limit) "
+            "was preallocated, so reserved memory is the pool, not the demand"
+        )
     if missing:
         said.append(f"keys absent: {', '.join(missing)}")
     result.meta["jax_statement"] = "; ".join(said) + "."
-    result.findings.append(Finding(
-        id="fragmentation.jax_unreported", analyzer=NAME, severity=Severity.INFO,
-        title=f"rank {rank}: JAX's memory_stats give in-use, peak, pool and largest free block only; fragmentation "
-              f"is judged from those (peak {result.summary.get('jax_peak_external_fragmentation_pct', float('nan')):.1f} %)",
-        subjects=(Subject("rank", f"rank {rank}"),),
-        evidence=tuple(Evidence(k, result.summary[k], "bytes" if k.endswith("bytes") or k.endswith("in_use") else "%")
-                       for k in ("jax_peak_bytes_in_use", "jax_pool_bytes", "jax_peak_external_fragmentation_pct")
-                       if k in result.summary),
-        recommendation=result.meta["jax_statement"] + " Set XLA_PYTHON_CLIENT_PREALLOCATE=false (or "
-                       "XLA_PYTHON_CLIENT_MEM_FRACTION) to see real growth, and use jax.profiler.save_device_memory_profile "
-                       "for per-allocation detail.", section=SECTION))
+    result.findings.append(
+        Finding(
+            id="fragmentation.jax_unreported",
+            analyzer=NAME,
+            severity=Severity.INFO,
+            title=f"rank {rank}: JAX's memory_stats give in-use, peak, pool and largest free block only; fragmentation "
+            f"is judged from those (peak {result.summary.get('jax_peak_external_fragmentation_pct', float('nan')):.1f} %)",
+            subjects=(Subject("rank", f"rank {rank}"),),
+            evidence=tuple(
+                Evidence(k, result.summary[k], "bytes" if k.endswith("bytes") or k.endswith("in_use") else "%")
+                for k in ("jax_peak_bytes_in_use", "jax_pool_bytes", "jax_peak_external_fragmentation_pct")
+                if k in result.summary
+            ),
+            recommendation=result.meta["jax_statement"] + " Set XLA_PYTHON_CLIENT_PREALLOCATE=false (or "
+            "XLA_PYTHON_CLIENT_MEM_FRACTION) to see real growth, and use jax.profiler.save_device_memory_profile "
+            "for per-allocation detail.",
+            section=SECTION,
+        )
+    )
     ext = curve["external_fragmentation_pct"]
     if ext.notna().any() and float(np.nanmax(ext)) >= th.memory.ext_frag_warning_pct:
         worst = curve.loc[ext.idxmax()]
-        result.findings.append(Finding(
-            id="fragmentation.at_peak", analyzer=NAME, severity=Severity.WARNING,
-            title=f"rank {rank}: JAX's pool is fragmented: at step {int(worst.step)} the largest free block is "
-                  f"{worst.largest_free_block_bytes / GIB:.2f} GiB of {(worst.pool_bytes - worst.in_use_bytes) / GIB:.2f} GiB free",
-            subjects=(Subject("step", f"step {int(worst.step)}"),),
-            evidence=(Evidence("jax_peak_external_fragmentation_pct", float(worst.external_fragmentation_pct), "%",
-                               th.memory.ext_frag_warning_pct),),
-            recommendation="Keep shapes static across steps (pad/bucket) so XLA reuses buffers; donate input buffers "
-                           "(donate_argnums) so updates happen in place.", section=SECTION))
+        result.findings.append(
+            Finding(
+                id="fragmentation.at_peak",
+                analyzer=NAME,
+                severity=Severity.WARNING,
+                title=f"rank {rank}: JAX's pool is fragmented: at step {int(worst.step)} the largest free block is "
+                f"{worst.largest_free_block_bytes / GIB:.2f} GiB of {(worst.pool_bytes - worst.in_use_bytes) / GIB:.2f} GiB free",
+                subjects=(Subject("step", f"step {int(worst.step)}"),),
+                evidence=(
+                    Evidence(
+                        "jax_peak_external_fragmentation_pct",
+                        float(worst.external_fragmentation_pct),
+                        "%",
+                        th.memory.ext_frag_warning_pct,
+                    ),
+                ),
+                recommendation="Keep shapes static across steps (pad/bucket) so XLA reuses buffers; donate input buffers "
+                "(donate_argnums) so updates happen in place.",
+                section=SECTION,
+            )
+        )
 
 
 def _dedupe(result: Result) -> Result:

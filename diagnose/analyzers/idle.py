@@ -6,6 +6,7 @@ and go to the findings JSON summary per rank: plain keys for the lowest rank
 categories as ``gpu_idle_stream<S>_<category>_pct`` (HTA's idle-time breakdown,
 share of that stream's idle time). ``docs/traces.md`` lists every key.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,14 +23,14 @@ SECTION = "section-idle"
 
 CAUSE_ADVICE = {
     "sync": "The GPU sits idle after host synchronisations: see the sync table for the lines that block and "
-            "keep values on the GPU (log them every N steps, use non_blocking copies into pinned memory).",
+    "keep values on the GPU (log them every N steps, use non_blocking copies into pinned memory).",
     "host": "The GPU waits for the host to launch work: the step is launch-bound or blocked by CPU work "
-            "(data loading, Python overhead). Overlap input loading (DataLoader num_workers, pin_memory, "
-            "prefetch), and cut launches with torch.compile or CUDA graphs (see launch statistics).",
+    "(data loading, Python overhead). Overlap input loading (DataLoader num_workers, pin_memory, "
+    "prefetch), and cut launches with torch.compile or CUDA graphs (see launch statistics).",
     "other": "Queued work waits on other streams or events: check cross-stream dependencies "
-             "(cudaStreamWaitEvent) and collectives that wait for other ranks.",
+    "(cudaStreamWaitEvent) and collectives that wait for other ranks.",
     "short": "Idle time is made of many short gaps between kernels: fuse small kernels (torch.compile) "
-             "or capture the step in a CUDA graph.",
+    "or capture the step in a CUDA graph.",
 }
 
 
@@ -40,46 +41,77 @@ def rank_key(rank: int, lowest: int, name: str) -> str:
 def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
     if not profile.traces:
-        result.findings.append(not_measured(NAME, "GPU idle time", "Profile with `gpudiag profile` or pass a PyTorch "
-                                            "profiler / JAX trace to `gpudiag report`.", SECTION))
+        result.findings.append(
+            not_measured(
+                NAME,
+                "GPU idle time",
+                "Profile with `gpudiag profile` or pass a PyTorch profiler / JAX trace to `gpudiag report`.",
+                SECTION,
+            )
+        )
         return result
     lowest = min(profile.traces)
     breakdown_rows, step_tables, stream_tables, gap_tables = [], [], [], []
     for rank in sorted(profile.traces):
         trace = tl.analysed(profile.traces[rank])
         for w in trace.warnings:
-            result.findings.append(Finding(
-                id="idle.trace_warning", analyzer=NAME, severity=Severity.INFO,
-                title=f"Trace of rank {rank}: {w}", subjects=(Subject("rank", str(rank)),),
-                recommendation="Nothing to do unless the numbers look wrong; the trace may come from a newer or "
-                               "modified profiler.", section=SECTION))
+            result.findings.append(
+                Finding(
+                    id="idle.trace_warning",
+                    analyzer=NAME,
+                    severity=Severity.INFO,
+                    title=f"Trace of rank {rank}: {w}",
+                    subjects=(Subject("rank", str(rank)),),
+                    recommendation="Nothing to do unless the numbers look wrong; the trace may come from a newer or "
+                    "modified profiler.",
+                    section=SECTION,
+                )
+            )
         if not len(trace.gpu):
-            result.findings.append(Finding(
-                id="idle.no_gpu_activity", analyzer=NAME, severity=Severity.INFO,
-                title=f"No GPU activity in the trace of rank {rank}",
-                subjects=(Subject("rank", str(rank)),),
-                recommendation="The trace holds no kernels, copies or memsets: the run used only the CPU, or the "
-                               "profiler ran without ProfilerActivity.CUDA.", section=SECTION))
+            result.findings.append(
+                Finding(
+                    id="idle.no_gpu_activity",
+                    analyzer=NAME,
+                    severity=Severity.INFO,
+                    title=f"No GPU activity in the trace of rank {rank}",
+                    subjects=(Subject("rank", str(rank)),),
+                    recommendation="The trace holds no kernels, copies or memsets: the run used only the CPU, or the "
+                    "profiler ran without ProfilerActivity.CUDA.",
+                    section=SECTION,
+                )
+            )
             continue
         b = tl.temporal_breakdown(trace.gpu)
         span = b["span_ns"] or float("nan")
         idle_pct, compute_pct, non_pct = (100 * b[k] / span for k in ("idle_ns", "compute_ns", "non_compute_ns"))
-        for key, value in (("gpu_idle_pct", idle_pct), ("gpu_compute_pct", compute_pct),
-                           ("gpu_non_compute_pct", non_pct), ("gpu_span_ns", b["span_ns"])):
+        for key, value in (
+            ("gpu_idle_pct", idle_pct),
+            ("gpu_compute_pct", compute_pct),
+            ("gpu_non_compute_pct", non_pct),
+            ("gpu_span_ns", b["span_ns"]),
+        ):
             result.summary[rank_key(rank, lowest, key)] = float(value)
         streams = tl.stream_idle(trace, th.sync.stream_kernel_wait_us * 1e3)
         for rec in streams.itertuples():
             if not np.isnan(rec.idle_ratio):
-                result.summary[rank_key(rank, lowest, f"gpu_idle_stream{rec.stream}_{rec.idle_category}_pct")] = \
-                    float(100 * rec.idle_ratio)
+                result.summary[rank_key(rank, lowest, f"gpu_idle_stream{rec.stream}_{rec.idle_category}_pct")] = float(
+                    100 * rec.idle_ratio
+                )
         streams.insert(0, "rank", rank)
         stream_tables.append(streams)
 
         gaps = tl.gaps(trace, th.sync.kernel_gap_us * 1e3, th.sync.sync_slack_us * 1e3)
         by_cause = {c: float(gaps.loc[gaps["cause"] == c, "dur_ns"].sum()) for c in tl.GAP_CAUSES}
-        breakdown_rows.append({"rank": rank, **b, "idle_pct": idle_pct, "compute_pct": compute_pct,
-                               "non_compute_pct": non_pct,
-                               **{f"idle_{c}_ns": by_cause[c] for c in tl.GAP_CAUSES}})
+        breakdown_rows.append(
+            {
+                "rank": rank,
+                **b,
+                "idle_pct": idle_pct,
+                "compute_pct": compute_pct,
+                "non_compute_pct": non_pct,
+                **{f"idle_{c}_ns": by_cause[c] for c in tl.GAP_CAUSES},
+            }
+        )
         windows = tl.steps(trace)
         result.meta.setdefault("step_source", {})[rank] = windows.attrs.get("source")
         per_step = step_breakdown(trace, gaps, windows)
@@ -107,14 +139,19 @@ def step_breakdown(trace, gaps: pd.DataFrame, windows: pd.DataFrame) -> pd.DataF
     s, e = tl.merge(trace.gpu["ts_ns"].to_numpy(), trace.gpu["end_ns"].to_numpy())
     win = tl.gpu_step_windows(trace, windows) if len(windows) else pd.DataFrame()
     if not len(win):
-        win = pd.DataFrame({"step": [-1], "gpu_start_ns": [int(s.min())], "gpu_end_ns": [int(e.max())],
-                            "kernels": [len(trace.gpu)]})
+        win = pd.DataFrame(
+            {"step": [-1], "gpu_start_ns": [int(s.min())], "gpu_end_ns": [int(e.max())], "kernels": [len(trace.gpu)]}
+        )
     rows = []
     g_s, g_e, cause = gaps["start_ns"].to_numpy(), gaps["end_ns"].to_numpy(), gaps["cause"].to_numpy()
     for w in win.itertuples():
         lo, hi = int(w.gpu_start_ns), int(w.gpu_end_ns)
-        row = {"step": int(w.step), "step_ns": float(hi - lo), "busy_ns": tl.clip_sum(s, e, lo, hi),
-               "kernels": int(w.kernels)}
+        row = {
+            "step": int(w.step),
+            "step_ns": float(hi - lo),
+            "busy_ns": tl.clip_sum(s, e, lo, hi),
+            "kernels": int(w.kernels),
+        }
         for c in tl.GAP_CAUSES:
             m = cause == c
             row[f"idle_{c}_ns"] = tl.clip_sum(g_s[m], g_e[m], lo, hi)
@@ -134,21 +171,37 @@ def idle_finding(rank: int, b: dict, by_cause: dict, per_step: pd.DataFrame, th:
     else:
         sev = Severity.INFO
     main = max(tl.GAP_CAUSES, key=lambda c: by_cause[c])
-    labels = {"sync": "held by host syncs", "host": "waiting for the host to launch work",
-              "short": "in short kernel-to-kernel gaps", "other": "waiting on other streams or events"}
-    evidence = [Evidence("gpu_idle_pct", idle_pct, "%", th.sync.gpu_idle_warning_pct),
-                Evidence("gpu_compute_pct", 100 * b["compute_ns"] / span, "%"),
-                Evidence("gpu_non_compute_pct", 100 * b["non_compute_ns"] / span, "%")]
+    labels = {
+        "sync": "held by host syncs",
+        "host": "waiting for the host to launch work",
+        "short": "in short kernel-to-kernel gaps",
+        "other": "waiting on other streams or events",
+    }
+    evidence = [
+        Evidence("gpu_idle_pct", idle_pct, "%", th.sync.gpu_idle_warning_pct),
+        Evidence("gpu_compute_pct", 100 * b["compute_ns"] / span, "%"),
+        Evidence("gpu_non_compute_pct", 100 * b["non_compute_ns"] / span, "%"),
+    ]
     evidence += [Evidence(f"idle_{c}_pct", 100 * by_cause[c] / span, "%") for c in tl.GAP_CAUSES]
     steps = per_step[per_step["step"] >= 0]
     subjects = [Subject("rank", str(rank))]
     if len(steps):
         worst = steps.assign(idle=steps["step_ns"] - steps["busy_ns"]).sort_values("idle", ascending=False).head(5)
-        subjects += [Subject("step", str(int(r.step)), figures={"idle_ms": (r.step_ns - r.busy_ns) / 1e6,
-                                                                "step_ms": r.step_ns / 1e6}) for r in worst.itertuples()]
+        subjects += [
+            Subject(
+                "step", str(int(r.step)), figures={"idle_ms": (r.step_ns - r.busy_ns) / 1e6, "step_ms": r.step_ns / 1e6}
+            )
+            for r in worst.itertuples()
+        ]
     return Finding(
-        id="idle.gpu_idle", analyzer=NAME, severity=sev,
+        id="idle.gpu_idle",
+        analyzer=NAME,
+        severity=sev,
         title=f"GPU idle {idle_pct:.1f} % of the time on rank {rank}, mostly {labels[main]} "
-              f"({100 * by_cause[main] / span:.1f} % of the span)",
-        subjects=tuple(subjects), evidence=tuple(evidence), cost_share=b["idle_ns"] / span,
-        recommendation=CAUSE_ADVICE[main], section=SECTION)
+        f"({100 * by_cause[main] / span:.1f} % of the span)",
+        subjects=tuple(subjects),
+        evidence=tuple(evidence),
+        cost_share=b["idle_ns"] / span,
+        recommendation=CAUSE_ADVICE[main],
+        section=SECTION,
+    )

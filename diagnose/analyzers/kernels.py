@@ -4,6 +4,7 @@ No findings: this is the sortable table the other ncu analyzers' findings point 
 Launches are summed and metrics weighted by duration (``diagnose.kernel_stats``); grid
 and block are the shape that carries most of the kernel's time.
 """
+
 from __future__ import annotations
 
 from diagnose.findings import Result
@@ -11,9 +12,17 @@ from diagnose.kernel_stats import most_common, per_kernel, per_kernel_sum, total
 
 NAME = "kernels"
 ORDER = 5
-METRICS = ["l2_hit_pct", "dram_throughput_pct", "memory_throughput_pct", "sm_throughput_pct",
-           "achieved_occupancy_pct", "theoretical_occupancy_pct", "registers_per_thread",
-           "shared_mem_per_block_bytes", "waves_per_sm"]
+METRICS = [
+    "l2_hit_pct",
+    "dram_throughput_pct",
+    "memory_throughput_pct",
+    "sm_throughput_pct",
+    "achieved_occupancy_pct",
+    "theoretical_occupancy_pct",
+    "registers_per_thread",
+    "shared_mem_per_block_bytes",
+    "waves_per_sm",
+]
 SHAPES = ["grid_size", "block_size"]
 
 
@@ -26,8 +35,18 @@ def analyze(profile, th) -> Result:
     for col in SHAPES:
         stats[col] = most_common(kernels, col, stats)
     stats["dram_bytes"] = per_kernel_sum(kernels, kernels["dram_bytes"], stats)  # summed over launches
-    front = ["kernel", "launches", "gpu_time_ns", "share", "mean_dur_ns", *SHAPES, *METRICS, "dram_bytes",
-             "kernel_short", "kernel_name"]
+    front = [
+        "kernel",
+        "launches",
+        "gpu_time_ns",
+        "share",
+        "mean_dur_ns",
+        *SHAPES,
+        *METRICS,
+        "dram_bytes",
+        "kernel_short",
+        "kernel_name",
+    ]
     result.tables["kernels"] = stats[front]
     result.summary["ncu_kernel_launches"] = float(len(kernels))
     result.summary["ncu_gpu_time_ns"] = total_gpu_time_ns(kernels)

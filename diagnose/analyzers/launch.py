@@ -5,6 +5,7 @@ the GPU busy: the host is the bottleneck. The finding names the ops (outermost C
 around the launches) with most such kernels per step: candidates to fuse
 (``torch.compile``) or to capture in a CUDA graph.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,14 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
     traces = {r: t for r, t in profile.traces.items() if len(t.gpu)}
     if not traces:
-        result.findings.append(not_measured(NAME, "Kernel launch statistics", "Pass a PyTorch profiler trace with CUDA "
-                                            "activity (ProfilerActivity.CUDA).", SECTION))
+        result.findings.append(
+            not_measured(
+                NAME,
+                "Kernel launch statistics",
+                "Pass a PyTorch profiler trace with CUDA activity (ProfilerActivity.CUDA).",
+                SECTION,
+            )
+        )
         return result
     lowest = min(traces)
     per_op_all, queues_all, stats_rows = [], [], []
@@ -40,13 +47,18 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         n_steps = max(len(gwin), 1)
         host_span_ns = float(launches["launch_ts_ns"].max() - launches["launch_ts_ns"].min()) or float("nan")
         short_share = float(launches["shorter_than_launch"].mean())
-        stats = {"rank": rank, "kernels": len(launches), "steps": n_steps, "kernels_per_step": len(launches) / n_steps,
-                 "launch_rate_per_s": len(launches) / (host_span_ns / 1e9),
-                 "shorter_than_launch_pct": 100 * short_share,
-                 "queue_median_ns": float(launches["queue_ns"].median()),
-                 "queue_max_ns": float(launches["queue_ns"].max()),
-                 "launch_median_ns": float(launches["launch_ns"].median()),
-                 "kernel_median_ns": float(launches["dur_ns"].median())}
+        stats = {
+            "rank": rank,
+            "kernels": len(launches),
+            "steps": n_steps,
+            "kernels_per_step": len(launches) / n_steps,
+            "launch_rate_per_s": len(launches) / (host_span_ns / 1e9),
+            "shorter_than_launch_pct": 100 * short_share,
+            "queue_median_ns": float(launches["queue_ns"].median()),
+            "queue_max_ns": float(launches["queue_ns"].max()),
+            "launch_median_ns": float(launches["launch_ns"].median()),
+            "kernel_median_ns": float(launches["dur_ns"].median()),
+        }
         stats_rows.append(stats)
         key = (lambda k: k) if rank == lowest else (lambda k, r=rank: f"rank{r}.{k}")
         result.summary[key("launch_kernels_per_step")] = float(stats["kernels_per_step"])
@@ -57,8 +69,9 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         per_op = ops_table(launches, n_steps)
         per_op.insert(0, "rank", rank)
         per_op_all.append(per_op)
-        q = launches.nlargest(TOP_QUEUES, "queue_ns")[["kernel", "op", "launch_ts_ns", "queue_ns", "launch_ns", "dur_ns",
-                                                       "stream"]].copy()
+        q = launches.nlargest(TOP_QUEUES, "queue_ns")[
+            ["kernel", "op", "launch_ts_ns", "queue_ns", "launch_ns", "dur_ns", "stream"]
+        ].copy()
         q.insert(0, "rank", rank)
         queues_all.append(q)
 
@@ -69,9 +82,15 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         if finding:
             result.findings.append(finding)
     if not stats_rows:
-        result.findings.append(not_measured(NAME, "Kernel launch statistics", "The trace does not link GPU work to its "
-                                            "launch calls (correlation ids); JAX perfetto traces are not linked yet.",
-                                            SECTION))
+        result.findings.append(
+            not_measured(
+                NAME,
+                "Kernel launch statistics",
+                "The trace does not link GPU work to its "
+                "launch calls (correlation ids); JAX perfetto traces are not linked yet.",
+                SECTION,
+            )
+        )
     else:
         result.tables["stats"] = pd.DataFrame(stats_rows)
         result.tables["ops"] = pd.concat(per_op_all, ignore_index=True)
@@ -96,27 +115,40 @@ def launch_table(trace) -> pd.DataFrame:
     else:
         op = np.full(len(kern), "(no CPU op)", dtype=object)
     dur = kern["dur_ns"].to_numpy()
-    return pd.DataFrame({"kernel": kern["name"].astype(str).to_numpy(), "op": op, "stream": kern["stream"].to_numpy(),
-                         "launch_ts_ns": launch_ts, "launch_ns": launch_ns, "dur_ns": dur,
-                         "queue_ns": kern["ts_ns"].to_numpy() - launch_ts, "shorter_than_launch": dur < launch_ns})
+    return pd.DataFrame(
+        {
+            "kernel": kern["name"].astype(str).to_numpy(),
+            "op": op,
+            "stream": kern["stream"].to_numpy(),
+            "launch_ts_ns": launch_ts,
+            "launch_ns": launch_ns,
+            "dur_ns": dur,
+            "queue_ns": kern["ts_ns"].to_numpy() - launch_ts,
+            "shorter_than_launch": dur < launch_ns,
+        }
+    )
 
 
 def ops_table(launches: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     """Per op: kernels per step, how many run shorter than their launch, launch and kernel time per step."""
     g = launches.groupby("op", sort=False)
-    out = pd.DataFrame({
-        "kernels_per_step": g.size() / n_steps,
-        "short_kernels_per_step": g["shorter_than_launch"].sum() / n_steps,
-        "launch_us_per_step": g["launch_ns"].sum() / n_steps / 1e3,
-        "kernel_us_per_step": g["dur_ns"].sum() / n_steps / 1e3,
-        "median_kernel_us": g["dur_ns"].median() / 1e3,
-        "median_launch_us": g["launch_ns"].median() / 1e3,
-    }).reset_index()
+    out = pd.DataFrame(
+        {
+            "kernels_per_step": g.size() / n_steps,
+            "short_kernels_per_step": g["shorter_than_launch"].sum() / n_steps,
+            "launch_us_per_step": g["launch_ns"].sum() / n_steps / 1e3,
+            "kernel_us_per_step": g["dur_ns"].sum() / n_steps / 1e3,
+            "median_kernel_us": g["dur_ns"].median() / 1e3,
+            "median_launch_us": g["launch_ns"].median() / 1e3,
+        }
+    ).reset_index()
     out["short_share"] = out["short_kernels_per_step"] / out["kernels_per_step"]
     return out.sort_values(["short_kernels_per_step", "launch_us_per_step"], ascending=False).reset_index(drop=True)
 
 
-def launch_finding(rank: int, stats: dict, per_op: pd.DataFrame, host_wait_pct: float, th: Thresholds) -> Finding | None:
+def launch_finding(
+    rank: int, stats: dict, per_op: pd.DataFrame, host_wait_pct: float, th: Thresholds
+) -> Finding | None:
     short = stats["shorter_than_launch_pct"] / 100
     top = per_op[per_op["short_kernels_per_step"] > 0].head(th.sync.launch_top_ops)
     if not len(top):
@@ -124,22 +156,36 @@ def launch_finding(rank: int, stats: dict, per_op: pd.DataFrame, host_wait_pct: 
     bound = short >= th.sync.launch_bound_share and host_wait_pct >= th.sync.launch_bound_host_wait_pct
     sev = Severity.WARNING if bound else Severity.INFO
     names = ", ".join(str(o) for o in top["op"].head(5))
-    subjects = tuple(Subject("op", str(r.op), figures={
-        "kernels_per_step": float(r.kernels_per_step), "short_kernels_per_step": float(r.short_kernels_per_step),
-        "median_kernel_us": float(r.median_kernel_us), "median_launch_us": float(r.median_launch_us)})
-        for r in top.itertuples())
+    subjects = tuple(
+        Subject(
+            "op",
+            str(r.op),
+            figures={
+                "kernels_per_step": float(r.kernels_per_step),
+                "short_kernels_per_step": float(r.short_kernels_per_step),
+                "median_kernel_us": float(r.median_kernel_us),
+                "median_launch_us": float(r.median_launch_us),
+            },
+        )
+        for r in top.itertuples()
+    )
     verdict = "the step is launch-bound" if bound else "launch overhead is visible"
     return Finding(
-        id="launch.launch_bound", analyzer=NAME, severity=sev,
+        id="launch.launch_bound",
+        analyzer=NAME,
+        severity=sev,
         title=f"{100 * short:.0f} % of kernels on rank {rank} run shorter than their launch call and the GPU waits for "
-              f"the host {host_wait_pct:.0f} % of the time: {verdict}",
+        f"the host {host_wait_pct:.0f} % of the time: {verdict}",
         subjects=subjects,
-        evidence=(Evidence("launch_shorter_than_launch_pct", 100 * short, "%", 100 * th.sync.launch_bound_share),
-                  Evidence("idle_host_pct", host_wait_pct, "%", th.sync.launch_bound_host_wait_pct),
-                  Evidence("launch_kernels_per_step", stats["kernels_per_step"], "count"),
-                  Evidence("launch_rate_per_s", stats["launch_rate_per_s"], "1/s")),
+        evidence=(
+            Evidence("launch_shorter_than_launch_pct", 100 * short, "%", 100 * th.sync.launch_bound_share),
+            Evidence("idle_host_pct", host_wait_pct, "%", th.sync.launch_bound_host_wait_pct),
+            Evidence("launch_kernels_per_step", stats["kernels_per_step"], "count"),
+            Evidence("launch_rate_per_s", stats["launch_rate_per_s"], "1/s"),
+        ),
         cost_share=(host_wait_pct / 100) if bound else None,
         recommendation=f"Fuse or graph-capture the ops that issue most tiny kernels ({names}): torch.compile "
-                       f"(mode='reduce-overhead' also uses CUDA graphs), torch.cuda.graphs for a static step, "
-                       f"fused optimizers (foreach=True / fused=True), or larger batches per launch.",
-        section=SECTION)
+        f"(mode='reduce-overhead' also uses CUDA graphs), torch.cuda.graphs for a static step, "
+        f"fused optimizers (foreach=True / fused=True), or larger batches per launch.",
+        section=SECTION,
+    )

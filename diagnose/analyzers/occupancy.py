@@ -16,6 +16,7 @@ occupancy alone is not flagged; the limiter is shown so the advice fits.
 Cost estimate: a latency-bound kernel's time goes with its resident warps, so filling
 the slots would save ``gap / theoretical`` of its time (an upper bound).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,21 +28,27 @@ from diagnose.kernel_stats import kernel_subject_name, launches_figure, most_com
 NAME = "occupancy"
 ORDER = 15
 SECTION = "section-occupancy"
-LIMITS = {"registers": "occupancy_limit_registers", "shared_mem": "occupancy_limit_shared_mem",
-          "warps": "occupancy_limit_warps", "blocks": "occupancy_limit_blocks"}
+LIMITS = {
+    "registers": "occupancy_limit_registers",
+    "shared_mem": "occupancy_limit_shared_mem",
+    "warps": "occupancy_limit_warps",
+    "blocks": "occupancy_limit_blocks",
+}
 ADVICE = {
     "registers": "registers per thread bound residency: cap them with __launch_bounds__(threads, minBlocksPerSM) "
-                 "or -maxrregcount (watch for spills), or keep per-thread arrays in shared memory",
+    "or -maxrregcount (watch for spills), or keep per-thread arrays in shared memory",
     "shared_mem": "shared memory per block bounds residency: use smaller tiles or fewer pipeline stages, or raise "
-                  "the carveout (cudaFuncAttributePreferredSharedMemoryCarveout / MaxDynamicSharedMemorySize)",
+    "the carveout (cudaFuncAttributePreferredSharedMemoryCarveout / MaxDynamicSharedMemorySize)",
     "warps": "the SM's warp slots fill with few, large blocks: use fewer threads per block so more, smaller "
-             "blocks can be resident and balance",
+    "blocks can be resident and balance",
     "blocks": "the per-SM block limit binds before the warp slots fill: blocks are too small; use bigger blocks "
-              "(more threads per block)",
+    "(more threads per block)",
 }
-GAP_ADVICE = ("Achieved occupancy far under theoretical means resident-warp slots sit empty while the kernel "
-              "runs: look for load imbalance between blocks (uneven work per block or row), a partial last "
-              "wave (see the launch-configuration findings), or kernels too short for the SMs to fill.")
+GAP_ADVICE = (
+    "Achieved occupancy far under theoretical means resident-warp slots sit empty while the kernel "
+    "runs: look for load imbalance between blocks (uneven work per block or row), a partial last "
+    "wave (see the launch-configuration findings), or kernels too short for the SMs to fill."
+)
 
 
 def analyze(profile, th) -> Result:
@@ -50,8 +57,18 @@ def analyze(profile, th) -> Result:
     result = Result(NAME)
     if not len(kernels) or kernels["achieved_occupancy_pct"].notna().sum() == 0:
         return result
-    stats = per_kernel(kernels, ["achieved_occupancy_pct", "theoretical_occupancy_pct", "registers_per_thread",
-                                 "shared_mem_per_block_bytes", "waves_per_sm", "sm_count", *LIMITS.values()])
+    stats = per_kernel(
+        kernels,
+        [
+            "achieved_occupancy_pct",
+            "theoretical_occupancy_pct",
+            "registers_per_thread",
+            "shared_mem_per_block_bytes",
+            "waves_per_sm",
+            "sm_count",
+            *LIMITS.values(),
+        ],
+    )
     for col in ("grid_size", "block_size"):
         stats[col] = most_common(kernels, col, stats)
     stats["limiter"] = [limiter(row) for _, row in stats[list(LIMITS.values())].iterrows()]
@@ -63,10 +80,15 @@ def analyze(profile, th) -> Result:
     weights = stats["gpu_time_ns"].where(stats["achieved_occupancy_pct"].notna(), 0.0)
     if weights.sum() > 0:
         result.summary["achieved_occupancy_time_weighted_pct"] = float(
-            np.average(stats["achieved_occupancy_pct"].fillna(0.0), weights=weights))
+            np.average(stats["achieved_occupancy_pct"].fillna(0.0), weights=weights)
+        )
     tiny_ns = th.tiny_kernels.max_dur_us * 1000.0
-    gap = stats[(stats["gap_pts"] > t.gap_pts) & (stats["share"] >= t.min_kernel_share)
-                & (stats["mean_dur_ns"] >= tiny_ns) & ~stats["grid_limited"]]
+    gap = stats[
+        (stats["gap_pts"] > t.gap_pts)
+        & (stats["share"] >= t.min_kernel_share)
+        & (stats["mean_dur_ns"] >= tiny_ns)
+        & ~stats["grid_limited"]
+    ]
     if len(gap):
         result.findings.append(_gap_finding(gap, t))
     return result
@@ -97,14 +119,24 @@ def _gap_finding(gap: pd.DataFrame, t) -> Finding:
     gap = gap.sort_values(["est_loss_share", "kernel"], ascending=[False, True], kind="stable")
     subjects = []
     for _, r in gap.iterrows():
-        sev = (Severity.CRITICAL if r["gap_pts"] > t.critical_gap_pts and r["share"] >= t.critical_kernel_share
-               else Severity.WARNING)
+        sev = (
+            Severity.CRITICAL
+            if r["gap_pts"] > t.critical_gap_pts and r["share"] >= t.critical_kernel_share
+            else Severity.WARNING
+        )
         f = launches_figure(r)
-        f.update({"achieved_occupancy_pct": r["achieved_occupancy_pct"],
-                  "theoretical_occupancy_pct": r["theoretical_occupancy_pct"], "gap_pts": r["gap_pts"],
-                  "limiter": r["limiter"], "blocks_per_sm": r["blocks_per_sm"],
-                  "registers_per_thread": r["registers_per_thread"],
-                  "shared_mem_per_block_bytes": r["shared_mem_per_block_bytes"], "est_loss_share": r["est_loss_share"]})
+        f.update(
+            {
+                "achieved_occupancy_pct": r["achieved_occupancy_pct"],
+                "theoretical_occupancy_pct": r["theoretical_occupancy_pct"],
+                "gap_pts": r["gap_pts"],
+                "limiter": r["limiter"],
+                "blocks_per_sm": r["blocks_per_sm"],
+                "registers_per_thread": r["registers_per_thread"],
+                "shared_mem_per_block_bytes": r["shared_mem_per_block_bytes"],
+                "est_loss_share": r["est_loss_share"],
+            }
+        )
         subjects.append(Subject("kernel", kernel_subject_name(r), sev, f))
     top = gap.iloc[0]
     lost = float(gap["est_loss_share"].sum(min_count=1))
@@ -118,15 +150,24 @@ def _gap_finding(gap: pd.DataFrame, t) -> Finding:
         per = "; ".join(f"{name.replace('_', ' ')} ({_kernels_with(gap, name)}): {ADVICE[name]}" for name in limiters)
         rec += f" Theoretical occupancy itself is bounded by the limiter of each kernel — {per}."
     return Finding(
-        id="occupancy.gap", analyzer=NAME, severity=max(s.severity for s in subjects),
-        title=(f"{top['kernel']} reaches {top['achieved_occupancy_pct']:.0f} % occupancy of a possible "
-               f"{top['theoretical_occupancy_pct']:.0f} % ({top['gap_pts']:.0f} points lost)"
-               + (f"; {len(gap) - 1} more kernel{'s' if len(gap) > 2 else ''}" if len(gap) > 1 else "")),
+        id="occupancy.gap",
+        analyzer=NAME,
+        severity=max(s.severity for s in subjects),
+        title=(
+            f"{top['kernel']} reaches {top['achieved_occupancy_pct']:.0f} % occupancy of a possible "
+            f"{top['theoretical_occupancy_pct']:.0f} % ({top['gap_pts']:.0f} points lost)"
+            + (f"; {len(gap) - 1} more kernel{'s' if len(gap) > 2 else ''}" if len(gap) > 1 else "")
+        ),
         subjects=tuple(subjects),
-        evidence=(Evidence("sm__warps_active.avg.pct_of_peak_sustained_active", float(top["achieved_occupancy_pct"]), "%"),
-                  Evidence("sm__maximum_warps_per_active_cycle_pct", float(top["theoretical_occupancy_pct"]), "%"),
-                  Evidence("occupancy_gap_pts", float(top["gap_pts"]), "points", t.gap_pts)),
-        cost_share=None if np.isnan(lost) else min(1.0, lost), recommendation=rec, section=SECTION)
+        evidence=(
+            Evidence("sm__warps_active.avg.pct_of_peak_sustained_active", float(top["achieved_occupancy_pct"]), "%"),
+            Evidence("sm__maximum_warps_per_active_cycle_pct", float(top["theoretical_occupancy_pct"]), "%"),
+            Evidence("occupancy_gap_pts", float(top["gap_pts"]), "points", t.gap_pts),
+        ),
+        cost_share=None if np.isnan(lost) else min(1.0, lost),
+        recommendation=rec,
+        section=SECTION,
+    )
 
 
 def _kernels_with(gap: pd.DataFrame, name: str) -> str:

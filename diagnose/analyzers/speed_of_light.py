@@ -11,6 +11,7 @@ In between it is "balanced". Launch-bound micro-kernels (shorter than
 Cost estimate: brought up to ``bound_pct`` of its busier unit, a latency-bound kernel
 would take ``max(sm, memory) / bound_pct`` of its time; the rest is the estimate.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,17 +42,24 @@ def analyze(profile, th) -> Result:
     if not len(kernels):
         return result
     if kernels["sm_throughput_pct"].notna().sum() == 0:
-        result.findings.append(not_measured(
-            NAME, "Speed of light (SM and memory throughput)",
-            "Collect ncu's SpeedOfLight section (`ncu --section SpeedOfLight`, metrics "
-            "sm__throughput.avg.pct_of_peak_sustained_elapsed and "
-            "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed).", SECTION))
+        result.findings.append(
+            not_measured(
+                NAME,
+                "Speed of light (SM and memory throughput)",
+                "Collect ncu's SpeedOfLight section (`ncu --section SpeedOfLight`, metrics "
+                "sm__throughput.avg.pct_of_peak_sustained_elapsed and "
+                "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed).",
+                SECTION,
+            )
+        )
         return result
     stats = per_kernel(kernels, ["sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct"])
     stats["memory_source"] = np.where(stats["memory_throughput_pct"].notna(), "memory", "dram")
     stats["memory_throughput_pct"] = stats["memory_throughput_pct"].fillna(stats["dram_throughput_pct"])
-    stats["bound"] = [classify(s, m, t.bound_pct, t.latency_pct)
-                      for s, m in zip(stats["sm_throughput_pct"], stats["memory_throughput_pct"])]
+    stats["bound"] = [
+        classify(s, m, t.bound_pct, t.latency_pct)
+        for s, m in zip(stats["sm_throughput_pct"], stats["memory_throughput_pct"])
+    ]
     stats["peak_unit_pct"] = stats[["sm_throughput_pct", "memory_throughput_pct"]].max(axis=1)
     result.tables["kernels"] = stats
     result.meta.update({"bound_pct": t.bound_pct, "latency_pct": t.latency_pct})
@@ -59,8 +67,9 @@ def analyze(profile, th) -> Result:
     for cls in CLASSES:
         result.summary[f"sol_{cls.replace('-', '_')}_gpu_time_share"] = float(by_class.get(cls, 0.0))
     tiny_ns = th.tiny_kernels.max_dur_us * 1000.0
-    lat = stats[(stats["bound"] == "latency-bound") & (stats["share"] >= t.min_kernel_share)
-                & (stats["mean_dur_ns"] >= tiny_ns)].copy()
+    lat = stats[
+        (stats["bound"] == "latency-bound") & (stats["share"] >= t.min_kernel_share) & (stats["mean_dur_ns"] >= tiny_ns)
+    ].copy()
     if len(lat):
         result.findings.append(_latency_finding(lat, t))
     return result
@@ -71,26 +80,45 @@ def _latency_finding(lat, t) -> Finding:
     subjects = []
     for _, r in lat.iterrows():
         f = launches_figure(r)
-        f.update({"sm_throughput_pct": r["sm_throughput_pct"], "memory_throughput_pct": r["memory_throughput_pct"],
-                  "est_loss_share": r["est_loss_share"]})
+        f.update(
+            {
+                "sm_throughput_pct": r["sm_throughput_pct"],
+                "memory_throughput_pct": r["memory_throughput_pct"],
+                "est_loss_share": r["est_loss_share"],
+            }
+        )
         sev = Severity.WARNING if r["share"] >= t.warning_kernel_share else Severity.INFO
         subjects.append(Subject("kernel", kernel_subject_name(r), sev, f))
     top = lat.iloc[0]
     share = float(lat["share"].sum())
     return Finding(
-        id="speed_of_light.latency_bound", analyzer=NAME, severity=max(s.severity for s in subjects),
-        title=(f"{len(lat)} kernel{'s' if len(lat) != 1 else ''} ({100 * share:.1f} % of GPU time) reach under "
-               f"{t.latency_pct:g} % of both compute and memory peak; heaviest: {top['kernel']} "
-               f"(SM {top['sm_throughput_pct']:.0f} %, memory {top['memory_throughput_pct']:.0f} %)"),
+        id="speed_of_light.latency_bound",
+        analyzer=NAME,
+        severity=max(s.severity for s in subjects),
+        title=(
+            f"{len(lat)} kernel{'s' if len(lat) != 1 else ''} ({100 * share:.1f} % of GPU time) reach under "
+            f"{t.latency_pct:g} % of both compute and memory peak; heaviest: {top['kernel']} "
+            f"(SM {top['sm_throughput_pct']:.0f} %, memory {top['memory_throughput_pct']:.0f} %)"
+        ),
         subjects=tuple(subjects),
-        evidence=(Evidence("sm__throughput.avg.pct_of_peak_sustained_elapsed", float(top["sm_throughput_pct"]), "%",
-                           t.latency_pct),
-                  Evidence("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-                           float(top["memory_throughput_pct"]), "%", t.latency_pct),
-                  Evidence("latency_bound_gpu_time_share", share, "share")),
+        evidence=(
+            Evidence(
+                "sm__throughput.avg.pct_of_peak_sustained_elapsed", float(top["sm_throughput_pct"]), "%", t.latency_pct
+            ),
+            Evidence(
+                "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+                float(top["memory_throughput_pct"]),
+                "%",
+                t.latency_pct,
+            ),
+            Evidence("latency_bound_gpu_time_share", share, "share"),
+        ),
         cost_share=min(1.0, float(lat["est_loss_share"].sum())),
-        recommendation=(f"{names_list(lat)} leave both the SMs and memory mostly idle: expose more parallelism "
-                        "(more blocks, more independent work per thread), remove dependent memory accesses and "
-                        "synchronisation inside the kernel (__syncthreads in loops, atomics on one address), and "
-                        "check the occupancy and launch-configuration findings for the same kernels."),
-        section=SECTION)
+        recommendation=(
+            f"{names_list(lat)} leave both the SMs and memory mostly idle: expose more parallelism "
+            "(more blocks, more independent work per thread), remove dependent memory accesses and "
+            "synchronisation inside the kernel (__syncthreads in loops, atomics on one address), and "
+            "check the occupancy and launch-configuration findings for the same kernels."
+        ),
+        section=SECTION,
+    )

@@ -8,6 +8,7 @@ overhead or syncs. Warm-up steps are left out of every median (see
 mode timed only one step in k, the budget it kept to comes from its own gpu-time-every
 records (``steps.attrs["gpu_time_choices"]``, parsers/events.py).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,10 +56,15 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     result = Result(analyzer=NAME)
     steps = step_table(profile, th)
     if not len(steps):
-        result.findings.append(not_measured(
-            NAME, "Per-step CUDA-event timing",
-            "Run the script under `gpudiag profile` (it records CUDA events around each optimizer step), or pass "
-            "a CSV/JSON of step timings (name,step,elapsed_ms; see docs/step-timings.md).", section=SECTION))
+        result.findings.append(
+            not_measured(
+                NAME,
+                "Per-step CUDA-event timing",
+                "Run the script under `gpudiag profile` (it records CUDA events around each optimizer step), or pass "
+                "a CSV/JSON of step timings (name,step,elapsed_ms; see docs/step-timings.md).",
+                section=SECTION,
+            )
+        )
         return result
     measured = steps[~steps["warmup"]]
     medians = measured.groupby("rank")["step_ms"].transform("median")
@@ -72,27 +78,44 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     regions = _regions(profile, steps)
     if len(regions):
         result.tables["regions"] = regions
-    result.meta.update({"step_name": str(steps["name"].iloc[0]), "chart_stride": stride,
-                        "warmup_steps_per_rank": th.steps.warmup_steps,
-                        "warmup_excluded": int(steps["warmup"].sum()),
-                        "median_step_ms": result.summary.get("step_time_median_ms"),
-                        "gpu_time_every": gpu_time_every(measured),
-                        "gpu_time_budget_pct": gpu_time_budget_pct(profile)})
+    result.meta.update(
+        {
+            "step_name": str(steps["name"].iloc[0]),
+            "chart_stride": stride,
+            "warmup_steps_per_rank": th.steps.warmup_steps,
+            "warmup_excluded": int(steps["warmup"].sum()),
+            "median_step_ms": result.summary.get("step_time_median_ms"),
+            "gpu_time_every": gpu_time_every(measured),
+            "gpu_time_budget_pct": gpu_time_budget_pct(profile),
+        }
+    )
     if len(measured) >= th.steps.min_steps:
-        result.findings.extend(f for f in (_host_bound(measured, th), _unstable(steps, measured, th),
-                                           _own_overhead(result.summary, th)) if f)
+        result.findings.extend(
+            f
+            for f in (_host_bound(measured, th), _unstable(steps, measured, th), _own_overhead(result.summary, th))
+            if f
+        )
     return result
 
 
 def _summary(steps: pd.DataFrame, measured: pd.DataFrame) -> dict[str, float]:
     step_ms = measured["step_ms"].dropna()
-    out = {"step_count": int(len(measured)), "step_warmup_excluded": int(steps["warmup"].sum()),
-           "step_outlier_count": int(measured["outlier"].sum())}
+    out = {
+        "step_count": int(len(measured)),
+        "step_warmup_excluded": int(steps["warmup"].sum()),
+        "step_outlier_count": int(measured["outlier"].sum()),
+    }
     if len(step_ms):
         median = float(step_ms.median())
         p10, p90 = (float(v) for v in step_ms.quantile([0.1, 0.9]))
-        out.update({"step_time_median_ms": median, "step_time_p10_ms": p10, "step_time_p90_ms": p90,
-                    "step_time_spread_pct": 100.0 * (p90 - p10) / median if median > 0 else float("nan")})
+        out.update(
+            {
+                "step_time_median_ms": median,
+                "step_time_p10_ms": p10,
+                "step_time_p90_ms": p90,
+                "step_time_spread_pct": 100.0 * (p90 - p10) / median if median > 0 else float("nan"),
+            }
+        )
     host, gpu = measured["host_ms"].dropna(), measured["gpu_ms"].dropna()
     if len(host):
         out["step_host_time_median_ms"] = float(host.median())
@@ -135,12 +158,20 @@ def _per_rank(steps: pd.DataFrame) -> pd.DataFrame:
     for rank, group in steps.groupby("rank"):
         measured = group[~group["warmup"]]
         host, gpu = measured["host_ms"].median(), measured["gpu_ms"].median()
-        rows.append({"rank": int(rank), "steps": int(len(measured)), "warmup_excluded": int(group["warmup"].sum()),
-                     "step_median_ms": measured["step_ms"].median(),
-                     "step_p10_ms": measured["step_ms"].quantile(0.1), "step_p90_ms": measured["step_ms"].quantile(0.9),
-                     "host_median_ms": host, "gpu_median_ms": gpu,
-                     "host_over_gpu_ratio": host / gpu if gpu and gpu > 0 else float("nan"),
-                     "outliers": int(measured["outlier"].sum())})
+        rows.append(
+            {
+                "rank": int(rank),
+                "steps": int(len(measured)),
+                "warmup_excluded": int(group["warmup"].sum()),
+                "step_median_ms": measured["step_ms"].median(),
+                "step_p10_ms": measured["step_ms"].quantile(0.1),
+                "step_p90_ms": measured["step_ms"].quantile(0.9),
+                "host_median_ms": host,
+                "gpu_median_ms": gpu,
+                "host_over_gpu_ratio": host / gpu if gpu and gpu > 0 else float("nan"),
+                "outliers": int(measured["outlier"].sum()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -167,8 +198,11 @@ def _regions(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame:
     if not len(others):
         return pd.DataFrame()
     median_step = steps.loc[~steps["warmup"], "step_ms"].median()
-    table = others.groupby("name").agg(count=("step", "size"), gpu_median_ms=("gpu_ms", "median"),
-                                       host_median_ms=("host_ms", "median")).reset_index()
+    table = (
+        others.groupby("name")
+        .agg(count=("step", "size"), gpu_median_ms=("gpu_ms", "median"), host_median_ms=("host_ms", "median"))
+        .reset_index()
+    )
     table["share_of_step_pct"] = 100.0 * table["gpu_median_ms"] / median_step if median_step > 0 else np.nan
     return table.sort_values("gpu_median_ms", ascending=False, kind="stable").reset_index(drop=True)
 
@@ -187,24 +221,37 @@ def _host_bound(measured: pd.DataFrame, th: Thresholds) -> Finding | None:
     subjects = []
     for rank, group in both.groupby("rank"):
         rank_ratio = float(group["host_ms"].median() / group["gpu_ms"].median())
-        subjects.append(Subject("rank", f"rank {int(rank)}", severity=_ratio_severity(rank_ratio, th),
-                                figures={"host_median_ms": float(group["host_ms"].median()),
-                                         "gpu_median_ms": float(group["gpu_ms"].median()),
-                                         "host_over_gpu_ratio": rank_ratio}))
+        subjects.append(
+            Subject(
+                "rank",
+                f"rank {int(rank)}",
+                severity=_ratio_severity(rank_ratio, th),
+                figures={
+                    "host_median_ms": float(group["host_ms"].median()),
+                    "gpu_median_ms": float(group["gpu_ms"].median()),
+                    "host_over_gpu_ratio": rank_ratio,
+                },
+            )
+        )
     return Finding(
-        id="steps.host_bound", analyzer=NAME, severity=severity,
+        id="steps.host_bound",
+        analyzer=NAME,
+        severity=severity,
         title=f"The GPU waits on the host: a step takes {host:,.1f} ms on the host but {gpu:,.1f} ms on the GPU "
-              f"({ratio:.2f}x)",
+        f"({ratio:.2f}x)",
         subjects=tuple(subjects),
-        evidence=(Evidence("step_host_time_median_ms", host, "ms"),
-                  Evidence("step_gpu_time_median_ms", gpu, "ms"),
-                  Evidence("step_host_over_gpu_ratio", ratio, "x", th.steps.host_bound_ratio)),
+        evidence=(
+            Evidence("step_host_time_median_ms", host, "ms"),
+            Evidence("step_gpu_time_median_ms", gpu, "ms"),
+            Evidence("step_host_over_gpu_ratio", ratio, "x", th.steps.host_bound_ratio),
+        ),
         cost_share=1.0 - 1.0 / ratio,
         recommendation="Find what the host does between GPU work: load data with DataLoader(num_workers>0, "
-                       "pin_memory=True, persistent_workers=True) and prefetch the next batch; remove per-step host "
-                       "syncs (loss.item(), .cpu(), printing tensors; see the sync section); for many small kernels "
-                       "use torch.compile or CUDA graphs to cut Python and launch overhead.",
-        section=SECTION)
+        "pin_memory=True, persistent_workers=True) and prefetch the next batch; remove per-step host "
+        "syncs (loss.item(), .cpu(), printing tensors; see the sync section); for many small kernels "
+        "use torch.compile or CUDA graphs to cut Python and launch overhead.",
+        section=SECTION,
+    )
 
 
 def _ratio_severity(ratio: float, th: Thresholds) -> Severity:
@@ -224,35 +271,55 @@ def _unstable(steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds) -> Fi
     excess_ms = float((step_ms - median).clip(lower=0).sum())
     cost = excess_ms / float(step_ms.sum())
     subjects = tuple(
-        Subject("step", f"step {int(r.step)}" + (f" (rank {int(r.rank)})" if steps["rank"].nunique() > 1 else ""),
-                figures={"rank": int(r.rank), "step": int(r.step), "step_ms": float(r.step_ms),
-                         "times_median": float(r.step_ms / median)})
-        for r in outliers.sort_values("step_ms", ascending=False).head(MAX_OUTLIER_SUBJECTS).itertuples())
-    evidence = (Evidence("step_time_spread_pct", spread_pct, "%", th.steps.unstable_spread_pct),
-                Evidence("step_time_median_ms", median, "ms"),
-                Evidence("step_time_p10_ms", p10, "ms"), Evidence("step_time_p90_ms", p90, "ms"),
-                Evidence("step_outlier_count", float(len(outliers)), "steps"))
+        Subject(
+            "step",
+            f"step {int(r.step)}" + (f" (rank {int(r.rank)})" if steps["rank"].nunique() > 1 else ""),
+            figures={
+                "rank": int(r.rank),
+                "step": int(r.step),
+                "step_ms": float(r.step_ms),
+                "times_median": float(r.step_ms / median),
+            },
+        )
+        for r in outliers.sort_values("step_ms", ascending=False).head(MAX_OUTLIER_SUBJECTS).itertuples()
+    )
+    evidence = (
+        Evidence("step_time_spread_pct", spread_pct, "%", th.steps.unstable_spread_pct),
+        Evidence("step_time_median_ms", median, "ms"),
+        Evidence("step_time_p10_ms", p10, "ms"),
+        Evidence("step_time_p90_ms", p90, "ms"),
+        Evidence("step_outlier_count", float(len(outliers)), "steps"),
+    )
     if spread_pct >= th.steps.unstable_spread_pct:
         severity = Severity.CRITICAL if spread_pct >= th.steps.unstable_critical_spread_pct else Severity.WARNING
         return Finding(
-            id="steps.unstable", analyzer=NAME, severity=severity,
+            id="steps.unstable",
+            analyzer=NAME,
+            severity=severity,
             title=f"Step time varies widely: p10 {p10:,.1f} ms, p90 {p90:,.1f} ms around a median of {median:,.1f} ms",
-            subjects=subjects, evidence=evidence, cost_share=cost,
+            subjects=subjects,
+            evidence=evidence,
+            cost_share=cost,
             recommendation="Steady training steps take the same time. Look for varying input shapes (pad or bucket "
-                           "sequence lengths; with torch.compile, mark dynamic dims), periodic work inside the loop "
-                           "(evaluation, checkpointing, logging), a data loader that cannot keep up, or other jobs "
-                           "on the GPU.",
-            section=SECTION)
+            "sequence lengths; with torch.compile, mark dynamic dims), periodic work inside the loop "
+            "(evaluation, checkpointing, logging), a data loader that cannot keep up, or other jobs "
+            "on the GPU.",
+            section=SECTION,
+        )
     if len(outliers):
         return Finding(
-            id="steps.outliers", analyzer=NAME, severity=Severity.INFO,
+            id="steps.outliers",
+            analyzer=NAME,
+            severity=Severity.INFO,
             title=f"{len(outliers)} step(s) took over {th.steps.outlier_factor:g}x the median step time "
-                  f"({median:,.1f} ms)",
-            subjects=subjects, evidence=evidence,
+            f"({median:,.1f} ms)",
+            subjects=subjects,
+            evidence=evidence,
             cost_share=float((outliers["step_ms"] - median).clip(lower=0).sum()) / float(step_ms.sum()),
             recommendation="Occasional slow steps are usually periodic work (evaluation, checkpointing, logging) or "
-                           "a data-loader stall; move it out of the timed loop or make it asynchronous.",
-            section=SECTION)
+            "a data-loader stall; move it out of the timed loop or make it asynchronous.",
+            section=SECTION,
+        )
     return None
 
 
@@ -263,14 +330,19 @@ def _own_overhead(summary: dict, th: Thresholds) -> Finding | None:
         return None
     own_us, host_ms = summary["gpudiag_overhead_mean_us"], summary["step_host_time_median_ms"]
     return Finding(
-        id="steps.own_overhead", analyzer=NAME, severity=Severity.INFO,
+        id="steps.own_overhead",
+        analyzer=NAME,
+        severity=Severity.INFO,
         title=f"gpudiag's own work at each step boundary is {pct:.1f} % of a step ({own_us:,.0f} µs of "
-              f"{host_ms:,.2f} ms): host step times here read about that much high",
-        evidence=(Evidence("gpudiag_overhead_mean_us", own_us, "µs"),
-                  Evidence("gpudiag_overhead_pct", pct, "%", th.steps.own_overhead_pct),
-                  Evidence("step_host_time_median_ms", host_ms, "ms")),
+        f"{host_ms:,.2f} ms): host step times here read about that much high",
+        evidence=(
+            Evidence("gpudiag_overhead_mean_us", own_us, "µs"),
+            Evidence("gpudiag_overhead_pct", pct, "%", th.steps.own_overhead_pct),
+            Evidence("step_host_time_median_ms", host_ms, "ms"),
+        ),
         cost_share=pct / 100.0,
         recommendation="Read host step times as this much less. Steps this short are dominated by fixed per-step "
-                       "costs (Python, launches, syncs) of the script too; to make gpudiag record less per step, "
-                       "raise --memory-stats-interval-ms.",
-        section=SECTION)
+        "costs (Python, launches, syncs) of the script too; to make gpudiag record less per step, "
+        "raise --memory-stats-interval-ms.",
+        section=SECTION,
+    )

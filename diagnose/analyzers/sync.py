@@ -8,6 +8,7 @@ Kineto names a frame by the function's *first* line, so with only a trace the lo
 the function; the exact line comes from the sync records ``gpudiag profile`` writes
 (``profile.sync_records``), matched to the trace's sync calls by time.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,20 +26,30 @@ NO_FRAME = "(no Python frame in the trace)"
 MATCH_TOLERANCE_NS = 2_000_000
 
 ADVICE = [
-    (("item", "_local_scalar_dense", "is_nonzero", "tolist"),
-     "keep the value on the GPU: accumulate losses/metrics in a device tensor and read it every N steps "
-     "(or at the end of the epoch) instead of calling .item()/.tolist()/if tensor: each step"),
-    (("nonzero", "index", "masked_select", "unique", "repeat_interleave"),
-     "data-dependent shapes (boolean masking, nonzero, unique) must read the count back: use torch.where or "
-     "multiply by the mask so shapes stay static"),
-    (("to", "_to_copy", "copy_", "cpu", "Memcpy"),
-     "a device-to-host copy waits for the GPU: copy with non_blocking=True into pinned memory and read it later, "
-     "or move the metric computation onto the GPU"),
-    (("cudaDeviceSynchronize", "cudaStreamSynchronize", "synchronize"),
-     "an explicit synchronize in the loop: time with torch.cuda.Event(enable_timing=True) and read elapsed_time "
-     "after the step, or drop the call"),
-    (("cudaEventSynchronize", "Event"),
-     "an event wait on the host: query the event later (event.query()) or wait on the GPU with stream.wait_event"),
+    (
+        ("item", "_local_scalar_dense", "is_nonzero", "tolist"),
+        "keep the value on the GPU: accumulate losses/metrics in a device tensor and read it every N steps "
+        "(or at the end of the epoch) instead of calling .item()/.tolist()/if tensor: each step",
+    ),
+    (
+        ("nonzero", "index", "masked_select", "unique", "repeat_interleave"),
+        "data-dependent shapes (boolean masking, nonzero, unique) must read the count back: use torch.where or "
+        "multiply by the mask so shapes stay static",
+    ),
+    (
+        ("to", "_to_copy", "copy_", "cpu", "Memcpy"),
+        "a device-to-host copy waits for the GPU: copy with non_blocking=True into pinned memory and read it later, "
+        "or move the metric computation onto the GPU",
+    ),
+    (
+        ("cudaDeviceSynchronize", "cudaStreamSynchronize", "synchronize"),
+        "an explicit synchronize in the loop: time with torch.cuda.Event(enable_timing=True) and read elapsed_time "
+        "after the step, or drop the call",
+    ),
+    (
+        ("cudaEventSynchronize", "Event"),
+        "an event wait on the host: query the event later (event.query()) or wait on the GPU with stream.wait_event",
+    ),
 ]
 
 
@@ -53,9 +64,16 @@ def advice_for(op: str, call: str) -> str:
 def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
     if not profile.traces and not profile.sync_records:
-        result.findings.append(not_measured(NAME, "Host synchronisation", "Profile with `gpudiag profile` (records the "
-                                            "exact line of every sync) or pass a PyTorch profiler trace with stacks "
-                                            "(with_stack=True).", SECTION))
+        result.findings.append(
+            not_measured(
+                NAME,
+                "Host synchronisation",
+                "Profile with `gpudiag profile` (records the "
+                "exact line of every sync) or pass a PyTorch profiler trace with stacks "
+                "(with_stack=True).",
+                SECTION,
+            )
+        )
         return result
     lowest = min(list(profile.traces) + list(profile.sync_records))
     calls_all, groups_all, subjects, meta_steps = [], [], [], {}
@@ -92,23 +110,47 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             subjects.append(subject_of(g, rank, th))
     result.meta["steps"] = meta_steps
     if not calls_all:
-        result.findings.append(not_measured(NAME, "Host synchronisation", "The trace has no GPU activity to relate syncs "
-                                            "to; profile a run that uses the GPU.", SECTION))
+        result.findings.append(
+            not_measured(
+                NAME,
+                "Host synchronisation",
+                "The trace has no GPU activity to relate syncs to; profile a run that uses the GPU.",
+                SECTION,
+            )
+        )
         return result
     result.tables["calls"] = pd.concat(calls_all, ignore_index=True)
     if not subjects:
-        result.findings.append(Finding(
-            id="sync.none", analyzer=NAME, severity=Severity.INFO,
-            title="No host synchronisation inside the profiled steps",
-            recommendation="Nothing to do: the host never waited for the GPU in the loop.", section=SECTION))
+        result.findings.append(
+            Finding(
+                id="sync.none",
+                analyzer=NAME,
+                severity=Severity.INFO,
+                title="No host synchronisation inside the profiled steps",
+                recommendation="Nothing to do: the host never waited for the GPU in the loop.",
+                section=SECTION,
+            )
+        )
     result.tables["locations"] = pd.concat(groups_all, ignore_index=True)
     if subjects:
-        subjects.sort(key=lambda s: (-int(s.severity), -(s.figures.get("gpu_idle_ms_per_step") or 0),
-                                     -(s.figures.get("blocked_ms_per_step") or 0)))
+        subjects.sort(
+            key=lambda s: (
+                -int(s.severity),
+                -(s.figures.get("gpu_idle_ms_per_step") or 0),
+                -(s.figures.get("blocked_ms_per_step") or 0),
+            )
+        )
         overall = total_idle / total_span if total_span else 0.0
-        worst = max([s.severity for s in subjects]
-                    + [Severity.CRITICAL if overall >= th.sync.critical_idle_share else
-                       Severity.WARNING if overall >= th.sync.warning_idle_share else Severity.INFO])
+        worst = max(
+            [s.severity for s in subjects]
+            + [
+                Severity.CRITICAL
+                if overall >= th.sync.critical_idle_share
+                else Severity.WARNING
+                if overall >= th.sync.warning_idle_share
+                else Severity.INFO
+            ]
+        )
         top = subjects[0]
         exact = bool(top.figures.get("line_exact"))
         if exact or not top.figures.get("function"):
@@ -116,18 +158,33 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         else:
             where = f"{top.figures.get('function')}() in {top.figures.get('file')}"
         n_per_step = sum(s.figures["count_per_step"] for s in subjects)
-        title = (f"{n_per_step:.3g} host syncs per step; the costliest, {top.figures['op']} at {where}, "
-                 f"idles the GPU {fmt_ms(top.figures.get('gpu_idle_ms_per_step'))} per step")
+        title = (
+            f"{n_per_step:.3g} host syncs per step; the costliest, {top.figures['op']} at {where}, "
+            f"idles the GPU {fmt_ms(top.figures.get('gpu_idle_ms_per_step'))} per step"
+        )
         if not exact and any(not s.figures.get("line_exact") for s in subjects):
             title += " (the trace names functions, not the exact line: profile with `gpudiag profile` for lines)"
-        result.findings.append(Finding(
-            id="sync.host_sync", analyzer=NAME, severity=worst, title=title,
-            subjects=tuple(subjects),
-            evidence=(Evidence("sync_count_per_step", n_per_step, "count"),
-                      Evidence("sync_gpu_idle_share", total_idle / total_span if total_span else float("nan"), "share",
-                               th.sync.warning_idle_share)),
-            cost_share=(total_idle / total_span) if total_span else None,
-            recommendation=f"At {where}: {top.figures['advice']}.", section=SECTION))
+        result.findings.append(
+            Finding(
+                id="sync.host_sync",
+                analyzer=NAME,
+                severity=worst,
+                title=title,
+                subjects=tuple(subjects),
+                evidence=(
+                    Evidence("sync_count_per_step", n_per_step, "count"),
+                    Evidence(
+                        "sync_gpu_idle_share",
+                        total_idle / total_span if total_span else float("nan"),
+                        "share",
+                        th.sync.warning_idle_share,
+                    ),
+                ),
+                cost_share=(total_idle / total_span) if total_span else None,
+                recommendation=f"At {where}: {top.figures['advice']}.",
+                section=SECTION,
+            )
+        )
     return result
 
 
@@ -165,13 +222,24 @@ def trace_syncs(trace, th: Thresholds) -> tuple[pd.DataFrame, float, int]:
         py_i = np.where(py_i >= 0, py_i, op_py)
     file, line, func, where = frames(py, py_i)
     step = step_of_times(windows, sub["ts_ns"].to_numpy())
-    calls = pd.DataFrame({
-        "ts_ns": sub["ts_ns"].to_numpy(), "blocked_ns": sub["dur_ns"].to_numpy().astype(float),
-        "gpu_idle_ns": idle_by_sync.reindex(idx).fillna(0.0).to_numpy(),
-        "call": call, "sync_kind": sub["sync_kind"].astype(str).to_numpy(), "op": op, "inner_op": inner,
-        "file": file, "line": line, "function": func, "location": where, "line_exact": False, "step": step,
-        "runtime_index": idx,
-    })
+    calls = pd.DataFrame(
+        {
+            "ts_ns": sub["ts_ns"].to_numpy(),
+            "blocked_ns": sub["dur_ns"].to_numpy().astype(float),
+            "gpu_idle_ns": idle_by_sync.reindex(idx).fillna(0.0).to_numpy(),
+            "call": call,
+            "sync_kind": sub["sync_kind"].astype(str).to_numpy(),
+            "op": op,
+            "inner_op": inner,
+            "file": file,
+            "line": line,
+            "function": func,
+            "location": where,
+            "line_exact": False,
+            "step": step,
+            "runtime_index": idx,
+        }
+    )
     # one op (aten::item → cudaMemcpyAsync + cudaStreamSynchronize) is one sync, not two
     calls["instance"] = np.where(top_i >= 0, top_i, -1 - np.arange(len(calls)))
     if calls["instance"].duplicated().any():
@@ -283,26 +351,58 @@ def record_syncs(records: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[pd.
         step_ns = float(pd.to_numeric(steps["host_ms"], errors="coerce").mean() * 1e6)
         n_steps = max(n_steps, len(steps))
     loc = r["location"] if "location" in r else r["file"].astype(str) + ":" + r["line"].astype(str)
-    calls = pd.DataFrame({
-        "ts_ns": pd.to_numeric(r.get("t_ns"), errors="coerce"), "blocked_ns": pd.to_numeric(r["dur_ns"], errors="coerce"),
-        "gpu_idle_ns": np.nan, "call": r.get("op"), "sync_kind": None, "op": r.get("op"), "inner_op": r.get("op"),
-        "file": r.get("file"), "line": r.get("line"), "function": r.get("function"), "location": loc,
-        "line_exact": True, "step": r.get("step"), "runtime_index": -1,
-    })
+    calls = pd.DataFrame(
+        {
+            "ts_ns": pd.to_numeric(r.get("t_ns"), errors="coerce"),
+            "blocked_ns": pd.to_numeric(r["dur_ns"], errors="coerce"),
+            "gpu_idle_ns": np.nan,
+            "call": r.get("op"),
+            "sync_kind": None,
+            "op": r.get("op"),
+            "inner_op": r.get("op"),
+            "file": r.get("file"),
+            "line": r.get("line"),
+            "function": r.get("function"),
+            "location": loc,
+            "line_exact": True,
+            "step": r.get("step"),
+            "runtime_index": -1,
+        }
+    )
     return calls, step_ns, n_steps
 
 
 def group_syncs(calls: pd.DataFrame, n_steps: int, step_ns: float) -> pd.DataFrame:
     """One row per (location, op): counts and costs per step, costliest first."""
-    cols = ["location", "op", "function", "file", "line", "line_exact", "calls", "count", "count_per_step",
-            "blocked_ms_per_step", "gpu_idle_ms_per_step", "share_of_step", "blocked_ms", "gpu_idle_ms"]
+    cols = [
+        "location",
+        "op",
+        "function",
+        "file",
+        "line",
+        "line_exact",
+        "calls",
+        "count",
+        "count_per_step",
+        "blocked_ms_per_step",
+        "gpu_idle_ms_per_step",
+        "share_of_step",
+        "blocked_ms",
+        "gpu_idle_ms",
+    ]
     if not len(calls):
         return pd.DataFrame(columns=cols)
     g = calls.groupby(["location", "op"], sort=False, dropna=False)
-    out = g.agg(function=("function", "first"), file=("file", "first"), line=("line", "first"),
-                line_exact=("line_exact", "all"), calls=("call", lambda s: ", ".join(dict.fromkeys(map(str, s)))),
-                count=("call", "size"), blocked_ns=("blocked_ns", "sum"),
-                gpu_idle_ns=("gpu_idle_ns", lambda s: s.sum(min_count=1))).reset_index()
+    out = g.agg(
+        function=("function", "first"),
+        file=("file", "first"),
+        line=("line", "first"),
+        line_exact=("line_exact", "all"),
+        calls=("call", lambda s: ", ".join(dict.fromkeys(map(str, s)))),
+        count=("call", "size"),
+        blocked_ns=("blocked_ns", "sum"),
+        gpu_idle_ns=("gpu_idle_ns", lambda s: s.sum(min_count=1)),
+    ).reset_index()
     out["count_per_step"] = out["count"] / n_steps
     out["blocked_ms"] = out["blocked_ns"] / 1e6
     out["gpu_idle_ms"] = out["gpu_idle_ns"] / 1e6
@@ -323,14 +423,26 @@ def subject_of(g, rank: int, th: Thresholds) -> Subject:
         sev = Severity.WARNING
     else:
         sev = Severity.INFO
-    return Subject("location", str(g.location), severity=sev, figures={
-        "rank": rank, "op": str(g.op), "function": g.function, "file": g.file,
-        "line_exact": bool(g.line_exact), "count_per_step": float(g.count_per_step),
-        "blocked_ms_per_step": float(g.blocked_ms_per_step),
-        "gpu_idle_ms_per_step": None if g.gpu_idle_ms_per_step != g.gpu_idle_ms_per_step else float(g.gpu_idle_ms_per_step),
-        "share_of_step": None if share != share else float(share), "calls": str(g.calls),
-        "advice": advice_for(str(g.op), str(g.calls)),
-    })
+    return Subject(
+        "location",
+        str(g.location),
+        severity=sev,
+        figures={
+            "rank": rank,
+            "op": str(g.op),
+            "function": g.function,
+            "file": g.file,
+            "line_exact": bool(g.line_exact),
+            "count_per_step": float(g.count_per_step),
+            "blocked_ms_per_step": float(g.blocked_ms_per_step),
+            "gpu_idle_ms_per_step": None
+            if g.gpu_idle_ms_per_step != g.gpu_idle_ms_per_step
+            else float(g.gpu_idle_ms_per_step),
+            "share_of_step": None if share != share else float(share),
+            "calls": str(g.calls),
+            "advice": advice_for(str(g.op), str(g.calls)),
+        },
+    )
 
 
 def representative_step(trace, calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -345,10 +457,19 @@ def representative_step(trace, calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
         lo, hi, step = int(trace.gpu["ts_ns"].min()), int(trace.gpu["end_ns"].max()), -1
     s, e = tl.merge(trace.gpu["ts_ns"].to_numpy(), trace.gpu["end_ns"].to_numpy())
     keep = (e > lo) & (s < hi)
-    busy = pd.DataFrame({"start_ms": (np.maximum(s[keep], lo) - lo) / 1e6, "end_ms": (np.minimum(e[keep], hi) - lo) / 1e6})
+    busy = pd.DataFrame(
+        {"start_ms": (np.maximum(s[keep], lo) - lo) / 1e6, "end_ms": (np.minimum(e[keep], hi) - lo) / 1e6}
+    )
     busy["step"] = step
     c = calls[(calls["ts_ns"] >= lo) & (calls["ts_ns"] < hi)] if len(calls) else calls
-    points = pd.DataFrame({"t_ms": (c["ts_ns"] - lo) / 1e6, "blocked_ms": c["blocked_ns"] / 1e6,
-                           "gpu_idle_ms": c["gpu_idle_ns"] / 1e6, "location": c["location"], "op": c["op"]})
+    points = pd.DataFrame(
+        {
+            "t_ms": (c["ts_ns"] - lo) / 1e6,
+            "blocked_ms": c["blocked_ns"] / 1e6,
+            "gpu_idle_ms": c["gpu_idle_ns"] / 1e6,
+            "location": c["location"],
+            "op": c["op"],
+        }
+    )
     points["step"] = step
     return {"timeline_busy": busy.reset_index(drop=True), "timeline_syncs": points.reset_index(drop=True)}

@@ -8,6 +8,7 @@ each launch takes at least the launch overhead, tiny launches occupy
 ``sum(max(dur, overhead))`` of ``sum over all launches of max(dur, overhead)``;
 that share is what fusing them away could win. Grouped by kernel name.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -51,27 +52,48 @@ def analyze(profile, th) -> Result:
     if n_tiny < t.min_launches or share < t.warning_share:
         return result
     severity = Severity.CRITICAL if share >= t.critical_share else Severity.WARNING
-    subjects = tuple(Subject("kernel", kernel_subject_name(r), severity,
-                             {**launches_figure(r), "launch_share": float(r["launch_share"]),
-                              "grid_blocks": None if np.isnan(r["grid_size"]) else int(r["grid_size"])})
-                     for _, r in stats.sort_values(["launches", "kernel"], ascending=[False, True]).iterrows())
-    result.findings.append(Finding(
-        id="tiny_kernels.launch_bound", analyzer=NAME, severity=severity,
-        title=(f"{n_tiny} of {n_all} launches ({100 * share:.0f} %) run under {t.max_dur_us:g} µs "
-               f"(mean {tiny['dur_ns'].mean() / 1000:.1f} µs, {len(stats)} kernel{'s' if len(stats) != 1 else ''}): "
-               "launch-bound"),
-        subjects=subjects,
-        evidence=(Evidence("tiny_launch_share", 100 * share, "%", 100 * t.warning_share),
-                  Evidence("tiny_launches", float(n_tiny), "launches", float(t.min_launches)),
-                  Evidence("gpu__time_duration.sum (mean of tiny launches)", float(tiny["dur_ns"].mean()), "ns",
-                           limit_ns)),
-        cost_share=cost,
-        recommendation=(f"Launch fewer, larger kernels ({names_list(stats)}): use fused or foreach optimizers "
-                        "(torch.optim.AdamW(fused=True) or foreach=True), torch.compile the step so elementwise "
-                        "chains fuse into one kernel, capture the steady-state step in a CUDA graph "
-                        "(torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead')), and replace "
-                        "per-parameter Python loops with one op over a flat buffer (torch._foreach_*)."),
-        section=SECTION))
+    subjects = tuple(
+        Subject(
+            "kernel",
+            kernel_subject_name(r),
+            severity,
+            {
+                **launches_figure(r),
+                "launch_share": float(r["launch_share"]),
+                "grid_blocks": None if np.isnan(r["grid_size"]) else int(r["grid_size"]),
+            },
+        )
+        for _, r in stats.sort_values(["launches", "kernel"], ascending=[False, True]).iterrows()
+    )
+    result.findings.append(
+        Finding(
+            id="tiny_kernels.launch_bound",
+            analyzer=NAME,
+            severity=severity,
+            title=(
+                f"{n_tiny} of {n_all} launches ({100 * share:.0f} %) run under {t.max_dur_us:g} µs "
+                f"(mean {tiny['dur_ns'].mean() / 1000:.1f} µs, {len(stats)} kernel{'s' if len(stats) != 1 else ''}): "
+                "launch-bound"
+            ),
+            subjects=subjects,
+            evidence=(
+                Evidence("tiny_launch_share", 100 * share, "%", 100 * t.warning_share),
+                Evidence("tiny_launches", float(n_tiny), "launches", float(t.min_launches)),
+                Evidence(
+                    "gpu__time_duration.sum (mean of tiny launches)", float(tiny["dur_ns"].mean()), "ns", limit_ns
+                ),
+            ),
+            cost_share=cost,
+            recommendation=(
+                f"Launch fewer, larger kernels ({names_list(stats)}): use fused or foreach optimizers "
+                "(torch.optim.AdamW(fused=True) or foreach=True), torch.compile the step so elementwise "
+                "chains fuse into one kernel, capture the steady-state step in a CUDA graph "
+                "(torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead')), and replace "
+                "per-parameter Python loops with one op over a flat buffer (torch._foreach_*)."
+            ),
+            section=SECTION,
+        )
+    )
     return result
 
 
@@ -86,5 +108,11 @@ def duration_histogram(dur_ns: pd.Series) -> pd.DataFrame:
     counts = np.bincount(idx, minlength=len(edges) - 1)
     time_ns = np.bincount(idx, weights=d, minlength=len(edges) - 1)
     keep = counts > 0
-    return pd.DataFrame({"bin_lo_ns": edges[:-1][keep], "bin_hi_ns": edges[1:][keep],
-                         "launches": counts[keep].astype(int), "gpu_time_ns": time_ns[keep]})
+    return pd.DataFrame(
+        {
+            "bin_lo_ns": edges[:-1][keep],
+            "bin_hi_ns": edges[1:][keep],
+            "launches": counts[keep].astype(int),
+            "gpu_time_ns": time_ns[keep],
+        }
+    )

@@ -7,6 +7,7 @@ both sides) when step events exist, so model set-up and teardown do not drag the
 averages down; otherwise over every sample. GPUs that never ran a kernel (other
 devices of the node) are left out of the judgement.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,10 +31,15 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         result.meta["input_note"] = f"nvml.csv is incomplete: {incomplete}"
     samples = profile.nvml
     if samples is None or not len(samples):
-        result.findings.append(not_measured(
-            NAME, "GPU utilisation (NVML)",
-            "Run the script under `gpudiag profile`; it samples NVML (utilisation, memory, clocks, power) about "
-            "ten times a second into nvml.csv.", section=SECTION))
+        result.findings.append(
+            not_measured(
+                NAME,
+                "GPU utilisation (NVML)",
+                "Run the script under `gpudiag profile`; it samples NVML (utilisation, memory, clocks, power) about "
+                "ten times a second into nvml.csv.",
+                section=SECTION,
+            )
+        )
         return result
     samples = samples.sort_values(["t_ns", "gpu"], kind="stable").reset_index(drop=True)
     steps = step_table(profile, th)
@@ -55,15 +61,19 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         result.tables["per_step"] = _per_step(judged, steps)
     else:
         mark_stride = 0
-    result.meta.update({
-        "t0_ns": t0_ns, "timeline_stride": stride, "step_mark_stride": mark_stride,
-        "window": "training steps" if window else "all samples",
-        "window_start_s": (window[0] - t0_ns) / 1e9 if window else None,
-        "window_end_s": (window[1] - t0_ns) / 1e9 if window else None,
-        "gpus_judged": [int(g) for g in active] if len(judged) else [],
-        "samples_in_window": int(len(judged)),
-        "gpus_sampled": sorted(int(g) for g in samples["gpu"].unique()),
-    })
+    result.meta.update(
+        {
+            "t0_ns": t0_ns,
+            "timeline_stride": stride,
+            "step_mark_stride": mark_stride,
+            "window": "training steps" if window else "all samples",
+            "window_start_s": (window[0] - t0_ns) / 1e9 if window else None,
+            "window_end_s": (window[1] - t0_ns) / 1e9 if window else None,
+            "gpus_judged": [int(g) for g in active] if len(judged) else [],
+            "samples_in_window": int(len(judged)),
+            "gpus_sampled": sorted(int(g) for g in samples["gpu"].unique()),
+        }
+    )
     for row in per_gpu.itertuples():
         if row.samples < th.utilization.min_samples:
             continue
@@ -98,18 +108,22 @@ def _per_gpu(samples: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for gpu, s in samples.groupby("gpu"):
         mem = s["mem_util_pct"].dropna()
-        rows.append({
-            "gpu": int(gpu), "samples": int(len(s)),
-            "gpu_util_mean_pct": s["gpu_util_pct"].mean(),
-            "mem_util_mean_pct": mem.mean(),
-            "mem_util_p10_pct": mem.quantile(0.1) if len(mem) else np.nan,
-            "mem_util_p90_pct": mem.quantile(0.9) if len(mem) else np.nan,
-            "mem_util_peak_pct": mem.max(),
-            "mem_used_peak_bytes": s["mem_used_bytes"].max(),
-            "mem_total_bytes": s["mem_total_bytes"].max(),
-            "sm_clock_median_mhz": s["sm_clock_mhz"].median(),
-            "power_mean_w": s["power_w"].mean(), "power_peak_w": s["power_w"].max(),
-        })
+        rows.append(
+            {
+                "gpu": int(gpu),
+                "samples": int(len(s)),
+                "gpu_util_mean_pct": s["gpu_util_pct"].mean(),
+                "mem_util_mean_pct": mem.mean(),
+                "mem_util_p10_pct": mem.quantile(0.1) if len(mem) else np.nan,
+                "mem_util_p90_pct": mem.quantile(0.9) if len(mem) else np.nan,
+                "mem_util_peak_pct": mem.max(),
+                "mem_used_peak_bytes": s["mem_used_bytes"].max(),
+                "mem_total_bytes": s["mem_total_bytes"].max(),
+                "sm_clock_median_mhz": s["sm_clock_mhz"].median(),
+                "power_mean_w": s["power_w"].mean(),
+                "power_peak_w": s["power_w"].max(),
+            }
+        )
     table = pd.DataFrame(rows)
     if len(table):
         table["mem_util_swing_pct"] = table["mem_util_p90_pct"] - table["mem_util_p10_pct"]
@@ -145,10 +159,17 @@ def _timeline(samples: pd.DataFrame, t0_ns: float, th: Thresholds) -> tuple[pd.D
     longest = int(samples.groupby("gpu").size().max()) if len(samples) else 0
     stride = max(1, int(np.ceil(longest / per_gpu_budget)))
     kept = samples[samples.groupby("gpu").cumcount() % stride == 0]
-    table = pd.DataFrame({"gpu": kept["gpu"].astype(int), "t_s": (kept["t_ns"] - t0_ns) / 1e9,
-                          "gpu_util_pct": kept["gpu_util_pct"], "mem_util_pct": kept["mem_util_pct"],
-                          "mem_used_gib": kept["mem_used_bytes"] / 2**30, "sm_clock_mhz": kept["sm_clock_mhz"],
-                          "power_w": kept["power_w"]})
+    table = pd.DataFrame(
+        {
+            "gpu": kept["gpu"].astype(int),
+            "t_s": (kept["t_ns"] - t0_ns) / 1e9,
+            "gpu_util_pct": kept["gpu_util_pct"],
+            "mem_util_pct": kept["mem_util_pct"],
+            "mem_used_gib": kept["mem_used_bytes"] / 2**30,
+            "sm_clock_mhz": kept["sm_clock_mhz"],
+            "power_w": kept["power_w"],
+        }
+    )
     return table.reset_index(drop=True), stride
 
 
@@ -157,9 +178,13 @@ def _step_marks(steps: pd.DataFrame, t0_ns: float, th: Thresholds) -> tuple[pd.D
     first_rank = steps[steps["rank"] == steps["rank"].min()]
     stride = max(1, int(np.ceil(len(first_rank) / th.utilization.max_step_marks)))
     kept = first_rank.iloc[::stride]
-    return pd.DataFrame({"step": kept["step"].astype(int).to_numpy(),
-                         "t_s": ((kept["t_start_ns"] - t0_ns) / 1e9).to_numpy(),
-                         "warmup": kept["warmup"].to_numpy()}), stride
+    return pd.DataFrame(
+        {
+            "step": kept["step"].astype(int).to_numpy(),
+            "t_s": ((kept["t_start_ns"] - t0_ns) / 1e9).to_numpy(),
+            "warmup": kept["warmup"].to_numpy(),
+        }
+    ), stride
 
 
 def _per_step(samples: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -175,8 +200,15 @@ def _per_step(samples: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     tagged = gpu[inside].assign(step=first_rank["step"].to_numpy()[index[inside]])
     if not len(tagged):
         return pd.DataFrame()
-    return tagged.groupby("step").agg(samples=("t_ns", "size"), gpu_util_mean_pct=("gpu_util_pct", "mean"),
-                                      mem_util_mean_pct=("mem_util_pct", "mean")).reset_index()
+    return (
+        tagged.groupby("step")
+        .agg(
+            samples=("t_ns", "size"),
+            gpu_util_mean_pct=("gpu_util_pct", "mean"),
+            mem_util_mean_pct=("mem_util_pct", "mean"),
+        )
+        .reset_index()
+    )
 
 
 def _low_gpu_util(row, th: Thresholds) -> Finding | None:
@@ -185,15 +217,24 @@ def _low_gpu_util(row, th: Thresholds) -> Finding | None:
         return None
     severity = Severity.CRITICAL if util < th.utilization.gpu_util_critical_pct else Severity.WARNING
     return Finding(
-        id="utilization.low_gpu_util", analyzer=NAME, severity=severity,
+        id="utilization.low_gpu_util",
+        analyzer=NAME,
+        severity=severity,
         title=f"GPU {row.gpu} ran kernels only {util:.0f} % of the time (NVML)",
-        subjects=(Subject("gpu", f"GPU {row.gpu}", severity=severity,
-                          figures={"gpu_util_mean_pct": util, "samples": int(row.samples)}),),
+        subjects=(
+            Subject(
+                "gpu",
+                f"GPU {row.gpu}",
+                severity=severity,
+                figures={"gpu_util_mean_pct": util, "samples": int(row.samples)},
+            ),
+        ),
         evidence=(Evidence("nvml_gpu_util_mean_pct", util, "%", th.utilization.gpu_util_low_pct),),
         cost_share=1.0 - util / 100.0,
         recommendation="The GPU is idle between kernels for much of the run. See the steps and sync sections for "
-                       "why (host-bound steps, data loading, host syncs); raise the batch size if memory allows.",
-        section=SECTION)
+        "why (host-bound steps, data loading, host syncs); raise the batch size if memory allows.",
+        section=SECTION,
+    )
 
 
 def _bursty_memory(row, th: Thresholds) -> Finding | None:
@@ -201,19 +242,33 @@ def _bursty_memory(row, th: Thresholds) -> Finding | None:
     if np.isnan(swing) or swing < th.utilization.mem_util_swing_pct or peak >= th.utilization.mem_util_peak_pct:
         return None
     return Finding(
-        id="utilization.mem_util_swing", analyzer=NAME, severity=Severity.WARNING,
+        id="utilization.mem_util_swing",
+        analyzer=NAME,
+        severity=Severity.WARNING,
         title=f"GPU {row.gpu} memory traffic comes in bursts: memory utilisation swings {swing:.0f} points "
-              f"(p10 {row.mem_util_p10_pct:.0f} % → p90 {row.mem_util_p90_pct:.0f} %) and never passes {peak:.0f} %",
-        subjects=(Subject("gpu", f"GPU {row.gpu}", severity=Severity.WARNING,
-                          figures={"mem_util_p10_pct": float(row.mem_util_p10_pct),
-                                   "mem_util_p90_pct": float(row.mem_util_p90_pct), "mem_util_peak_pct": peak}),),
-        evidence=(Evidence("nvml_mem_util_swing_pct", swing, "%", th.utilization.mem_util_swing_pct),
-                  Evidence("nvml_mem_util_peak_pct", peak, "%", th.utilization.mem_util_peak_pct)),
+        f"(p10 {row.mem_util_p10_pct:.0f} % → p90 {row.mem_util_p90_pct:.0f} %) and never passes {peak:.0f} %",
+        subjects=(
+            Subject(
+                "gpu",
+                f"GPU {row.gpu}",
+                severity=Severity.WARNING,
+                figures={
+                    "mem_util_p10_pct": float(row.mem_util_p10_pct),
+                    "mem_util_p90_pct": float(row.mem_util_p90_pct),
+                    "mem_util_peak_pct": peak,
+                },
+            ),
+        ),
+        evidence=(
+            Evidence("nvml_mem_util_swing_pct", swing, "%", th.utilization.mem_util_swing_pct),
+            Evidence("nvml_mem_util_peak_pct", peak, "%", th.utilization.mem_util_peak_pct),
+        ),
         cost_share=None,
         recommendation="A workload that keeps the GPU fed holds memory utilisation steady. Bursts under 50 % point "
-                       "to work that arrives in fits (input stalls, host syncs between phases) or is split into many "
-                       "small kernels; overlap data loading, remove syncs, fuse small ops (torch.compile).",
-        section=SECTION)
+        "to work that arrives in fits (input stalls, host syncs between phases) or is split into many "
+        "small kernels; overlap data loading, remove syncs, fuse small ops (torch.compile).",
+        section=SECTION,
+    )
 
 
 def _merge_per_gpu(result: Result) -> Result:
@@ -227,9 +282,18 @@ def _merge_per_gpu(result: Result) -> Result:
         if len(group) == 1:
             merged.append(worst)
             continue
-        merged.append(Finding(id=worst.id, analyzer=NAME, severity=worst.severity,
-                              title=f"{worst.title} (worst of {len(group)} GPUs)",
-                              subjects=tuple(s for f in group for s in f.subjects), evidence=worst.evidence,
-                              cost_share=worst.cost_share, recommendation=worst.recommendation, section=SECTION))
+        merged.append(
+            Finding(
+                id=worst.id,
+                analyzer=NAME,
+                severity=worst.severity,
+                title=f"{worst.title} (worst of {len(group)} GPUs)",
+                subjects=tuple(s for f in group for s in f.subjects),
+                evidence=worst.evidence,
+                cost_share=worst.cost_share,
+                recommendation=worst.recommendation,
+                section=SECTION,
+            )
+        )
     result.findings = merged
     return result

@@ -1,4 +1,5 @@
 """Options shared by the subcommands that analyse: thresholds and config."""
+
 from __future__ import annotations
 
 import os
@@ -11,11 +12,21 @@ from parsers.errors import InputError
 
 
 def threshold_options(f):
-    f = click.option("--threshold", "thresholds", multiple=True, metavar="GROUP.NAME=VALUE",
-                     help="Override a threshold, e.g. --threshold l2.warning_pct=80 (repeatable; "
-                          "see docs/thresholds.md for every name).")(f)
-    f = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-                     help="TOML or JSON file of threshold overrides ([l2] warning_pct = 80).")(f)
+    f = click.option(
+        "--threshold",
+        "thresholds",
+        multiple=True,
+        metavar="GROUP.NAME=VALUE",
+        help="Override a threshold, e.g. --threshold l2.warning_pct=80 (repeatable; "
+        "see docs/thresholds.md for every name).",
+    )(f)
+    f = click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="TOML or JSON file of threshold overrides ([l2] warning_pct = 80).",
+    )(f)
     return f
 
 

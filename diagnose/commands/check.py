@@ -1,4 +1,5 @@
 """`gpudiag check`: a CI gate. Exit 1 when a finding reaches --fail-on, 0 otherwise, 2 for bad input."""
+
 from __future__ import annotations
 
 import click
@@ -11,12 +12,22 @@ from parsers.reader import FINDINGS
 
 @click.command("check")
 @click.argument("path", type=click.Path())
-@click.option("--fail-on", type=click.Choice(["info", "warning", "critical"]), default="critical", show_default=True,
-              help="Lowest severity that fails the check.")
-@click.option("--ignore", multiple=True, metavar="FINDING_ID",
-              help="Finding id to leave out of the gate (repeatable), e.g. --ignore tiny_kernels.launch_bound.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Also write the findings JSON here.")
+@click.option(
+    "--fail-on",
+    type=click.Choice(["info", "warning", "critical"]),
+    default="critical",
+    show_default=True,
+    help="Lowest severity that fails the check.",
+)
+@click.option(
+    "--ignore",
+    multiple=True,
+    metavar="FINDING_ID",
+    help="Finding id to leave out of the gate (repeatable), e.g. --ignore tiny_kernels.launch_bound.",
+)
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Also write the findings JSON here."
+)
 @threshold_options
 def command(path, fail_on, ignore, json_path, config_path, thresholds):
     """Exit 1 if PATH has a finding at or above --fail-on. PATH may also be a findings JSON."""
@@ -30,8 +41,9 @@ def command(path, fail_on, ignore, json_path, config_path, thresholds):
     reader = registry.detect(path)
     if reader is not None and reader.table == FINDINGS:
         findings_json = reader.read(path)
-        hits = [f for f in findings_json["findings"]
-                if f["id"] not in ignore and Severity.parse(f["severity"]) >= level]
+        hits = [
+            f for f in findings_json["findings"] if f["id"] not in ignore and Severity.parse(f["severity"]) >= level
+        ]
         for f in hits:
             click.echo(f"{f['severity']:>8}  {f['title']}  [{f['id']}]")
     else:

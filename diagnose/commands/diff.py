@@ -1,4 +1,5 @@
 """`gpudiag diff A B`: what changed from run A (baseline) to run B; a CI gate with --fail-on-regression."""
+
 from __future__ import annotations
 
 import sys
@@ -11,17 +12,40 @@ from diagnose.commands._common import build_thresholds, require_input_path, thre
 @click.command("diff")
 @click.argument("run_a", type=click.Path())
 @click.argument("run_b", type=click.Path())
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the self-contained HTML comparison here.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the comparison as JSON (schema gpudiag.diff/1, docs/diff.md) here.")
-@click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(0), default=None, metavar="PCT",
-              help="Exit 1 when a metric got worse by more than PCT % and the change is significant.")
-@click.option("--include-unknown-noise", is_flag=True,
-              help="With --fail-on-regression: also fail on changes whose noise is unknown (single numbers, "
-                   "e.g. peak memory).")
-@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.01, show_default=True,
-              help="Significance level of the Mann-Whitney U test on per-step / per-launch samples.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the self-contained HTML comparison here.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the comparison as JSON (schema gpudiag.diff/1, docs/diff.md) here.",
+)
+@click.option(
+    "--fail-on-regression",
+    "fail_pct",
+    type=click.FloatRange(0),
+    default=None,
+    metavar="PCT",
+    help="Exit 1 when a metric got worse by more than PCT % and the change is significant.",
+)
+@click.option(
+    "--include-unknown-noise",
+    is_flag=True,
+    help="With --fail-on-regression: also fail on changes whose noise is unknown (single numbers, e.g. peak memory).",
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.01,
+    show_default=True,
+    help="Significance level of the Mann-Whitney U test on per-step / per-launch samples.",
+)
 @click.option("--all", "show_all", is_flag=True, help="List unchanged metrics in the terminal too.")
 @threshold_options
 def command(run_a, run_b, output, json_path, fail_pct, include_unknown_noise, alpha, show_all, config_path, thresholds):

@@ -1,4 +1,5 @@
 """`gpudiag report`: analyse a run folder or artifact into HTML (and JSON)."""
+
 from __future__ import annotations
 
 import sys
@@ -12,10 +13,20 @@ from parsers.errors import InputError
 
 @click.command("report")
 @click.argument("path", type=click.Path())
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="HTML file to write (default: report.html beside a run folder, else ./<name>.report.html).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Also write the findings JSON (schema gpudiag.findings/1) here.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="HTML file to write (default: report.html beside a run folder, else ./<name>.report.html).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the findings JSON (schema gpudiag.findings/1) here.",
+)
 @click.option("--no-html", is_flag=True, help="Write only the JSON / terminal summary.")
 @threshold_options
 def command(path, output, json_path, no_html, config_path, thresholds):
@@ -43,11 +54,19 @@ def command(path, output, json_path, no_html, config_path, thresholds):
 
 def refuse_empty_run(profile, path) -> None:
     """A run folder with nothing readable in it is bad input, not an empty report (its notes say why)."""
-    tables = [profile.kernels, profile.nvml, *profile.memory_stats.values(), *profile.step_events.values(),
-              *profile.sync_records.values()]
+    tables = [
+        profile.kernels,
+        profile.nvml,
+        *profile.memory_stats.values(),
+        *profile.step_events.values(),
+        *profile.sync_records.values(),
+    ]
     if not (profile.traces or profile.snapshots or any(len(t) for t in tables)):
-        raise InputError(path, "nothing to report: the run folder holds no readable measurement"
-                               + (f" ({'; '.join(profile.warnings)})" if profile.warnings else ""))
+        raise InputError(
+            path,
+            "nothing to report: the run folder holds no readable measurement"
+            + (f" ({'; '.join(profile.warnings)})" if profile.warnings else ""),
+        )
 
 
 def default_report_path(path: str) -> str:

@@ -1,4 +1,5 @@
 """`gpudiag sweep`: run a script once per grid combination (light mode) and chart memory against throughput."""
+
 from __future__ import annotations
 
 import time
@@ -10,18 +11,43 @@ from parsers.errors import InputError
 
 
 @click.command("sweep", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--grid", "grids", multiple=True, metavar="NAME=V1,V2,...", required=True,
-              help="A grid dimension (repeatable); {NAME} in the command is replaced by each value.")
-@click.option("-o", "--out", type=click.Path(file_okay=False), default=None,
-              help="Sweep folder (default: gpudiag-sweeps/<YYYYmmdd-HHMMSS>-<script>/).")
-@click.option("--samples-per-step", "samples_expr", default=None, metavar="EXPR",
-              help="Samples per optimizer step, e.g. 64 or '{batch}*8'; default: the script's "
-                   "'gpudiag: samples_per_step=N' line.")
-@click.option("--timeout-s", type=click.FloatRange(0, min_open=True), default=None,
-              help="Kill a combination that runs longer than this (it is shown as timed out).")
-@click.option("--profile-arg", "profile_args", multiple=True, metavar="ARG",
-              help="Argument for each `gpudiag profile` instead of the defaults "
-                   "(--trace-steps 0 --history-entries 0 --memory-stats-interval-ms 0); repeatable.")
+@click.option(
+    "--grid",
+    "grids",
+    multiple=True,
+    metavar="NAME=V1,V2,...",
+    required=True,
+    help="A grid dimension (repeatable); {NAME} in the command is replaced by each value.",
+)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Sweep folder (default: gpudiag-sweeps/<YYYYmmdd-HHMMSS>-<script>/).",
+)
+@click.option(
+    "--samples-per-step",
+    "samples_expr",
+    default=None,
+    metavar="EXPR",
+    help="Samples per optimizer step, e.g. 64 or '{batch}*8'; default: the script's "
+    "'gpudiag: samples_per_step=N' line.",
+)
+@click.option(
+    "--timeout-s",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="Kill a combination that runs longer than this (it is shown as timed out).",
+)
+@click.option(
+    "--profile-arg",
+    "profile_args",
+    multiple=True,
+    metavar="ARG",
+    help="Argument for each `gpudiag profile` instead of the defaults "
+    "(--trace-steps 0 --history-entries 0 --memory-stats-interval-ms 0); repeatable.",
+)
 @click.option("--no-profile", is_flag=True, help="Run the commands without gpudiag (a dry check of the grid).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the table's path.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -55,8 +81,16 @@ def command(grids, out, samples_expr, timeout_s, profile_args, no_profile, quiet
     for w in sw.check_template(template, grid):
         say(f"gpudiag: note: {w}")
     measure = None if no_profile else sw.measure_run
-    result = sw.run_sweep(template, grid, folder, runner=runner, samples_per_step=samples_expr,
-                          timeout_s=timeout_s, progress=say, measure=measure)
+    result = sw.run_sweep(
+        template,
+        grid,
+        folder,
+        runner=runner,
+        samples_per_step=samples_expr,
+        timeout_s=timeout_s,
+        progress=say,
+        measure=measure,
+    )
     html_path = folder / "sweep.html"
     atomic_write_text(html_path, render_sweep_html(result))
     if not quiet:

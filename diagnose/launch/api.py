@@ -10,6 +10,7 @@
 Both write the same run folder. The context manager instruments the block in this
 process (mode "in-process"); it cannot use --ncu, which must start the process.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -58,15 +59,17 @@ class InProcessProfile:
         from diagnose.launch.runtime import lifecycle
 
         if lifecycle.active() is not None:
-            raise InputError(None, "this process is already being profiled (nested diagnose.profile or under "
-                                   "`gpudiag profile`)")
+            raise InputError(
+                None, "this process is already being profiled (nested diagnose.profile or under `gpudiag profile`)"
+            )
         name = [sys.argv[0] or "notebook"] if sys.argv and sys.argv[0] not in ("", "-c") else ["notebook"]
         folder = run_dir.new_run_folder(name, self.settings.out)
         light = self.settings.child_config(str(folder))
         config = ChildConfig(**{**light.as_dict(), "mode": "in-process"})
         self._start_ns = time.time_ns()
-        self._manifest = run_manifest.start_manifest(["<in-process>"] + list(sys.argv), "in-process",
-                                                     {"child": config.as_dict()}, self._start_ns)
+        self._manifest = run_manifest.start_manifest(
+            ["<in-process>"] + list(sys.argv), "in-process", {"child": config.as_dict()}, self._start_ns
+        )
         run_manifest.write_manifest(folder, self._manifest)
         if self.settings.nvml:
             self._sampler = NvmlSampler(folder / run_folder.NVML_CSV, self.settings.nvml_hz)
@@ -93,8 +96,9 @@ class InProcessProfile:
                 if self._sampler.stopped:
                     faults.append({**self._sampler.stopped, "artifact": run_folder.NVML_CSV})
         exit_code = 0 if exc_type is None else (130 if exc_type is KeyboardInterrupt else 1)
-        manifest = run_manifest.finish_manifest(self._manifest, self.run.path, exit_code, time.time_ns(),
-                                                self._expected, faults=faults)
+        manifest = run_manifest.finish_manifest(
+            self._manifest, self.run.path, exit_code, time.time_ns(), self._expected, faults=faults
+        )
         run_manifest.write_manifest(self.run.path, manifest)
         self.run.exit_code = exit_code
         self.run.manifest = manifest

@@ -5,6 +5,7 @@ with :meth:`ChildConfig.to_env`, the bootstrap reads them with :func:`from_env`.
 reach every Python process of the job (torchrun's workers too). Standard library only:
 this module is loaded inside the user's training process.
 """
+
 from __future__ import annotations
 
 import os

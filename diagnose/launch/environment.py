@@ -4,6 +4,7 @@ Read in the parent, without importing torch or jax (their versions come from pac
 metadata here, and from the child's start record where the child imported them).
 NVML missing is a value (no GPUs listed, a reason), not an error.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,16 +22,26 @@ def package_version(name: str) -> str | None:
 
 
 def host_info() -> dict:
-    return {"hostname": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
-            "python_executable": sys.executable, "cpu_count": os.cpu_count()}
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "cpu_count": os.cpu_count(),
+    }
 
 
 def versions() -> dict:
     from diagnose.version import __version__
 
-    return {"gpudiag": __version__, "python": platform.python_version(),
-            "torch": package_version("torch"), "jax": package_version("jax"), "jaxlib": package_version("jaxlib"),
-            "nvidia-ml-py": package_version("nvidia-ml-py")}
+    return {
+        "gpudiag": __version__,
+        "python": platform.python_version(),
+        "torch": package_version("torch"),
+        "jax": package_version("jax"),
+        "jaxlib": package_version("jaxlib"),
+        "nvidia-ml-py": package_version("nvidia-ml-py"),
+    }
 
 
 def _text(value) -> str:
@@ -58,9 +69,11 @@ def gpu_info() -> tuple[list[dict], dict, str | None]:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             gpu = {"index": index, "name": _text(pynvml.nvmlDeviceGetName(handle))}
-            for key, call in (("uuid", lambda h: _text(pynvml.nvmlDeviceGetUUID(h))),
-                              ("memory_total_bytes", lambda h: int(pynvml.nvmlDeviceGetMemoryInfo(h).total)),
-                              ("pci_bus_id", lambda h: _text(pynvml.nvmlDeviceGetPciInfo(h).busId))):
+            for key, call in (
+                ("uuid", lambda h: _text(pynvml.nvmlDeviceGetUUID(h))),
+                ("memory_total_bytes", lambda h: int(pynvml.nvmlDeviceGetMemoryInfo(h).total)),
+                ("pci_bus_id", lambda h: _text(pynvml.nvmlDeviceGetPciInfo(h).busId)),
+            ):
                 try:
                     gpu[key] = call(handle)
                 except Exception:

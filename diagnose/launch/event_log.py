@@ -8,6 +8,7 @@ back to the last whole line and the file takes no more records, so the file neve
 a broken line in its middle. The file is created exclusively, so two processes that think
 they are the same rank cannot interleave into one file. Standard library only (runs in the child).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ def write_all(fd: int, data: bytes) -> None:
     """``os.write`` until every byte is written (a short write is retried; its error raised)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 class LineAppender:

@@ -14,6 +14,7 @@ several points may be given, comma-separated. The variable is read once, at impo
 is unset every check is one falsy test. Never set it outside tests. Standard library only
 (loaded inside the user's training process).
 """
+
 from __future__ import annotations
 
 import os

@@ -12,6 +12,7 @@ file-size limit, EDQUOT) and a probe that names the likely cause when an export 
 without an errno (torch's Kineto export turns a short write into a missing file).
 Standard library only (loaded inside the user's training process).
 """
+
 from __future__ import annotations
 
 import errno

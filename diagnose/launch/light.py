@@ -7,6 +7,7 @@ the bootstrap then only marks steps (NVTX ranges and step times), since a torch/
 profiler must not run under ncu. Either way the run ends with a manifest and one line
 naming the folder and the next command.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,14 +54,30 @@ class ProfileOptions:
 
     def child_config(self, run_dir: str) -> ChildConfig:
         if self.ncu is not None:  # under ncu: step marks only, no other profiler
-            return ChildConfig(run_dir=run_dir, mode="ncu", trace_steps=0, snapshot_at="exit", history_max_entries=0,
-                               memory_stats_interval_ms=self.memory_stats_interval_ms, gpu_time_every=self.gpu_time_every,
-                               sync_debug=False, nvtx=True)
-        return ChildConfig(run_dir=run_dir, mode="light", trace_start=self.trace_start, trace_steps=self.trace_steps,
-                           snapshot_at=self.snapshot_at, history_max_entries=self.history_max_entries,
-                           memory_stats_interval_ms=self.memory_stats_interval_ms, gpu_time_every=self.gpu_time_every,
-                           sync_debug=self.sync_debug,
-                           nvtx=bool(self.nvtx), nvtx_always=self.nvtx == "always")
+            return ChildConfig(
+                run_dir=run_dir,
+                mode="ncu",
+                trace_steps=0,
+                snapshot_at="exit",
+                history_max_entries=0,
+                memory_stats_interval_ms=self.memory_stats_interval_ms,
+                gpu_time_every=self.gpu_time_every,
+                sync_debug=False,
+                nvtx=True,
+            )
+        return ChildConfig(
+            run_dir=run_dir,
+            mode="light",
+            trace_start=self.trace_start,
+            trace_steps=self.trace_steps,
+            snapshot_at=self.snapshot_at,
+            history_max_entries=self.history_max_entries,
+            memory_stats_interval_ms=self.memory_stats_interval_ms,
+            gpu_time_every=self.gpu_time_every,
+            sync_debug=self.sync_debug,
+            nvtx=bool(self.nvtx),
+            nvtx_always=self.nvtx == "always",
+        )
 
 
 @dataclass
@@ -109,16 +126,21 @@ def run_profiled(command: list[str] | tuple[str, ...], options: ProfileOptions =
     mode = _NcuMode(options) if options.ncu is not None else _LightMode(options)
     folder = run_dir.new_run_folder(command, options.out)
     config = options.child_config(str(folder))
-    option_record = {"child": config.as_dict(), "nvml_hz": options.nvml_hz if options.nvml else None,
-                     **mode.option_record()}
+    option_record = {
+        "child": config.as_dict(),
+        "nvml_hz": options.nvml_hz if options.nvml else None,
+        **mode.option_record(),
+    }
     start_ns = time.time_ns()
     manifest = run_manifest.start_manifest(command, mode.name, option_record, start_ns)
     child_command = mode.prepare(folder, command, manifest)
     try:
         run_manifest.write_manifest(folder, manifest)
     except OSError as e:
-        raise InputError(folder / run_folder.MANIFEST, f"cannot be written ({fault_reports.describe_error(e)}); "
-                                                       "free some space or choose another --out") from None
+        raise InputError(
+            folder / run_folder.MANIFEST,
+            f"cannot be written ({fault_reports.describe_error(e)}); free some space or choose another --out",
+        ) from None
     mode.announce(folder, manifest, config)
     tail = EventsTail(folder)
     printer = ProgressPrinter(tail, options.progress_interval_s) if not options.quiet else None
@@ -168,18 +190,25 @@ class _LightMode:
         """Start NVML sampling and say what the run records."""
         options = self.options
         if options.nvml:
-            sampler = NvmlSampler(folder / run_folder.NVML_CSV, options.nvml_hz,
-                                  on_stop=lambda stopped: _say(options, _nvml_stopped_line(stopped)))
+            sampler = NvmlSampler(
+                folder / run_folder.NVML_CSV,
+                options.nvml_hz,
+                on_stop=lambda stopped: _say(options, _nvml_stopped_line(stopped)),
+            )
             if sampler.start():
                 self.expected.append(run_folder.NVML_CSV)
                 self._sampler = sampler
             else:
                 manifest["unavailable"][run_folder.NVML_CSV] = sampler.unavailable_reason
-                _say(options, f"gpudiag: no NVML samples: {sampler.unavailable_reason}; the run goes on without "
-                              "nvml.csv")
+                _say(
+                    options, f"gpudiag: no NVML samples: {sampler.unavailable_reason}; the run goes on without nvml.csv"
+                )
         if config.trace_steps:
-            _say(options, f"gpudiag: light mode; profiler trace of steps {config.trace_start}-{config.trace_stop - 1}; "
-                          f"writing {folder}")
+            _say(
+                options,
+                f"gpudiag: light mode; profiler trace of steps {config.trace_start}-{config.trace_stop - 1}; "
+                f"writing {folder}",
+            )
 
     def child_env(self) -> dict:
         return {}
@@ -194,8 +223,9 @@ class _LightMode:
     def after_exit(self, child: Child, killed_by: str | None) -> None:
         pass
 
-    def finish(self, folder: Path, tail: EventsTail, killed_by: str | None, start_ns: int, faults: list,
-               notes: list) -> None:
+    def finish(
+        self, folder: Path, tail: EventsTail, killed_by: str | None, start_ns: int, faults: list, notes: list
+    ) -> None:
         if self._sampler is not None and self._sampler.stopped:
             faults.append({**self._sampler.stopped, "artifact": run_folder.NVML_CSV})
 
@@ -214,8 +244,14 @@ class _NcuMode:
 
     def option_record(self) -> dict:
         ncu = self.options.ncu
-        return {"ncu": {"window": ncu.describe_window(), "full_set": ncu.full_set, "replay_mode": ncu.replay_mode,
-                        "clock_control": ncu.clock_control}}
+        return {
+            "ncu": {
+                "window": ncu.describe_window(),
+                "full_set": ncu.full_set,
+                "replay_mode": ncu.replay_mode,
+                "clock_control": ncu.clock_control,
+            }
+        }
 
     def prepare(self, folder: Path, command: list[str], manifest: dict) -> list[str]:
         """The command under ncu, recorded in the manifest."""
@@ -227,13 +263,18 @@ class _NcuMode:
 
     def announce(self, folder: Path, manifest: dict, config: ChildConfig) -> None:
         options = self.options
-        _say(options, f"gpudiag: profiling under ncu ({self.ncu_path}): {options.ncu.describe_window()}; "
-                      f"ncu output in {folder / run_folder.NCU_LOG}")
+        _say(
+            options,
+            f"gpudiag: profiling under ncu ({self.ncu_path}): {options.ncu.describe_window()}; "
+            f"ncu output in {folder / run_folder.NCU_LOG}",
+        )
         self._env = ncu_mode.child_env_additions(os.environ)
         if self._env:
             settings = " ".join(f"{k}={v}" for k, v in self._env.items())
-            _say(options, f"gpudiag: under ncu the script runs with {settings} (set it yourself to override; "
-                          "docs/profile.md)")
+            _say(
+                options,
+                f"gpudiag: under ncu the script runs with {settings} (set it yourself to override; docs/profile.md)",
+            )
 
     def child_env(self) -> dict:
         return self._env
@@ -241,8 +282,9 @@ class _NcuMode:
     def follow(self, folder: Path) -> None:
         """Tail ncu's log while it runs: its errors and the launches profiled."""
         options = self.options
-        self._follower = ncu_mode.LogFollower(folder / run_folder.NCU_LOG, lambda t: _say(options, t),
-                                              options.progress_interval_s)
+        self._follower = ncu_mode.LogFollower(
+            folder / run_folder.NCU_LOG, lambda t: _say(options, t), options.progress_interval_s
+        )
         self._follower.start()
 
     def stop_sampling(self) -> None:
@@ -252,8 +294,9 @@ class _NcuMode:
         if killed_by:
             _stop_process_group(child.process.pid)  # the application ncu ran is orphaned: end it
 
-    def finish(self, folder: Path, tail: EventsTail, killed_by: str | None, start_ns: int, faults: list,
-               notes: list) -> None:
+    def finish(
+        self, folder: Path, tail: EventsTail, killed_by: str | None, start_ns: int, faults: list, notes: list
+    ) -> None:
         """A killed ncu leaves a partial report (a fault); else the CSV export and what to say about the run."""
         log = self._follower.stop()
         if killed_by:
@@ -262,8 +305,16 @@ class _NcuMode:
             notes += _finish_ncu(self.options, self.ncu_path, folder, log, tail, time.time_ns() - start_ns)
 
 
-def _close_run(options: ProfileOptions, folder: Path, manifest: dict, exit_code: int, expected: list[str],
-               notes: list[str], faults: list[dict], tail: EventsTail) -> Run:
+def _close_run(
+    options: ProfileOptions,
+    folder: Path,
+    manifest: dict,
+    exit_code: int,
+    expected: list[str],
+    notes: list[str],
+    faults: list[dict],
+    tail: EventsTail,
+) -> Run:
     """The end of either mode: leftovers removed, the final manifest written, one line on what was written."""
     leftovers = run_dir.remove_leftovers(folder)
     if leftovers:
@@ -273,12 +324,18 @@ def _close_run(options: ProfileOptions, folder: Path, manifest: dict, exit_code:
     try:
         run_manifest.write_manifest(folder, manifest)
     except OSError as e:
-        _say(options, f"gpudiag: error: the final manifest.json could not be written "
-                      f"({fault_reports.describe_error(e)}); {folder} keeps the one written at the start "
-                      f"(status 'running'): the script ended with exit code {exit_code}")
-    _say(options, f"gpudiag: {tail.summary()}; script exit code {exit_code}"
-         + (f"; missing: {', '.join(manifest['missing'])}" if manifest["missing"] else "")
-         + (f"; incomplete: {', '.join(manifest['incomplete'])}" if manifest["incomplete"] else ""))
+        _say(
+            options,
+            f"gpudiag: error: the final manifest.json could not be written "
+            f"({fault_reports.describe_error(e)}); {folder} keeps the one written at the start "
+            f"(status 'running'): the script ended with exit code {exit_code}",
+        )
+    _say(
+        options,
+        f"gpudiag: {tail.summary()}; script exit code {exit_code}"
+        + (f"; missing: {', '.join(manifest['missing'])}" if manifest["missing"] else "")
+        + (f"; incomplete: {', '.join(manifest['incomplete'])}" if manifest["incomplete"] else ""),
+    )
     _say(options, f"Wrote {folder}; next: gpudiag report {folder}")
     return Run(path=folder, exit_code=exit_code, manifest=manifest)
 
@@ -292,10 +349,14 @@ def _signal_name(signum: int) -> str:
 
 def _nvml_stopped_line(stopped: dict) -> str:
     if stopped["kind"] == "disk-full":
-        return (f"gpudiag: {stopped['error']} writing nvml.csv; NVML sampling stopped after {stopped['rows']} rows "
-                "(they are kept), the run goes on")
-    return (f"gpudiag: NVML stopped answering ({stopped['error']}); nvml.csv keeps the {stopped['rows']} rows "
-            "sampled before, the run goes on without NVML")
+        return (
+            f"gpudiag: {stopped['error']} writing nvml.csv; NVML sampling stopped after {stopped['rows']} rows "
+            "(they are kept), the run goes on"
+        )
+    return (
+        f"gpudiag: NVML stopped answering ({stopped['error']}); nvml.csv keeps the {stopped['rows']} rows "
+        "sampled before, the run goes on without NVML"
+    )
 
 
 def _stop_process_group(pgid: int, grace_s: float = 5.0) -> None:
@@ -320,16 +381,26 @@ def _ncu_killed(options: ProfileOptions, folder: Path, log, signal_name: str) ->
     if report.exists():
         partial = run_folder.NCU_PARTIAL_REPORT
         os.replace(report, folder / partial)
-    _say(options, f"gpudiag: error: ncu was killed ({signal_name}) after profiling {log.launches} kernel launches: "
-                  "there is no complete ncu report and no CSV"
-                  + (f" ({partial} keeps what it had written; gpudiag does not read it)" if partial else "")
-                  + ". Run again; if a time limit or the OOM killer stopped it, profile less: a narrower "
-                    "window (--ncu-max-launches, --kernel-name) or the default sections instead of --ncu-set full")
-    return {"kind": "ncu-killed", "signal": signal_name, "launches": log.launches, "partial_report": partial,
-            "t_ns": time.time_ns()}
+    _say(
+        options,
+        f"gpudiag: error: ncu was killed ({signal_name}) after profiling {log.launches} kernel launches: "
+        "there is no complete ncu report and no CSV"
+        + (f" ({partial} keeps what it had written; gpudiag does not read it)" if partial else "")
+        + ". Run again; if a time limit or the OOM killer stopped it, profile less: a narrower "
+        "window (--ncu-max-launches, --kernel-name) or the default sections instead of --ncu-set full",
+    )
+    return {
+        "kind": "ncu-killed",
+        "signal": signal_name,
+        "launches": log.launches,
+        "partial_report": partial,
+        "t_ns": time.time_ns(),
+    }
 
 
-def _finish_ncu(options: ProfileOptions, ncu_path: str, folder: Path, log, tail: EventsTail, elapsed_ns: int) -> list[str]:
+def _finish_ncu(
+    options: ProfileOptions, ncu_path: str, folder: Path, log, tail: EventsTail, elapsed_ns: int
+) -> list[str]:
     """Export the CSV, say how big and how slow it was, and explain a failed window."""
     notes = []
     report = folder / run_folder.NCU_REPORT
@@ -348,16 +419,20 @@ def _finish_ncu(options: ProfileOptions, ncu_path: str, folder: Path, log, tail:
         if error:
             notes.append(f"ncu --import to raw.csv failed: {error}")
             _say(options, f"gpudiag: ncu CSV export failed: {error}")
-        text = (f"gpudiag: ncu profiled {log.launches} kernel launches in {elapsed_ns / 1e9:.1f} s; "
-                f"report {human_bytes(size)}")
+        text = (
+            f"gpudiag: ncu profiled {log.launches} kernel launches in {elapsed_ns / 1e9:.1f} s; "
+            f"report {human_bytes(size)}"
+        )
         if options.ncu.window_kind == "step":
             step_ms = tail.host_ms_of(options.ncu.window_step, 0)
             others = [ms for s, ms in tail.steps.get(0, {}).items() if s != options.ncu.window_step]
             if step_ms is not None and others:
                 plain = sorted(others)[len(others) // 2]
                 if plain > 0:
-                    text += (f"; step {options.ncu.window_step} took {step_ms / 1000:.1f} s under ncu vs "
-                             f"{plain:.2f} ms per other step ({step_ms / plain:.0f}x slowdown)")
+                    text += (
+                        f"; step {options.ncu.window_step} took {step_ms / 1000:.1f} s under ncu vs "
+                        f"{plain:.2f} ms per other step ({step_ms / plain:.0f}x slowdown)"
+                    )
         _say(options, text)
         notes.append(text.removeprefix("gpudiag: "))
     return notes

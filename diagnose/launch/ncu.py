@@ -9,6 +9,7 @@ per step (``gpudiag.step_<K>``), capped at ``--ncu-max-launches``. ``--launch-sk
 ``--launch-count`` switch to a plain launch window. ncu's own output goes to
 ncu/ncu.log; gpudiag reads it for progress and errors and keeps the script's output clean.
 """
+
 from __future__ import annotations
 
 import glob
@@ -50,14 +51,20 @@ class NcuOptions:
 
     def __post_init__(self):
         if self.replay_mode not in REPLAY_MODES:
-            raise InputError(None, f"--ncu-replay-mode must be one of {', '.join(REPLAY_MODES)}, not {self.replay_mode!r}")
+            raise InputError(
+                None, f"--ncu-replay-mode must be one of {', '.join(REPLAY_MODES)}, not {self.replay_mode!r}"
+            )
         if self.clock_control not in CLOCK_CONTROLS:
-            raise InputError(None, f"--ncu-clock-control must be one of {', '.join(CLOCK_CONTROLS)}, "
-                                   f"not {self.clock_control!r}")
+            raise InputError(
+                None, f"--ncu-clock-control must be one of {', '.join(CLOCK_CONTROLS)}, not {self.clock_control!r}"
+            )
         launch_window = self.launch_skip is not None or self.launch_count is not None
         if launch_window and (self.step is not None or self.nvtx_include is not None):
-            raise InputError(None, "choose one ncu window: --ncu-step/--ncu-nvtx-include (a training step) or "
-                                   "--launch-skip/--launch-count (kernel launches), not both")
+            raise InputError(
+                None,
+                "choose one ncu window: --ncu-step/--ncu-nvtx-include (a training step) or "
+                "--launch-skip/--launch-count (kernel launches), not both",
+            )
         for name in ("step", "launch_skip", "launch_count", "max_launches"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -116,8 +123,11 @@ def find_ncu(explicit: str | None = None) -> str:
     for candidate in candidates:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
-    raise InputError(None, "ncu (Nsight Compute CLI) is not on PATH nor in /usr/local/cuda/bin: install Nsight "
-                           "Compute (it ships with the CUDA toolkit), add it to PATH, or pass --ncu-path /path/to/ncu")
+    raise InputError(
+        None,
+        "ncu (Nsight Compute CLI) is not on PATH nor in /usr/local/cuda/bin: install Nsight "
+        "Compute (it ships with the CUDA toolkit), add it to PATH, or pass --ncu-path /path/to/ncu",
+    )
 
 
 def build_command(ncu: str, options: NcuOptions, run_dir: str | os.PathLike, user_command: list[str]) -> list[str]:
@@ -224,8 +234,10 @@ class LogFollower:
             if time.monotonic() - last_print >= self._interval_s and self.log.launches != self._reported:
                 last_print = time.monotonic()
                 self._reported = self.log.launches
-                self._echo(f"gpudiag: ncu profiled {self.log.launches} kernel launches so far"
-                           + (f" (last: {self.log.last_kernel[:80]})" if self.log.last_kernel else ""))
+                self._echo(
+                    f"gpudiag: ncu profiled {self.log.launches} kernel launches so far"
+                    + (f" (last: {self.log.last_kernel[:80]})" if self.log.last_kernel else "")
+                )
 
     def stop(self) -> NcuLog:
         self._stop.set()
@@ -241,28 +253,42 @@ class LogFollower:
 
 
 def permission_message() -> str:
-    return ("ncu could not read the GPU performance counters (ERR_NVGPUCTRPERM): this user may not profile. "
-            "Run as root (sudo -E gpudiag profile --ncu ...), or allow all users: put "
-            "'options nvidia NVreg_RestrictProfilingToAdminUsers=0' in /etc/modprobe.d/nvidia-profiling.conf and "
-            f"reload the driver (or reboot); in a container add --cap-add=SYS_ADMIN. See {PERMISSION_URL}")
+    return (
+        "ncu could not read the GPU performance counters (ERR_NVGPUCTRPERM): this user may not profile. "
+        "Run as root (sudo -E gpudiag profile --ncu ...), or allow all users: put "
+        "'options nvidia NVreg_RestrictProfilingToAdminUsers=0' in /etc/modprobe.d/nvidia-profiling.conf and "
+        f"reload the driver (or reboot); in a container add --cap-add=SYS_ADMIN. See {PERMISSION_URL}"
+    )
 
 
 def no_kernel_message(options: NcuOptions, steps_seen: int | None) -> str:
     ran = "" if steps_seen is None else f" The script ran {steps_seen} step(s) under ncu."
     if options.window_kind == "launches":
-        return (f"ncu profiled no kernel: the window ({options.describe_window()}) matched nothing.{ran} "
-                "Lower --launch-skip" + (", or loosen --kernel-name" if options.kernel_name else "") + ".")
-    fix = (f"Choose a step the script reaches with --ncu-step (now {options.window_step})"
-           if not options.nvtx_include else "Check the --ncu-nvtx-include expression")
+        return (
+            f"ncu profiled no kernel: the window ({options.describe_window()}) matched nothing.{ran} "
+            "Lower --launch-skip" + (", or loosen --kernel-name" if options.kernel_name else "") + "."
+        )
+    fix = (
+        f"Choose a step the script reaches with --ncu-step (now {options.window_step})"
+        if not options.nvtx_include
+        else "Check the --ncu-nvtx-include expression"
+    )
     if steps_seen == 0:
-        fix = ("No step boundary was seen: mark steps with `import diagnose; diagnose.step()` (JAX, or torch "
-               "without an optimizer)")
-    return (f"ncu profiled no kernel: the window ({options.describe_window()}) matched nothing.{ran} {fix}, "
-            "or profile by launches with --launch-skip N --launch-count M"
-            + (", or loosen --kernel-name" if options.kernel_name else "") + ".")
+        fix = (
+            "No step boundary was seen: mark steps with `import diagnose; diagnose.step()` (JAX, or torch "
+            "without an optimizer)"
+        )
+    return (
+        f"ncu profiled no kernel: the window ({options.describe_window()}) matched nothing.{ran} {fix}, "
+        "or profile by launches with --launch-skip N --launch-count M"
+        + (", or loosen --kernel-name" if options.kernel_name else "")
+        + "."
+    )
 
 
-def export_raw_csv(ncu: str, report: str | os.PathLike, target: str | os.PathLike, timeout_s: float = 600) -> str | None:
+def export_raw_csv(
+    ncu: str, report: str | os.PathLike, target: str | os.PathLike, timeout_s: float = 600
+) -> str | None:
     """``ncu --import report --csv --page raw --print-units base`` into ``target`` (whole or not at all).
     Returns None on success, else what went wrong."""
     target = Path(target)

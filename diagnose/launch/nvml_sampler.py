@@ -10,6 +10,7 @@ error, or three ticks in a row where no reading answered, stop the sampler; so d
 that fails (full disk). The file keeps the whole rows written before, ``stopped`` says when
 and why, ``on_stop`` is told at once, and the run goes on without NVML.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,10 @@ import time
 from diagnose.launch.event_log import LineAppender
 from diagnose.launch.fault_reports import describe_error
 
-HEADER = ("t_ns,gpu,gpu_util_pct,mem_util_pct,mem_used_bytes,mem_total_bytes,sm_clock_mhz,mem_clock_mhz,"
-          "power_w,pcie_tx_bytes_per_s,pcie_rx_bytes_per_s,temperature_c")
+HEADER = (
+    "t_ns,gpu,gpu_util_pct,mem_util_pct,mem_used_bytes,mem_total_bytes,sm_clock_mhz,mem_clock_mhz,"
+    "power_w,pcie_tx_bytes_per_s,pcie_rx_bytes_per_s,temperature_c"
+)
 DEFAULT_HZ = 10.0
 # NVML return codes after which no further reading will answer: uninitialized, driver not loaded, library
 # not found, GPU is lost, reset required, RM version mismatch (driver upgraded under the job), GPU not found
@@ -70,9 +73,12 @@ def sample_row(pynvml, index: int, handle, failures: list | None = None) -> str:
     mem = _reading(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle), failures)
     kb = 1024  # NVML reports PCIe throughput in KB/s
     values = [
-        time.time_ns(), index,
-        util.gpu if util != "" else "", util.memory if util != "" else "",
-        mem.used if mem != "" else "", mem.total if mem != "" else "",
+        time.time_ns(),
+        index,
+        util.gpu if util != "" else "",
+        util.memory if util != "" else "",
+        mem.used if mem != "" else "",
+        mem.total if mem != "" else "",
         _reading(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM), failures),
         _reading(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM), failures),
         _reading(lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, failures),
@@ -163,8 +169,13 @@ class NvmlSampler:
 
     def _give_up(self, kind: str, error: BaseException) -> None:
         text = describe_error(error) if kind == "disk-full" else f"{type(error).__name__}: {error}"
-        self.stopped = {"kind": kind, "error": text, "t_ns": time.time_ns(),
-                        "last_sample_ns": self._last_sample_ns, "rows": self.rows}
+        self.stopped = {
+            "kind": kind,
+            "error": text,
+            "t_ns": time.time_ns(),
+            "last_sample_ns": self._last_sample_ns,
+            "rows": self.rows,
+        }
         if self._on_stop is not None:
             try:
                 self._on_stop(self.stopped)

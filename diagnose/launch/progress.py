@@ -4,6 +4,7 @@ A thread tails events/rank*.jsonl and, at most every ``interval_s``, prints one 
 to stderr ("gpudiag: 120 steps (rank 0), median 8.10 ms/step") when something changed.
 The same reader gives the numbers the end of the run needs: steps per rank and step times.
 """
+
 from __future__ import annotations
 
 import json

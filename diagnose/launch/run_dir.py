@@ -3,6 +3,7 @@
 The layout itself (file names, what counts as an artifact, the manifest) is :mod:`parsers.run_folder`,
 shared with the loader.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,22 @@ from pathlib import Path
 from parsers.errors import InputError
 
 DEFAULT_PARENT = "gpudiag-runs"
-_LAUNCHERS = {"torchrun", "python", "python3", "accelerate", "deepspeed", "uv", "poetry", "pipenv", "mpirun",
-              "srun", "env", "launch", "run", "exec"}
+_LAUNCHERS = {
+    "torchrun",
+    "python",
+    "python3",
+    "accelerate",
+    "deepspeed",
+    "uv",
+    "poetry",
+    "pipenv",
+    "mpirun",
+    "srun",
+    "env",
+    "launch",
+    "run",
+    "exec",
+}
 
 
 def script_name(command: list[str]) -> str:

@@ -9,6 +9,7 @@ that exists but was cut short gets one too (``incomplete``), from the faults the
 reported (a full disk, NVML gone, ncu killed; ``faults``) and from how each rank ended.
 :func:`parsers.run_folder.report_notes` turns them into the lines ``gpudiag report`` shows.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,11 @@ SCHEMA = run_folder.MANIFEST_SCHEMA
 
 
 def iso(t_ns: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_ns / 1e9)) + f".{t_ns // 1_000_000 % 1000:03d}" \
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_ns / 1e9))
+        + f".{t_ns // 1_000_000 % 1000:03d}"
         + time.strftime("%z", time.localtime(t_ns / 1e9))
+    )
 
 
 def status_of(exit_code: int | None) -> tuple[str, str | None]:
@@ -47,36 +51,67 @@ def status_of(exit_code: int | None) -> tuple[str, str | None]:
 def start_manifest(command: list[str], mode: str, options: dict, start_ns: int) -> dict:
     gpus, driver, nvml_reason = environment.gpu_info()
     manifest = {
-        "schema": SCHEMA, "mode": mode, "command": list(command), "cwd": os.getcwd(),
-        "status": "running", "exit_code": None, "signal": None,
-        "start": iso(start_ns), "start_ns": start_ns, "end": None, "end_ns": None, "duration_s": None,
-        "host": environment.host_info(), "gpus": gpus,
-        "driver_version": driver.get("driver_version"), "cuda_driver_version": driver.get("cuda_driver_version"),
-        "versions": environment.versions(), "gpudiag_version": environment.versions()["gpudiag"],
-        "options": options, "ranks": [], "artifacts": {}, "missing": [], "unavailable": {}, "notes": [],
-        "faults": [], "missing_reasons": {}, "incomplete": {},
+        "schema": SCHEMA,
+        "mode": mode,
+        "command": list(command),
+        "cwd": os.getcwd(),
+        "status": "running",
+        "exit_code": None,
+        "signal": None,
+        "start": iso(start_ns),
+        "start_ns": start_ns,
+        "end": None,
+        "end_ns": None,
+        "duration_s": None,
+        "host": environment.host_info(),
+        "gpus": gpus,
+        "driver_version": driver.get("driver_version"),
+        "cuda_driver_version": driver.get("cuda_driver_version"),
+        "versions": environment.versions(),
+        "gpudiag_version": environment.versions()["gpudiag"],
+        "options": options,
+        "ranks": [],
+        "artifacts": {},
+        "missing": [],
+        "unavailable": {},
+        "notes": [],
+        "faults": [],
+        "missing_reasons": {},
+        "incomplete": {},
     }
     if nvml_reason:
         manifest["unavailable"]["gpus"] = nvml_reason
     return manifest
 
 
-def finish_manifest(manifest: dict, folder: str | os.PathLike, exit_code: int | None, end_ns: int,
-                    parent_expected: list[str], notes: list[str] | None = None,
-                    faults: list[dict] | None = None) -> dict:
+def finish_manifest(
+    manifest: dict,
+    folder: str | os.PathLike,
+    exit_code: int | None,
+    end_ns: int,
+    parent_expected: list[str],
+    notes: list[str] | None = None,
+    faults: list[dict] | None = None,
+) -> dict:
     """Fill in how the run ended, reconcile the artifacts with what was expected, and say why any is
     missing or incomplete (``faults``: what the processes and the parent reported going wrong)."""
     records = run_folder.read_child_records(folder)
     present = run_folder.artifacts(folder)
     expected = run_folder.expected_artifacts(records, parent_expected)
     status, signal_name = status_of(exit_code)
-    manifest.update({
-        "status": status, "exit_code": exit_code, "signal": signal_name,
-        "end": iso(end_ns), "end_ns": end_ns, "duration_s": round((end_ns - manifest["start_ns"]) / 1e9, 3),
-        "ranks": run_folder.ranks(records, present),
-        "artifacts": present,
-        "missing": [p for p in expected if p not in present],
-    })
+    manifest.update(
+        {
+            "status": status,
+            "exit_code": exit_code,
+            "signal": signal_name,
+            "end": iso(end_ns),
+            "end_ns": end_ns,
+            "duration_s": round((end_ns - manifest["start_ns"]) / 1e9, 3),
+            "ranks": run_folder.ranks(records, present),
+            "artifacts": present,
+            "missing": [p for p in expected if p not in present],
+        }
+    )
     for record in records:
         if record.get("event") == "start" and record.get("versions"):
             for key, value in record["versions"].items():
@@ -90,8 +125,9 @@ def finish_manifest(manifest: dict, folder: str | os.PathLike, exit_code: int | 
     disk_full = {f.get("rank"): f for f in manifest["faults"] if f.get("kind") == "disk-full" and "rank" in f}
     for rank in sorted(started - ended, key=lambda r: (r is None, r)):
         if rank in disk_full:
-            manifest["notes"].append(f"rank {rank} stopped writing at step {disk_full[rank].get('step')}: "
-                                     f"{disk_full[rank].get('error')}")
+            manifest["notes"].append(
+                f"rank {rank} stopped writing at step {disk_full[rank].get('step')}: {disk_full[rank].get('error')}"
+            )
         else:
             manifest["notes"].append(f"rank {rank} did not reach its end of run (killed before it could flush)")
     manifest["notes"].extend(notes or [])
@@ -126,15 +162,20 @@ def explain(manifest: dict, records: list[dict]) -> tuple[dict[str, str], dict[s
     started = {r.get("rank") for r in records if r.get("event") == "start"}
     ended = {r.get("rank") for r in records if r.get("event") == "end"}
     for rank in sorted(started - ended, key=lambda r: (r is None, r)):
-        cause = (f"rank {rank} was killed ({signal_name})" if status == "signal" else
-                 f"rank {rank} ended without flushing (os._exit, a crash in native code, or a kill of that process)")
+        cause = (
+            f"rank {rank} was killed ({signal_name})"
+            if status == "signal"
+            else f"rank {rank} ended without flushing (os._exit, a crash in native code, or a kill of that process)"
+        )
         for path in missing:
             if _of_rank(path, rank):
                 why_missing.setdefault(path, f"not written: {cause} before it wrote it")
         for path in present:
             if _of_rank(path, rank) and path.endswith(".jsonl"):
-                incomplete.setdefault(path, f"no end record: {cause}; every whole line is kept (a cut last line "
-                                            "is dropped by the readers)")
+                incomplete.setdefault(
+                    path,
+                    f"no end record: {cause}; every whole line is kept (a cut last line is dropped by the readers)",
+                )
     for path in missing:
         if path in why_missing:
             continue
@@ -143,8 +184,10 @@ def explain(manifest: dict, records: list[dict]) -> tuple[dict[str, str], dict[s
             if status == "signal":
                 why_missing[path] = f"the job was killed ({signal_name}) before rank {rank} reached its first step"
             else:
-                why_missing[path] = (f"rank {rank} never reached a step boundary (no optimizer.step() and no "
-                                     "diagnose.step() seen in that process)")
+                why_missing[path] = (
+                    f"rank {rank} never reached a step boundary (no optimizer.step() and no "
+                    "diagnose.step() seen in that process)"
+                )
         else:
             why_missing[path] = "not written; the run's stderr has the gpudiag: line that says why"
     for fault in manifest.get("faults") or []:  # a temporary file left behind: the write was under way
@@ -163,14 +206,18 @@ def _explain_fault(manifest, fault: dict, missing, present, why_missing: dict, i
         step = f" at step {fault['step']}" if fault.get("step") is not None else ""
         for path in missing:
             if _of_rank(path, rank):
-                why_missing.setdefault(path, f"{error} while writing it{step}" if path == artifact else
-                                       f"not written: gpudiag stopped writing for rank {rank} after {error} "
-                                       f"on {artifact}{step}")
+                why_missing.setdefault(
+                    path,
+                    f"{error} while writing it{step}"
+                    if path == artifact
+                    else f"not written: gpudiag stopped writing for rank {rank} after {error} on {artifact}{step}",
+                )
         for path in present:
             if _of_rank(path, rank) and path.endswith(".jsonl"):
                 where = "" if path == artifact else f" on {artifact}"
-                incomplete.setdefault(path, f"cut short{step}: {error}{where}; every line before is whole, "
-                                            "nothing after was written")
+                incomplete.setdefault(
+                    path, f"cut short{step}: {error}{where}; every line before is whole, nothing after was written"
+                )
     elif kind == "write-failed" and artifact in missing:
         why_missing.setdefault(artifact, error)
     elif kind in ("nvml-stopped", "disk-full") and artifact:  # the parent's NVML sampler
@@ -179,16 +226,28 @@ def _explain_fault(manifest, fault: dict, missing, present, why_missing: dict, i
         cause = f"NVML stopped answering{when} ({error})" if kind == "nvml-stopped" else f"{error}{when}"
         if artifact in present:
             upto = f" (up to {last:.1f} s)" if last is not None else ""
-            incomplete.setdefault(artifact, f"{cause}; it holds the {fault.get('rows', 0)} whole rows sampled "
-                                            f"before{upto}, the run went on without NVML")
+            incomplete.setdefault(
+                artifact,
+                f"{cause}; it holds the {fault.get('rows', 0)} whole rows sampled "
+                f"before{upto}, the run went on without NVML",
+            )
         elif artifact in missing:
             why_missing.setdefault(artifact, cause)
     elif kind == "ncu-killed":
         partial = fault.get("partial_report")
         by = f"ncu was killed ({fault.get('signal')}) after profiling {fault.get('launches', 0)} kernel launches"
-        for path, text in ((run_folder.NCU_REPORT, by + (f"; what it had written is kept as {partial}, not read as a "
-                                                         "report" if partial else "; it left no report")),
-                           (run_folder.NCU_RAW_CSV, f"not exported: {by}")):
+        for path, text in (
+            (
+                run_folder.NCU_REPORT,
+                by
+                + (
+                    f"; what it had written is kept as {partial}, not read as a report"
+                    if partial
+                    else "; it left no report"
+                ),
+            ),
+            (run_folder.NCU_RAW_CSV, f"not exported: {by}"),
+        ):
             if path in missing:
                 why_missing.setdefault(path, text)
 

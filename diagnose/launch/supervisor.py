@@ -7,6 +7,7 @@ SIGINT, SIGTERM and SIGHUP sent to gpudiag itself are forwarded to the child. On
 the child also gets SIGTERM should gpudiag die first. Exit status: the child's code, or
 128+N when a signal N killed it.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -59,9 +60,15 @@ class Child:
         self.signals_forwarded: list[int] = []
         tty = _foreground_tty()
         try:
-            self.process = subprocess.Popen(command, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
-                                            process_group=0,
-                                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+            self.process = subprocess.Popen(
+                command,
+                env=env,
+                cwd=cwd,
+                stdout=stdout,
+                stderr=stderr,
+                process_group=0,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
         except FileNotFoundError:
             from parsers.errors import InputError
 

@@ -3,6 +3,7 @@
 Draws what ``diagnose.analyzers.comm`` put in ``result.tables`` (times already in ms from
 the step's first event, waits already split from the rest of each collective).
 """
+
 from __future__ import annotations
 
 import html
@@ -10,7 +11,11 @@ import html
 from reports.figures import figure_html, table_html
 
 COLORS = {"compute": "#8d99ae", "wait": "#d62828", "collective": "#277da1"}
-LANE_NAMES = {"compute": "compute kernels", "wait": "waiting for the last rank", "collective": "collective after the last arrival"}
+LANE_NAMES = {
+    "compute": "compute kernels",
+    "wait": "waiting for the last rank",
+    "collective": "collective after the last arrival",
+}
 
 
 def render(result) -> str:
@@ -20,8 +25,11 @@ def render(result) -> str:
         parts.append(_timeline_figure(timeline, result.meta.get("timeline_step")))
     waits = result.tables.get("waits")
     if waits is not None and len(waits):
-        parts.append("<h3>Collectives, worst wait first</h3><div class='scroll'>"
-                     + table_html(waits, "comm-waits", max_rows=300) + "</div>")
+        parts.append(
+            "<h3>Collectives, worst wait first</h3><div class='scroll'>"
+            + table_html(waits, "comm-waits", max_rows=300)
+            + "</div>"
+        )
     ranks = result.tables.get("ranks")
     if ranks is not None and len(ranks):
         parts.append("<h3>Per rank</h3><div class='scroll'>" + table_html(ranks, "comm-ranks") + "</div>")
@@ -35,14 +43,18 @@ def _caption(result) -> str:
     meta = result.meta
     if not meta:
         return '<p class="muted">No collectives in this input.</p>'
-    bits = [f"Collectives from {html.escape(str(meta.get('source', '')))} on ranks "
-            f"{html.escape(', '.join(map(str, meta.get('ranks', []))))}"]
+    bits = [
+        f"Collectives from {html.escape(str(meta.get('source', '')))} on ranks "
+        f"{html.escape(', '.join(map(str, meta.get('ranks', []))))}"
+    ]
     if meta.get("world_size") and meta["world_size"] > len(meta.get("ranks", [])):
         bits.append(f"{len(meta['ranks'])} of {meta['world_size']} ranks traced: waits are among these only")
     bits.append(f"clock: {html.escape(str(meta.get('clock', '')))}")
     if meta.get("end_spread_us_median") is not None:
-        bits.append(f"median spread of the ranks' end times {meta['end_spread_us_median']:,.1f} µs "
-                    "(milliseconds would mean skewed clocks)")
+        bits.append(
+            f"median spread of the ranks' end times {meta['end_spread_us_median']:,.1f} µs "
+            "(milliseconds would mean skewed clocks)"
+        )
     return f'<p class="muted">{"; ".join(bits)}.</p>'
 
 
@@ -51,20 +63,41 @@ def _timeline_figure(timeline, step) -> str:
 
     fig = go.Figure()
     for lane, rows in timeline.groupby("lane", sort=False):
-        fig.add_bar(y=[f"rank {r}" for r in rows["rank"]], x=rows["end_ms"] - rows["start_ms"], base=rows["start_ms"],
-                    orientation="h", name=LANE_NAMES.get(lane, lane), marker_color=COLORS.get(lane),
-                    text=rows["label"], hovertemplate="%{text}<br>%{base:.3f} ms + %{x:.3f} ms<extra></extra>")
+        fig.add_bar(
+            y=[f"rank {r}" for r in rows["rank"]],
+            x=rows["end_ms"] - rows["start_ms"],
+            base=rows["start_ms"],
+            orientation="h",
+            name=LANE_NAMES.get(lane, lane),
+            marker_color=COLORS.get(lane),
+            text=rows["label"],
+            hovertemplate="%{text}<br>%{base:.3f} ms + %{x:.3f} ms<extra></extra>",
+        )
     title = "One step per rank" + (f" (step {step}, the one with the most wait)" if step is not None else "")
-    fig.update_layout(barmode="overlay", title=title, height=160 + 60 * timeline["rank"].nunique(),
-                      xaxis_title="ms from the step's first event", yaxis=dict(autorange="reversed"))
+    fig.update_layout(
+        barmode="overlay",
+        title=title,
+        height=160 + 60 * timeline["rank"].nunique(),
+        xaxis_title="ms from the step's first event",
+        yaxis=dict(autorange="reversed"),
+    )
     return figure_html(fig, div_id="comm-timeline")
 
 
 def _overlap_figure(overlap) -> str:
     import plotly.graph_objects as go
 
-    fig = go.Figure(go.Bar(x=[f"rank {r}" for r in overlap["rank"]], y=overlap["overlap_pct"],
-                           text=[f"{v:.1f} %" for v in overlap["overlap_pct"]], marker_color="#2a9d8f"))
-    fig.update_layout(title="Communication overlapped by compute (HTA's comp_comm_overlap)",
-                      yaxis=dict(title="% of communication time", range=[0, 100]), height=320)
+    fig = go.Figure(
+        go.Bar(
+            x=[f"rank {r}" for r in overlap["rank"]],
+            y=overlap["overlap_pct"],
+            text=[f"{v:.1f} %" for v in overlap["overlap_pct"]],
+            marker_color="#2a9d8f",
+        )
+    )
+    fig.update_layout(
+        title="Communication overlapped by compute (HTA's comp_comm_overlap)",
+        yaxis=dict(title="% of communication time", range=[0, 100]),
+        height=320,
+    )
     return figure_html(fig, div_id="comm-overlap")

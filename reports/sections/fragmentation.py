@@ -4,6 +4,7 @@ Draws what ``diagnose.analyzers.fragmentation`` put in ``result.tables`` (alread
 at most ``Memory.max_timeline_bins`` points per curve and ``max_heatmap_time_bins`` x
 ``max_heatmap_segment_rows`` heatmap cells), so a million-entry history stays a small page.
 """
+
 from __future__ import annotations
 
 import html
@@ -14,11 +15,17 @@ from reports.figures import figure_html, table_html
 from reports.format import bytes_human
 
 GIB = 2**30
-TABLES = (("segment_growth", "Segment growth (cudaMalloc / map) with what was free just before"),
-          ("ooms", "Out-of-memory entries"), ("per_step", "Per step"), ("locations", "Source lines of the largest allocations"),
-          ("largest_allocations", "Largest allocations"), ("snapshot_agreement", "Replay vs the snapshot, per segment"),
-          ("memory_stats_agreement", "Replay vs torch.cuda.memory_stats() per step"),
-          ("stats_per_step", "memory_stats per step"), ("jax_per_step", "JAX memory_stats per step"))
+TABLES = (
+    ("segment_growth", "Segment growth (cudaMalloc / map) with what was free just before"),
+    ("ooms", "Out-of-memory entries"),
+    ("per_step", "Per step"),
+    ("locations", "Source lines of the largest allocations"),
+    ("largest_allocations", "Largest allocations"),
+    ("snapshot_agreement", "Replay vs the snapshot, per segment"),
+    ("memory_stats_agreement", "Replay vs torch.cuda.memory_stats() per step"),
+    ("stats_per_step", "memory_stats per step"),
+    ("jax_per_step", "JAX memory_stats per step"),
+)
 
 
 def render(result) -> str:
@@ -41,8 +48,10 @@ def render(result) -> str:
     for key, title in TABLES:
         df = result.tables.get(key)
         if df is not None and len(df):
-            parts.append(f"<h3>{html.escape(title)}</h3><div class='scroll'>"
-                         f"{table_html(df, f'fragmentation-{key}', max_rows=200, float_fmt='{:,.0f}')}</div>")
+            parts.append(
+                f"<h3>{html.escape(title)}</h3><div class='scroll'>"
+                f"{table_html(df, f'fragmentation-{key}', max_rows=200, float_fmt='{:,.0f}')}</div>"
+            )
     if not parts:
         parts.append('<p class="muted">No allocator data in this input.</p>')
     return "\n".join(parts)
@@ -62,7 +71,9 @@ def _caption(result) -> str:
         bits.append(f"{m['replay_mismatches']} entries did not fit the replayed state")
     if m.get("expandable_segments"):
         bits.append("expandable segments on")
-    bits.append(f"curves binned to ≤ {m.get('max_timeline_bins')} points, heatmap to ≤ {m.get('max_heatmap_cells')} cells")
+    bits.append(
+        f"curves binned to ≤ {m.get('max_timeline_bins')} points, heatmap to ≤ {m.get('max_heatmap_cells')} cells"
+    )
     return f'<p class="muted">{html.escape("; ".join(bits))}.</p>'
 
 
@@ -74,10 +85,19 @@ def _timeline_figure(timeline, x_title: str) -> str:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for col, name in (("reserved_bytes", "reserved"), ("allocated_bytes", "allocated"), ("requested_bytes", "requested")):
+    for col, name in (
+        ("reserved_bytes", "reserved"),
+        ("allocated_bytes", "allocated"),
+        ("requested_bytes", "requested"),
+    ):
         fig.add_scatter(x=timeline["t_s"], y=timeline[col] / GIB, mode="lines", name=name, line_shape="hv")
-    fig.update_layout(title="Reserved vs allocated vs requested (highest in each bin)", yaxis_title="GiB",
-                      xaxis_title=x_title, height=360, hovermode="x unified")
+    fig.update_layout(
+        title="Reserved vs allocated vs requested (highest in each bin)",
+        yaxis_title="GiB",
+        xaxis_title=x_title,
+        height=360,
+        hovermode="x unified",
+    )
     return figure_html(fig, div_id="fragmentation-timeline")
 
 
@@ -103,16 +123,31 @@ def _heatmap_figure(result) -> str:
                 continue
             tip = f"{bytes_human(alloc[r, b])} of {bytes_human(res[r, b])}"
             if largest[r, b]:
-                tip += f"<br>largest: {bytes_human(largest[r, b])} from {html.escape(str(loc[r, b] or 'no Python frame'))}"
+                tip += (
+                    f"<br>largest: {bytes_human(largest[r, b])} from {html.escape(str(loc[r, b] or 'no Python frame'))}"
+                )
             line.append(tip)
         text.append(line)
-    fig = go.Figure(go.Heatmap(z=z, x=bins["label"].tolist(), y=labels, text=text, zmin=0, zmax=1,
-                               colorscale="Viridis", colorbar=dict(title="allocated"),
-                               hovertemplate="%{y} · %{x}<br>%{z:.0%} allocated: %{text}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=bins["label"].tolist(),
+            y=labels,
+            text=text,
+            zmin=0,
+            zmax=1,
+            colorscale="Viridis",
+            colorbar=dict(title="allocated"),
+            hovertemplate="%{y} · %{x}<br>%{z:.0%} allocated: %{text}<extra></extra>",
+        )
+    )
     axis = result.meta.get("heatmap_axis", "time")
-    fig.update_layout(title="Segments (address order) × " + axis + ": fraction allocated (highest in each cell)",
-                      height=max(320, 14 * nrows + 160), yaxis=dict(autorange="reversed", title="segment"),
-                      xaxis=dict(title=axis))
+    fig.update_layout(
+        title="Segments (address order) × " + axis + ": fraction allocated (highest in each cell)",
+        height=max(320, 14 * nrows + 160),
+        yaxis=dict(autorange="reversed", title="segment"),
+        xaxis=dict(title=axis),
+    )
     return figure_html(fig, div_id="fragmentation-heatmap")
 
 
@@ -124,8 +159,13 @@ def _fragmentation_figure(curve, x_title: str) -> str:
     fig = go.Figure()
     fig.add_scatter(x=curve["t_s"], y=curve["external_fragmentation_pct"], mode="lines+markers", name="large pool")
     fig.add_scatter(x=curve["t_s"], y=curve["external_fragmentation_small_pct"], mode="lines", name="small pool")
-    fig.update_layout(title="External fragmentation = 1 − largest free block / free bytes", yaxis_title="%",
-                      yaxis_range=[0, 100], xaxis_title=x_title, height=320)
+    fig.update_layout(
+        title="External fragmentation = 1 − largest free block / free bytes",
+        yaxis_title="%",
+        yaxis_range=[0, 100],
+        xaxis_title=x_title,
+        height=320,
+    )
     return figure_html(fig, div_id="fragmentation-external")
 
 
@@ -133,10 +173,19 @@ def _jax_figure(jax) -> str:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for col, name in (("in_use_bytes", "bytes in use"), ("in_use_peak_bytes", "peak in use"),
-                      ("largest_free_block_bytes", "largest free block"), ("pool_bytes", "pool")):
+    for col, name in (
+        ("in_use_bytes", "bytes in use"),
+        ("in_use_peak_bytes", "peak in use"),
+        ("largest_free_block_bytes", "largest free block"),
+        ("pool_bytes", "pool"),
+    ):
         if jax[col].notna().any():
             fig.add_scatter(x=jax["step"], y=jax[col] / GIB, mode="lines+markers", name=name)
-    fig.update_layout(title="JAX memory_stats per step", yaxis_title="GiB", xaxis_title="step", height=320,
-                      yaxis_type="log" if np.nanmax(jax["pool_bytes"].fillna(0)) > 0 else "linear")
+    fig.update_layout(
+        title="JAX memory_stats per step",
+        yaxis_title="GiB",
+        xaxis_title="step",
+        height=320,
+        yaxis_type="log" if np.nanmax(jax["pool_bytes"].fillna(0)) > 0 else "linear",
+    )
     return figure_html(fig, div_id="fragmentation-jax")

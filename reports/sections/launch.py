@@ -1,4 +1,5 @@
 """Launch statistics: per-rank figures, the ops that issue the most tiny kernels, the longest launch queues."""
+
 from __future__ import annotations
 
 from reports.figures import table_html

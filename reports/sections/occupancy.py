@@ -1,4 +1,5 @@
 """Occupancy section: achieved vs theoretical occupancy per kernel, and the limiter table."""
+
 from __future__ import annotations
 
 import html
@@ -8,9 +9,24 @@ import plotly.graph_objects as go
 from reports.figures import figure_html, table_html
 
 MAX_BARS = 30
-TABLE_COLUMNS = ["kernel", "launches", "gpu_time_ns", "share", "achieved_occupancy_pct", "theoretical_occupancy_pct",
-                 "gap_pts", "grid_ceiling_pct", "grid_limited", "limiter", "blocks_per_sm", "registers_per_thread",
-                 "shared_mem_per_block_bytes", "grid_size", "block_size", "kernel_name"]
+TABLE_COLUMNS = [
+    "kernel",
+    "launches",
+    "gpu_time_ns",
+    "share",
+    "achieved_occupancy_pct",
+    "theoretical_occupancy_pct",
+    "gap_pts",
+    "grid_ceiling_pct",
+    "grid_limited",
+    "limiter",
+    "blocks_per_sm",
+    "registers_per_thread",
+    "shared_mem_per_block_bytes",
+    "grid_size",
+    "block_size",
+    "kernel_name",
+]
 
 
 def render(result) -> str:
@@ -19,18 +35,40 @@ def render(result) -> str:
         return '<p class="muted">No occupancy metrics in this input.</p>'
     top = stats.head(MAX_BARS)
     names = [html.escape(k) for k in top["kernel"]]
-    fig = go.Figure([
-        go.Bar(y=names, x=top["theoretical_occupancy_pct"], name="theoretical", orientation="h",
-               marker_color="#d5dbdb", customdata=top[["limiter"]].fillna("").to_numpy(),
-               hovertemplate="%{y}<br>theoretical %{x:.1f} % (limiter: %{customdata[0]})<extra></extra>"),
-        go.Bar(y=names, x=top["achieved_occupancy_pct"], name="achieved", orientation="h", marker_color="#2471a3",
-               hovertemplate="%{y}<br>achieved %{x:.1f} %<extra></extra>"),
-    ])
-    fig.update_layout(title=f"Achieved vs theoretical occupancy ({len(top)} heaviest kernels)", barmode="overlay",
-                      xaxis=dict(title="% of the SM's warp slots", range=[0, 100]),
-                      yaxis=dict(autorange="reversed", automargin=True), height=max(320, 24 * len(top) + 140))
+    fig = go.Figure(
+        [
+            go.Bar(
+                y=names,
+                x=top["theoretical_occupancy_pct"],
+                name="theoretical",
+                orientation="h",
+                marker_color="#d5dbdb",
+                customdata=top[["limiter"]].fillna("").to_numpy(),
+                hovertemplate="%{y}<br>theoretical %{x:.1f} % (limiter: %{customdata[0]})<extra></extra>",
+            ),
+            go.Bar(
+                y=names,
+                x=top["achieved_occupancy_pct"],
+                name="achieved",
+                orientation="h",
+                marker_color="#2471a3",
+                hovertemplate="%{y}<br>achieved %{x:.1f} %<extra></extra>",
+            ),
+        ]
+    )
+    fig.update_layout(
+        title=f"Achieved vs theoretical occupancy ({len(top)} heaviest kernels)",
+        barmode="overlay",
+        xaxis=dict(title="% of the SM's warp slots", range=[0, 100]),
+        yaxis=dict(autorange="reversed", automargin=True),
+        height=max(320, 24 * len(top) + 140),
+    )
     cols = [c for c in TABLE_COLUMNS if c in stats.columns]
-    return (figure_html(fig, div_id="fig-occupancy")
-            + "<p class='muted'>grid_ceiling_pct: the occupancy the grid allows (blocks an SM actually gets); "
-              "a gap explained by it is the launch configuration's, not flagged here.</p>"
-            + "<div class='scroll'>" + table_html(stats[cols], "occupancy-kernels") + "</div>")
+    return (
+        figure_html(fig, div_id="fig-occupancy")
+        + "<p class='muted'>grid_ceiling_pct: the occupancy the grid allows (blocks an SM actually gets); "
+        "a gap explained by it is the launch configuration's, not flagged here.</p>"
+        + "<div class='scroll'>"
+        + table_html(stats[cols], "occupancy-kernels")
+        + "</div>"
+    )

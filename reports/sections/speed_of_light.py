@@ -1,4 +1,5 @@
 """Speed-of-light section: memory vs compute throughput per kernel, marker area = GPU time."""
+
 from __future__ import annotations
 
 import html
@@ -7,10 +8,24 @@ import plotly.graph_objects as go
 
 from reports.figures import figure_html, table_html
 
-COLORS = {"memory-bound": "#2471a3", "compute-bound": "#1e8449", "latency-bound": "#c0392b",
-          "balanced": "#7d3c98", "unknown": "#888888"}
-TABLE_COLUMNS = ["kernel", "launches", "gpu_time_ns", "share", "bound", "sm_throughput_pct", "memory_throughput_pct",
-                 "dram_throughput_pct", "kernel_name"]
+COLORS = {
+    "memory-bound": "#2471a3",
+    "compute-bound": "#1e8449",
+    "latency-bound": "#c0392b",
+    "balanced": "#7d3c98",
+    "unknown": "#888888",
+}
+TABLE_COLUMNS = [
+    "kernel",
+    "launches",
+    "gpu_time_ns",
+    "share",
+    "bound",
+    "sm_throughput_pct",
+    "memory_throughput_pct",
+    "dram_throughput_pct",
+    "kernel_name",
+]
 
 
 def render(result) -> str:
@@ -23,21 +38,42 @@ def render(result) -> str:
     fig = go.Figure()
     peak = max(float(stats["gpu_time_ns"].max()), 1.0)
     for cls, g in stats.groupby("bound", sort=True):
-        fig.add_trace(go.Scatter(
-            x=g["memory_throughput_pct"], y=g["sm_throughput_pct"], mode="markers", name=str(cls),
-            text=[html.escape(k) for k in g["kernel"]], customdata=g[["gpu_time_ns", "launches", "share"]].to_numpy(),
-            hovertemplate="%{text}<br>memory %{x:.1f} % of peak<br>compute %{y:.1f} % of peak<br>"
-                          "GPU time %{customdata[0]:,.0f} ns (%{customdata[2]:.1%}) in %{customdata[1]} launches"
-                          "<extra></extra>",
-            marker=dict(size=g["gpu_time_ns"].tolist(), sizemode="area", sizeref=peak / 45.0 ** 2, sizemin=5,
-                        color=COLORS.get(cls, "#888"), opacity=0.75, line=dict(width=1, color="#333"))))
+        fig.add_trace(
+            go.Scatter(
+                x=g["memory_throughput_pct"],
+                y=g["sm_throughput_pct"],
+                mode="markers",
+                name=str(cls),
+                text=[html.escape(k) for k in g["kernel"]],
+                customdata=g[["gpu_time_ns", "launches", "share"]].to_numpy(),
+                hovertemplate="%{text}<br>memory %{x:.1f} % of peak<br>compute %{y:.1f} % of peak<br>"
+                "GPU time %{customdata[0]:,.0f} ns (%{customdata[2]:.1%}) in %{customdata[1]} launches"
+                "<extra></extra>",
+                marker=dict(
+                    size=g["gpu_time_ns"].tolist(),
+                    sizemode="area",
+                    sizeref=peak / 45.0**2,
+                    sizemin=5,
+                    color=COLORS.get(cls, "#888"),
+                    opacity=0.75,
+                    line=dict(width=1, color="#333"),
+                ),
+            )
+        )
     for v in (bound, latency):
         fig.add_vline(x=v, line=dict(dash="dot", color="#999", width=1))
         fig.add_hline(y=v, line=dict(dash="dot", color="#999", width=1))
-    fig.update_layout(title="Speed of light: memory vs compute throughput (% of peak), marker area = GPU time",
-                      xaxis=dict(title="memory throughput % of peak", range=[0, 105]),
-                      yaxis=dict(title="compute (SM) throughput % of peak", range=[0, 105]), height=500)
+    fig.update_layout(
+        title="Speed of light: memory vs compute throughput (% of peak), marker area = GPU time",
+        xaxis=dict(title="memory throughput % of peak", range=[0, 105]),
+        yaxis=dict(title="compute (SM) throughput % of peak", range=[0, 105]),
+        height=500,
+    )
     cols = [c for c in TABLE_COLUMNS if c in stats.columns]
-    return (figure_html(fig, div_id="fig-sol")
-            + f"<p class='muted'>Bound at ≥ {bound:g} % of peak on one unit; latency-bound under {latency:g} % on both.</p>"
-            + "<div class='scroll'>" + table_html(stats[cols], "sol-kernels") + "</div>")
+    return (
+        figure_html(fig, div_id="fig-sol")
+        + f"<p class='muted'>Bound at ≥ {bound:g} % of peak on one unit; latency-bound under {latency:g} % on both.</p>"
+        + "<div class='scroll'>"
+        + table_html(stats[cols], "sol-kernels")
+        + "</div>"
+    )

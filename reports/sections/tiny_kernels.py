@@ -1,12 +1,22 @@
 """Tiny-kernels section: launch durations (log-spaced bins from the analyzer) and the kernels launched tiny."""
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
 from reports.figures import figure_html, table_html
 
-TABLE_COLUMNS = ["kernel", "launches", "launch_share", "gpu_time_ns", "mean_dur_ns", "share_of_all_gpu_time",
-                 "grid_size", "block_size", "kernel_name"]
+TABLE_COLUMNS = [
+    "kernel",
+    "launches",
+    "launch_share",
+    "gpu_time_ns",
+    "mean_dur_ns",
+    "share_of_all_gpu_time",
+    "grid_size",
+    "block_size",
+    "kernel_name",
+]
 
 
 def render(result) -> str:
@@ -15,17 +25,29 @@ def render(result) -> str:
         return '<p class="muted">No kernel durations in this input.</p>'
     limit_ns = result.meta.get("max_dur_ns", 5000.0)
     colors = ["#c0392b" if hi <= limit_ns else "#2471a3" for hi in hist["bin_hi_ns"]]
-    fig = go.Figure(go.Bar(
-        x=(hist["bin_lo_ns"] * hist["bin_hi_ns"]) ** 0.5 / 1000.0, y=hist["launches"],
-        marker_color=colors,
-        customdata=hist[["bin_lo_ns", "bin_hi_ns", "gpu_time_ns"]].to_numpy() / 1000.0,
-        hovertemplate="%{customdata[0]:.2f}–%{customdata[1]:.2f} µs: %{y} launches, "
-                      "%{customdata[2]:,.1f} µs of GPU time<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=(hist["bin_lo_ns"] * hist["bin_hi_ns"]) ** 0.5 / 1000.0,
+            y=hist["launches"],
+            marker_color=colors,
+            customdata=hist[["bin_lo_ns", "bin_hi_ns", "gpu_time_ns"]].to_numpy() / 1000.0,
+            hovertemplate="%{customdata[0]:.2f}–%{customdata[1]:.2f} µs: %{y} launches, "
+            "%{customdata[2]:,.1f} µs of GPU time<extra></extra>",
+        )
+    )
     fig.add_vline(x=limit_ns / 1000.0, line=dict(dash="dash", color="#c0392b"))
-    fig.update_layout(title=f"Launch durations (red: under the {limit_ns / 1000:g} µs bound)",
-                      xaxis=dict(title="duration (µs, log scale)", type="log"), yaxis_title="launches", height=360)
+    fig.update_layout(
+        title=f"Launch durations (red: under the {limit_ns / 1000:g} µs bound)",
+        xaxis=dict(title="duration (µs, log scale)", type="log"),
+        yaxis_title="launches",
+        height=360,
+    )
     stats = result.tables.get("kernels")
-    body = ("<h3>Kernels launched under the bound</h3><div class='scroll'>"
-            + table_html(stats[[c for c in TABLE_COLUMNS if c in stats.columns]], "tiny-kernels") + "</div>"
-            if stats is not None and len(stats) else '<p class="muted">No launch under the bound.</p>')
+    body = (
+        "<h3>Kernels launched under the bound</h3><div class='scroll'>"
+        + table_html(stats[[c for c in TABLE_COLUMNS if c in stats.columns]], "tiny-kernels")
+        + "</div>"
+        if stats is not None and len(stats)
+        else '<p class="muted">No launch under the bound.</p>'
+    )
     return figure_html(fig, div_id="fig-tiny-kernels") + body

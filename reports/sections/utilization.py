@@ -4,6 +4,7 @@ Draws what ``diagnose.analyzers.utilization`` put in ``result.tables`` (already
 decimated, times in seconds from the run's first sample or step); step starts are
 dashed lines across every row, the judged training window is shaded.
 """
+
 from __future__ import annotations
 
 import html
@@ -16,8 +17,13 @@ ROWS = (  # (columns drawn, y-axis title)
     (("sm_clock_mhz",), "SM clock MHz"),
     (("power_w",), "power W"),
 )
-LABELS = {"gpu_util_pct": "GPU util", "mem_util_pct": "memory util", "mem_used_gib": "memory used",
-          "sm_clock_mhz": "SM clock", "power_w": "power"}
+LABELS = {
+    "gpu_util_pct": "GPU util",
+    "mem_util_pct": "memory util",
+    "mem_used_gib": "memory used",
+    "sm_clock_mhz": "SM clock",
+    "power_w": "power",
+}
 
 
 def render(result) -> str:
@@ -30,12 +36,18 @@ def render(result) -> str:
     parts = [note_html, _timeline_figure(result), _caption(result)]
     per_gpu = result.tables.get("per_gpu")
     if per_gpu is not None and len(per_gpu):
-        parts.append("<h3>Per GPU (judged window)</h3><div class='scroll'>"
-                     + table_html(per_gpu, "utilization-per-gpu") + "</div>")
+        parts.append(
+            "<h3>Per GPU (judged window)</h3><div class='scroll'>"
+            + table_html(per_gpu, "utilization-per-gpu")
+            + "</div>"
+        )
     per_step = result.tables.get("per_step")
     if per_step is not None and len(per_step):
-        parts.append("<h3>Per step</h3><div class='scroll'>"
-                     + table_html(per_step, "utilization-per-step", max_rows=200) + "</div>")
+        parts.append(
+            "<h3>Per step</h3><div class='scroll'>"
+            + table_html(per_step, "utilization-per-step", max_rows=200)
+            + "</div>"
+        )
     return "\n".join(parts)
 
 
@@ -43,22 +55,44 @@ def _timeline_figure(result) -> str:
     from plotly.subplots import make_subplots
 
     timeline = result.tables["timeline"]
-    fig = make_subplots(rows=len(ROWS), cols=1, shared_xaxes=True, vertical_spacing=0.03,
-                        subplot_titles=[title for _, title in ROWS])
+    fig = make_subplots(
+        rows=len(ROWS), cols=1, shared_xaxes=True, vertical_spacing=0.03, subplot_titles=[title for _, title in ROWS]
+    )
     for row, (columns, title) in enumerate(ROWS, start=1):
         for gpu, samples in timeline.groupby("gpu"):
             for column in columns:
-                fig.add_scatter(x=samples["t_s"], y=samples[column], mode="lines", row=row, col=1,
-                                name=f"GPU {gpu} {LABELS[column]}", legendgroup=f"{gpu}-{column}")
+                fig.add_scatter(
+                    x=samples["t_s"],
+                    y=samples[column],
+                    mode="lines",
+                    row=row,
+                    col=1,
+                    name=f"GPU {gpu} {LABELS[column]}",
+                    legendgroup=f"{gpu}-{column}",
+                )
         fig.update_yaxes(title_text=title, row=row, col=1)
     if result.meta.get("window_start_s") is not None:
-        fig.add_vrect(x0=result.meta["window_start_s"], x1=result.meta["window_end_s"], fillcolor="#2a9d8f",
-                      opacity=0.07, line_width=0, layer="below")
+        fig.add_vrect(
+            x0=result.meta["window_start_s"],
+            x1=result.meta["window_end_s"],
+            fillcolor="#2a9d8f",
+            opacity=0.07,
+            line_width=0,
+            layer="below",
+        )
     marks = result.tables.get("step_marks")
     if marks is not None and len(marks):
         for mark in marks.itertuples():
-            fig.add_shape(type="line", x0=mark.t_s, x1=mark.t_s, y0=0, y1=1, xref="x", yref="paper",
-                          line=dict(color="#999" if mark.warmup else "#555", width=1, dash="dot"))
+            fig.add_shape(
+                type="line",
+                x0=mark.t_s,
+                x1=mark.t_s,
+                y0=0,
+                y1=1,
+                xref="x",
+                yref="paper",
+                line=dict(color="#999" if mark.warmup else "#555", width=1, dash="dot"),
+            )
     fig.update_xaxes(title_text="seconds since the first sample", row=len(ROWS), col=1)
     fig.update_layout(height=220 * len(ROWS), title="NVML samples", hovermode="x unified")
     return figure_html(fig, div_id="utilization-timeline")

@@ -3,6 +3,7 @@
 ``fake_kernels([...])`` takes one dict per launch; unspecified contract columns are NaN/None
 (as the parser leaves metrics ncu did not collect). ``kernel_name`` defaults to ``kernel_short``.
 """
+
 from __future__ import annotations
 
 import pandas as pd

@@ -1,4 +1,5 @@
 """Each ncu analyzer on hand-made frames (fake_ data, not captures): exact findings and numbers."""
+
 import pytest
 
 import diagnose
@@ -23,6 +24,7 @@ def test_empty_kernels_table_gives_an_empty_result(mod):
 
 
 # --- L2 -------------------------------------------------------------------------------------------
+
 
 def fake_l2_launches():
     return [
@@ -54,7 +56,8 @@ def test_l2_low_hit_rate_exact():
     assert "working set does not fit in L2" in f.recommendation and "fake_gather" in f.recommendation
     assert "latency-bound scattered access" in f.recommendation and "fake_scatter" in f.recommendation
     assert r.summary["l2_hit_time_weighted_pct"] == pytest.approx(
-        (20 * 100 + 40 * 300 + 70 * 100 + 95 * 500 + 10 * 4) / 1004)
+        (20 * 100 + 40 * 300 + 70 * 100 + 95 * 500 + 10 * 4) / 1004
+    )
     assert r.summary["l2_low_hit_gpu_time_share"] == pytest.approx(504_000 / total)  # tiny counts in the summary
     ev = {e.metric: e for e in f.evidence}
     assert ev["lts__t_sector_hit_rate.pct"].value == pytest.approx(35.0)
@@ -93,19 +96,47 @@ def test_l2_metric_missing_is_not_measured():
 
 # --- occupancy ------------------------------------------------------------------------------------
 
+
 def fake_occupancy_launches():
     common = {"sm_count": 132.0, "theoretical_occupancy_pct": 100.0}
     return [
-        {**common, "kernel_short": "fake_imbalanced", "dur_ns": 400_000.0, "achieved_occupancy_pct": 40.0,
-         "occupancy_limit_registers": 8.0, "occupancy_limit_shared_mem": 16.0, "occupancy_limit_warps": 8.0,
-         "occupancy_limit_blocks": 32.0, "grid_size": 10_000.0, "block_size": 256.0},
+        {
+            **common,
+            "kernel_short": "fake_imbalanced",
+            "dur_ns": 400_000.0,
+            "achieved_occupancy_pct": 40.0,
+            "occupancy_limit_registers": 8.0,
+            "occupancy_limit_shared_mem": 16.0,
+            "occupancy_limit_warps": 8.0,
+            "occupancy_limit_blocks": 32.0,
+            "grid_size": 10_000.0,
+            "block_size": 256.0,
+        },
         # 16 blocks of 1024 threads on 132 SMs: one block per SM gives 50 %: the grid's, not occupancy's
-        {**common, "kernel_short": "fake_few_blocks", "dur_ns": 400_000.0, "achieved_occupancy_pct": 50.0,
-         "occupancy_limit_registers": 2.0, "occupancy_limit_shared_mem": 7.0, "occupancy_limit_warps": 2.0,
-         "occupancy_limit_blocks": 32.0, "grid_size": 16.0, "block_size": 1024.0},
-        {**common, "kernel_short": "fake_fine", "dur_ns": 200_000.0, "achieved_occupancy_pct": 92.0,
-         "occupancy_limit_registers": 8.0, "occupancy_limit_shared_mem": 8.0, "occupancy_limit_warps": 8.0,
-         "occupancy_limit_blocks": 32.0, "grid_size": 10_000.0, "block_size": 256.0},
+        {
+            **common,
+            "kernel_short": "fake_few_blocks",
+            "dur_ns": 400_000.0,
+            "achieved_occupancy_pct": 50.0,
+            "occupancy_limit_registers": 2.0,
+            "occupancy_limit_shared_mem": 7.0,
+            "occupancy_limit_warps": 2.0,
+            "occupancy_limit_blocks": 32.0,
+            "grid_size": 16.0,
+            "block_size": 1024.0,
+        },
+        {
+            **common,
+            "kernel_short": "fake_fine",
+            "dur_ns": 200_000.0,
+            "achieved_occupancy_pct": 92.0,
+            "occupancy_limit_registers": 8.0,
+            "occupancy_limit_shared_mem": 8.0,
+            "occupancy_limit_warps": 8.0,
+            "occupancy_limit_blocks": 32.0,
+            "grid_size": 10_000.0,
+            "block_size": 256.0,
+        },
     ]
 
 
@@ -133,12 +164,18 @@ def test_occupancy_critical_needs_a_heavy_kernel():
 
 # --- launch configuration -------------------------------------------------------------------------
 
+
 def test_small_grid_loss_is_summed_per_launch():
     launches = [
         {"kernel_short": "fake_small", "dur_ns": 150_000.0, "grid_size": 33.0, "block_size": 256.0},
         {"kernel_short": "fake_small", "dur_ns": 50_000.0, "grid_size": 66.0, "block_size": 256.0},
-        {"kernel_short": "fake_big", "dur_ns": 800_000.0, "grid_size": 1320.0, "block_size": 256.0,
-         "waves_per_sm": 10.0},
+        {
+            "kernel_short": "fake_big",
+            "dur_ns": 800_000.0,
+            "grid_size": 1320.0,
+            "block_size": 256.0,
+            "waves_per_sm": 10.0,
+        },
         # a 2 µs one-block kernel: launch-bound, a bigger grid would not help it
         *repeat(3, kernel_short="fake_tiny_one_block", dur_ns=2_000.0, grid_size=1.0, block_size=128.0),
     ]
@@ -155,12 +192,29 @@ def test_small_grid_loss_is_summed_per_launch():
 
 
 def test_tail_needs_few_waves_and_a_mostly_empty_last_wave():
-    launches = [{"kernel_short": "fake_half_tail", "dur_ns": 100_000.0, "grid_size": 198.0, "block_size": 128.0,
-                 "waves_per_sm": 1.5},   # 50 % of the last wave idle, 2 waves
-                {"kernel_short": "fake_full_tail", "dur_ns": 100_000.0, "grid_size": 260.0, "block_size": 128.0,
-                 "waves_per_sm": 1.97},  # 3 % idle: under the 25 % band
-                {"kernel_short": "fake_many_waves", "dur_ns": 100_000.0, "grid_size": 1254.0, "block_size": 128.0,
-                 "waves_per_sm": 9.5}]   # tails do not matter beyond 4 waves
+    launches = [
+        {
+            "kernel_short": "fake_half_tail",
+            "dur_ns": 100_000.0,
+            "grid_size": 198.0,
+            "block_size": 128.0,
+            "waves_per_sm": 1.5,
+        },  # 50 % of the last wave idle, 2 waves
+        {
+            "kernel_short": "fake_full_tail",
+            "dur_ns": 100_000.0,
+            "grid_size": 260.0,
+            "block_size": 128.0,
+            "waves_per_sm": 1.97,
+        },  # 3 % idle: under the 25 % band
+        {
+            "kernel_short": "fake_many_waves",
+            "dur_ns": 100_000.0,
+            "grid_size": 1254.0,
+            "block_size": 128.0,
+            "waves_per_sm": 9.5,
+        },
+    ]  # tails do not matter beyond 4 waves
     f = by_id(launch_config.analyze(fake_profile(launches), TH))["launch_config.tail_effect"]
     assert [s.name for s in f.subjects] == ["fake_half_tail"]
     assert f.subjects[0].figures["last_wave_idle_pct"] == pytest.approx(50.0)
@@ -177,8 +231,15 @@ def test_waves_fall_back_to_blocks_per_sm():
 
 
 def test_block_not_warp_multiple_exact():
-    launches = [{"kernel_short": "fake_odd", "dur_ns": 100_000.0, "grid_size": 1320.0, "block_size": 100.0,
-                 "waves_per_sm": 10.0}]
+    launches = [
+        {
+            "kernel_short": "fake_odd",
+            "dur_ns": 100_000.0,
+            "grid_size": 1320.0,
+            "block_size": 100.0,
+            "waves_per_sm": 10.0,
+        }
+    ]
     f = by_id(launch_config.analyze(fake_profile(launches), TH))["launch_config.block_not_warp_multiple"]
     assert f.subjects[0].figures["block_threads"] == 100
     assert f.subjects[0].figures["wasted_lane_pct"] == pytest.approx(100 * 28 / 128)
@@ -187,9 +248,12 @@ def test_block_not_warp_multiple_exact():
 
 # --- tiny kernels ---------------------------------------------------------------------------------
 
+
 def fake_tiny_launches(n_tiny=30):
-    return [*repeat(n_tiny, kernel_short="fake_add", dur_ns=2_000.0, grid_size=1.0, block_size=128.0),
-            *repeat(10, kernel_short="fake_big", dur_ns=1_000_000.0, grid_size=4096.0, block_size=256.0)]
+    return [
+        *repeat(n_tiny, kernel_short="fake_add", dur_ns=2_000.0, grid_size=1.0, block_size=128.0),
+        *repeat(10, kernel_short="fake_big", dur_ns=1_000_000.0, grid_size=4096.0, block_size=256.0),
+    ]
 
 
 def test_tiny_kernels_launch_bound_exact():
@@ -210,6 +274,7 @@ def test_too_few_tiny_launches_are_no_finding():
 
 # --- speed of light -------------------------------------------------------------------------------
 
+
 def test_speed_of_light_classes_and_latency_finding():
     launches = [
         {"kernel_short": "fake_latency", "dur_ns": 500_000.0, "sm_throughput_pct": 10.0, "memory_throughput_pct": 20.0},
@@ -220,8 +285,13 @@ def test_speed_of_light_classes_and_latency_finding():
     ]
     r = speed_of_light.analyze(fake_profile(launches), TH)
     bound = dict(zip(r.tables["kernels"]["kernel"], r.tables["kernels"]["bound"]))
-    assert bound == {"fake_latency": "latency-bound", "fake_mem": "memory-bound", "fake_comp": "compute-bound",
-                     "fake_bal": "balanced", "fake_dram_only": "memory-bound"}
+    assert bound == {
+        "fake_latency": "latency-bound",
+        "fake_mem": "memory-bound",
+        "fake_comp": "compute-bound",
+        "fake_bal": "balanced",
+        "fake_dram_only": "memory-bound",
+    }
     f = by_id(r)["speed_of_light.latency_bound"]
     assert [s.name for s in f.subjects] == ["fake_latency"] and f.severity == Severity.WARNING
     assert f.cost_share == pytest.approx(0.5 * (1 - 20 / 60))
@@ -236,6 +306,7 @@ def test_speed_of_light_missing_is_not_measured():
 
 
 # --- the overview and the whole pipeline ------------------------------------------------------------
+
 
 def test_kernels_overview_table():
     r = kernels_analyzer.analyze(fake_profile(fake_l2_launches()), TH)

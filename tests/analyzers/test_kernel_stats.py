@@ -1,4 +1,5 @@
 """diagnose.kernel_stats on hand-made frames: grouping by full name, duration weights, NaN handling."""
+
 import math
 
 import pytest
@@ -11,16 +12,38 @@ CLAMP = "void vectorized_elementwise_kernel<4, clamp_lambda>(int, T2, T3)"
 
 
 def fake_two_instances():
-    return fake_kernels([
-        {"kernel_short": "vectorized_elementwise_kernel", "kernel_name": FILL, "dur_ns": 1000.0, "l2_hit_pct": 40.0,
-         "grid_size": 1.0},
-        {"kernel_short": "vectorized_elementwise_kernel", "kernel_name": CLAMP, "dur_ns": 30000.0, "l2_hit_pct": 50.0,
-         "grid_size": 8192.0},
-        {"kernel_short": "vectorized_elementwise_kernel", "kernel_name": CLAMP, "dur_ns": 10000.0, "l2_hit_pct": 90.0,
-         "grid_size": 4096.0},
-        {"kernel_short": "vectorized_elementwise_kernel", "kernel_name": CLAMP, "dur_ns": 9000.0, "l2_hit_pct": None,
-         "grid_size": 4096.0},
-    ])
+    return fake_kernels(
+        [
+            {
+                "kernel_short": "vectorized_elementwise_kernel",
+                "kernel_name": FILL,
+                "dur_ns": 1000.0,
+                "l2_hit_pct": 40.0,
+                "grid_size": 1.0,
+            },
+            {
+                "kernel_short": "vectorized_elementwise_kernel",
+                "kernel_name": CLAMP,
+                "dur_ns": 30000.0,
+                "l2_hit_pct": 50.0,
+                "grid_size": 8192.0,
+            },
+            {
+                "kernel_short": "vectorized_elementwise_kernel",
+                "kernel_name": CLAMP,
+                "dur_ns": 10000.0,
+                "l2_hit_pct": 90.0,
+                "grid_size": 4096.0,
+            },
+            {
+                "kernel_short": "vectorized_elementwise_kernel",
+                "kernel_name": CLAMP,
+                "dur_ns": 9000.0,
+                "l2_hit_pct": None,
+                "grid_size": 4096.0,
+            },
+        ]
+    )
 
 
 def test_same_short_name_different_instances_stay_apart():

@@ -1,4 +1,5 @@
 """The ncu analyzers on the real H200 captures of planted problems (fixtures/ncu/, see its PROVENANCE.md)."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -30,8 +31,8 @@ def test_random_gather_is_critical_low_l2(form):
     assert [s.name for s in f.subjects] == ["_scatter_gather_elementwise_kernel"]
     s = f.subjects[0]
     assert s.figures["launches"] == 3
-    assert s.figures["l2_hit_pct"] == pytest.approx(17.14, abs=0.05)   # 17.12 / 17.16 / 17.13, duration-weighted
-    assert s.figures["dram_bound"] is False                          # DRAM ≈ 53 % < 60 % band
+    assert s.figures["l2_hit_pct"] == pytest.approx(17.14, abs=0.05)  # 17.12 / 17.16 / 17.13, duration-weighted
+    assert s.figures["dram_bound"] is False  # DRAM ≈ 53 % < 60 % band
     # misses removed by reaching the 85 % band: (85 - 17.13) / (100 - 17.13) of all the GPU time
     assert f.cost_share == pytest.approx((85 - s.figures["l2_hit_pct"]) / (100 - s.figures["l2_hit_pct"]))
     assert f.cost_share == pytest.approx(0.819, abs=0.001)
@@ -73,8 +74,14 @@ def test_tiny_kernels_are_launch_bound_and_not_small_grid():
 def test_matmul_has_no_launch_or_occupancy_findings():
     a = analysis_of("matmul_tiled")
     got = ids(a)
-    for fid in ("launch_config.small_grid", "launch_config.tail_effect", "launch_config.block_not_warp_multiple",
-                "occupancy.gap", "tiny_kernels.launch_bound", "speed_of_light.latency_bound"):
+    for fid in (
+        "launch_config.small_grid",
+        "launch_config.tail_effect",
+        "launch_config.block_not_warp_multiple",
+        "occupancy.gap",
+        "tiny_kernels.launch_bound",
+        "speed_of_light.latency_bound",
+    ):
         assert fid not in got, fid
     # 8192³ bf16: L2 hit ≈ 71.5 % but SM throughput ≈ 93 % and DRAM ≈ 20 %: misses do not limit it
     assert "l2.low_hit_rate" not in got
@@ -93,8 +100,11 @@ def test_missing_l2_metric_says_not_measured():
 
 def test_empty_profile_gives_no_ncu_findings():
     a = diagnose.analyze(diagnose.Profile())
-    assert not [f for f in a.findings if f.analyzer in ("l2", "occupancy", "launch_config", "tiny_kernels",
-                                                        "speed_of_light", "kernels")]
+    assert not [
+        f
+        for f in a.findings
+        if f.analyzer in ("l2", "occupancy", "launch_config", "tiny_kernels", "speed_of_light", "kernels")
+    ]
 
 
 def test_fake_odd_block_and_tail_frames():
@@ -102,10 +112,18 @@ def test_fake_odd_block_and_tail_frames():
     from parsers.ncu_kernels import KERNELS_SCHEMA
     from parsers.schema import conform
 
-    rows = pd.DataFrame({
-        "launch_id": [0, 1], "kernel_short": ["fake_odd", "fake_tail"], "kernel_name": ["fake_odd", "fake_tail"],
-        "dur_ns": [50_000.0, 50_000.0], "grid_size": [1000.0, 165.0], "block_size": [100.0, 256.0],
-        "waves_per_sm": [2.0, 1.25], "sm_count": [132.0, 132.0]})
+    rows = pd.DataFrame(
+        {
+            "launch_id": [0, 1],
+            "kernel_short": ["fake_odd", "fake_tail"],
+            "kernel_name": ["fake_odd", "fake_tail"],
+            "dur_ns": [50_000.0, 50_000.0],
+            "grid_size": [1000.0, 165.0],
+            "block_size": [100.0, 256.0],
+            "waves_per_sm": [2.0, 1.25],
+            "sm_count": [132.0, 132.0],
+        }
+    )
     profile = diagnose.Profile(kernels=conform(rows, KERNELS_SCHEMA))
     got = ids(diagnose.analyze(profile))
     odd = got["launch_config.block_not_warp_multiple"]

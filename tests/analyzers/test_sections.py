@@ -1,4 +1,5 @@
 """The ncu report sections: every renderer on an empty result, and user text escaped end to end."""
+
 import importlib
 
 import pytest
@@ -20,20 +21,41 @@ def test_section_renders_an_empty_result(name):
 
 
 def fake_evil_launches():
-    metrics = {"l2_hit_pct": 20.0, "dram_throughput_pct": 10.0, "sm_throughput_pct": 5.0,
-               "memory_throughput_pct": 8.0, "achieved_occupancy_pct": 20.0, "theoretical_occupancy_pct": 100.0,
-               "occupancy_limit_registers": 8.0, "occupancy_limit_shared_mem": 8.0, "occupancy_limit_warps": 8.0,
-               "occupancy_limit_blocks": 32.0, "block_size": 100.0, "waves_per_sm": 2.5, "grid_x": 330.0,
-               "grid_y": 1.0, "grid_z": 1.0, "grid_size": 330.0}
-    return [*repeat(3, kernel_short=EVIL, kernel_name=f"void {EVIL}(float *)", dur_ns=100_000.0, **metrics),
-            *repeat(30, kernel_short="fake_tiny", dur_ns=2_000.0, grid_size=1.0, block_size=128.0, l2_hit_pct=40.0)]
+    metrics = {
+        "l2_hit_pct": 20.0,
+        "dram_throughput_pct": 10.0,
+        "sm_throughput_pct": 5.0,
+        "memory_throughput_pct": 8.0,
+        "achieved_occupancy_pct": 20.0,
+        "theoretical_occupancy_pct": 100.0,
+        "occupancy_limit_registers": 8.0,
+        "occupancy_limit_shared_mem": 8.0,
+        "occupancy_limit_warps": 8.0,
+        "occupancy_limit_blocks": 32.0,
+        "block_size": 100.0,
+        "waves_per_sm": 2.5,
+        "grid_x": 330.0,
+        "grid_y": 1.0,
+        "grid_z": 1.0,
+        "grid_size": 330.0,
+    }
+    return [
+        *repeat(3, kernel_short=EVIL, kernel_name=f"void {EVIL}(float *)", dur_ns=100_000.0, **metrics),
+        *repeat(30, kernel_short="fake_tiny", dur_ns=2_000.0, grid_size=1.0, block_size=128.0, l2_hit_pct=40.0),
+    ]
 
 
 def test_kernel_name_with_script_tag_is_escaped_in_the_report():
     a = diagnose.analyze(fake_profile(fake_evil_launches()))
     ids = {f.id for f in a.findings}
-    assert {"l2.low_hit_rate", "occupancy.gap", "launch_config.block_not_warp_multiple",
-            "launch_config.tail_effect", "tiny_kernels.launch_bound", "speed_of_light.latency_bound"} <= ids
+    assert {
+        "l2.low_hit_rate",
+        "occupancy.gap",
+        "launch_config.block_not_warp_multiple",
+        "launch_config.tail_effect",
+        "tiny_kernels.launch_bound",
+        "speed_of_light.latency_bound",
+    } <= ids
     html = render_html(a)
     assert EVIL not in html
     assert "alert(1)</script>" not in html

@@ -2,6 +2,7 @@
 
 Skips where ../shared is absent (a user's clone). Numbers checked by hand against the CSV rows.
 """
+
 import pytest
 
 import diagnose

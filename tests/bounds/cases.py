@@ -7,6 +7,7 @@ accepted (exit 0 or 1). Every run must stay within ``max_wall_s`` and ``max_rss_
 are made at run time, by streaming, and named fake_*; nothing here is a real capture (the
 valid-ish inputs repeat real fixtures).
 """
+
 from __future__ import annotations
 
 import os
@@ -45,14 +46,20 @@ class Case:
         return self.refuse or "accepted"
 
 
-NCU_HEADER = (b'"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
-              b'"Grid Size","Device","CC","gpu__time_duration.sum"\n')
+NCU_HEADER = (
+    b'"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+    b'"Grid Size","Device","CC","gpu__time_duration.sum"\n'
+)
 NCU_ROW = b'"0","1","python3","h","void k<float>(int)","1","7","(128, 1, 1)","(1, 1, 1)","0","9.0","1,024"\n'
-NVML_HEADER = (b"t_ns,gpu,gpu_util_pct,mem_util_pct,mem_used_bytes,mem_total_bytes,sm_clock_mhz,mem_clock_mhz,"
-               b"power_w,pcie_tx_bytes_per_s,pcie_rx_bytes_per_s,temperature_c\n")
+NVML_HEADER = (
+    b"t_ns,gpu,gpu_util_pct,mem_util_pct,mem_used_bytes,mem_total_bytes,sm_clock_mhz,mem_clock_mhz,"
+    b"power_w,pcie_tx_bytes_per_s,pcie_rx_bytes_per_s,temperature_c\n"
+)
 NVML_ROW = b"1796241915893017919,0,100,35,70000000000,150754820096,1980,3201,650.1,,,45\n"
-STATS_LINE = (b'{"kind":"memory_stats","rank":0,"step":1,"t_ns":1796241923288418238,"framework":"torch",'
-              b'"stats":{"allocated_bytes.all.current":1024,"reserved_bytes.all.current":2048}}\n')
+STATS_LINE = (
+    b'{"kind":"memory_stats","rank":0,"step":1,"t_ns":1796241923288418238,"framework":"torch",'
+    b'"stats":{"allocated_bytes.all.current":1024,"reserved_bytes.all.current":2048}}\n'
+)
 TINY_EVENT = b'{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1},'
 DEEP = b"[" * NESTED + b"]" * NESTED
 
@@ -65,6 +72,7 @@ def _text(name: str, data: bytes) -> Callable[[Path, Sizes], Path]:
     def make(folder: Path, sizes: Sizes) -> Path:
         (folder / name).write_bytes(data)
         return folder / name
+
     return make
 
 
@@ -76,6 +84,7 @@ def _valid(name: str, grow) -> Callable[[Path, Sizes], Path]:
     def make(folder: Path, sizes: Sizes) -> Path:
         grow(folder / name, sizes.valid_bytes)
         return folder / name
+
     return make
 
 
@@ -96,8 +105,17 @@ def _deep_pickle(folder: Path, sizes: Sizes) -> Path:
 def _laughs_pickle(folder: Path, sizes: Sizes) -> Path:
     """4 KB that claims a million blocks: one segment referenced 1,000 times, one block 1,000 times in it."""
     block = {"address": 0, "size": 512, "requested_size": 512, "state": "active_allocated", "frames": []}
-    segment = {"device": 0, "address": 0, "total_size": 512_000, "allocated_size": 0, "active_size": 0,
-               "stream": 0, "segment_type": "large", "blocks": [block] * 1000, "frames": []}
+    segment = {
+        "device": 0,
+        "address": 0,
+        "total_size": 512_000,
+        "allocated_size": 0,
+        "active_size": 0,
+        "stream": 0,
+        "segment_type": "large",
+        "blocks": [block] * 1000,
+        "frames": [],
+    }
     p = folder / "fake_laughs.pickle"
     p.write_bytes(pickle.dumps({"segments": [segment] * 1000, "device_traces": [[]]}, protocol=4))
     return p
@@ -160,65 +178,148 @@ BOMB_RSS_BYTES = GiB  # a bomb is refused after ~GZIP_ALLOWANCE_BYTES: far below
 
 CASES: list[Case] = [
     # 1. gzip bombs: ~1 MB on disk, GBs inflated
-    Case("bomb: trace .json.gz (whitespace)", "gzip bomb",
-         _bomb("fake_bomb.json.gz", b'{"traceEvents": [', b" ", b"]}"), "MAX_GZIP_RATIO",
-         max_rss_bytes=BOMB_RSS_BYTES),
-    Case("bomb: trace .pt.trace.json.gz (valid events)", "gzip bomb",
-         _bomb("fake_bomb.pt.trace.json.gz", b'{"schemaVersion": 1, "traceEvents": [', TINY_EVENT, TINY_EVENT[:-1] + b"]}"),
-         "MAX_GZIP_RATIO", max_rss_bytes=BOMB_RSS_BYTES),
-    Case("bomb: snapshot .json.gz ('[')", "gzip bomb",
-         _bomb("fake_bomb.snapshot.json.gz", b'{"schema": "gpudiag.snapshot/1", "segments": ', b"["),
-         "MAX_GZIP_RATIO", max_rss_bytes=BOMB_RSS_BYTES),
-    Case("bomb: snapshot .pickle.gz (zeros)", "gzip bomb",
-         _bomb("fake_bomb.pickle.gz", b"\x80\x04", b"\0"), "MAX_GZIP_RATIO", max_rss_bytes=BOMB_RSS_BYTES),
-    Case("bomb: ncu .csv.gz (valid rows)", "gzip bomb",
-         _bomb("fake_bomb_ncu.csv.gz", NCU_HEADER, NCU_ROW), "MAX_GZIP_RATIO", max_rss_bytes=BOMB_RSS_BYTES),
-    Case("bomb: ncu .ncu-rep.gz (zeros)", "gzip bomb",
-         _bomb("fake_bomb.ncu-rep.gz", b"NVR\0", b"\0"), "MAX_GZIP_RATIO", max_rss_bytes=BOMB_RSS_BYTES),
-    Case("bomb: memory stats .jsonl.gz (valid lines)", "gzip bomb",
-         _bomb("fake_bomb.stats.jsonl.gz", b"", STATS_LINE), "MAX_GZIP_RATIO", max_rss_bytes=BOMB_RSS_BYTES),
-    Case("bomb: NVML .csv.gz (NVML takes no gzip)", "gzip bomb",
-         _bomb("fake_bomb_nvml.csv.gz", NVML_HEADER, NVML_ROW), "gzip-compressed", max_rss_bytes=BOMB_RSS_BYTES),
-    Case("bomb: events .jsonl.gz (events take no gzip)", "gzip bomb",
-         _bomb("fake_bomb_rank0.jsonl.gz", b"", b'{"kind":"step","rank":0,"step":1,"host_ms":1.5}\n'),
-         "gzip-compressed", max_rss_bytes=BOMB_RSS_BYTES),
+    Case(
+        "bomb: trace .json.gz (whitespace)",
+        "gzip bomb",
+        _bomb("fake_bomb.json.gz", b'{"traceEvents": [', b" ", b"]}"),
+        "MAX_GZIP_RATIO",
+        max_rss_bytes=BOMB_RSS_BYTES,
+    ),
+    Case(
+        "bomb: trace .pt.trace.json.gz (valid events)",
+        "gzip bomb",
+        _bomb(
+            "fake_bomb.pt.trace.json.gz", b'{"schemaVersion": 1, "traceEvents": [', TINY_EVENT, TINY_EVENT[:-1] + b"]}"
+        ),
+        "MAX_GZIP_RATIO",
+        max_rss_bytes=BOMB_RSS_BYTES,
+    ),
+    Case(
+        "bomb: snapshot .json.gz ('[')",
+        "gzip bomb",
+        _bomb("fake_bomb.snapshot.json.gz", b'{"schema": "gpudiag.snapshot/1", "segments": ', b"["),
+        "MAX_GZIP_RATIO",
+        max_rss_bytes=BOMB_RSS_BYTES,
+    ),
+    Case(
+        "bomb: snapshot .pickle.gz (zeros)",
+        "gzip bomb",
+        _bomb("fake_bomb.pickle.gz", b"\x80\x04", b"\0"),
+        "MAX_GZIP_RATIO",
+        max_rss_bytes=BOMB_RSS_BYTES,
+    ),
+    Case(
+        "bomb: ncu .csv.gz (valid rows)",
+        "gzip bomb",
+        _bomb("fake_bomb_ncu.csv.gz", NCU_HEADER, NCU_ROW),
+        "MAX_GZIP_RATIO",
+        max_rss_bytes=BOMB_RSS_BYTES,
+    ),
+    Case(
+        "bomb: ncu .ncu-rep.gz (zeros)",
+        "gzip bomb",
+        _bomb("fake_bomb.ncu-rep.gz", b"NVR\0", b"\0"),
+        "MAX_GZIP_RATIO",
+        max_rss_bytes=BOMB_RSS_BYTES,
+    ),
+    Case(
+        "bomb: memory stats .jsonl.gz (valid lines)",
+        "gzip bomb",
+        _bomb("fake_bomb.stats.jsonl.gz", b"", STATS_LINE),
+        "MAX_GZIP_RATIO",
+        max_rss_bytes=BOMB_RSS_BYTES,
+    ),
+    Case(
+        "bomb: NVML .csv.gz (NVML takes no gzip)",
+        "gzip bomb",
+        _bomb("fake_bomb_nvml.csv.gz", NVML_HEADER, NVML_ROW),
+        "gzip-compressed",
+        max_rss_bytes=BOMB_RSS_BYTES,
+    ),
+    Case(
+        "bomb: events .jsonl.gz (events take no gzip)",
+        "gzip bomb",
+        _bomb("fake_bomb_rank0.jsonl.gz", b"", b'{"kind":"step","rank":0,"step":1,"host_ms":1.5}\n'),
+        "gzip-compressed",
+        max_rss_bytes=BOMB_RSS_BYTES,
+    ),
     # 2. JSON nested 100,000 deep
-    Case("nested: trace JSON", "nested JSON", _text("fake_deep_trace.json", b'{"traceEvents": ' + DEEP + b"}"),
-         "MAX_NESTING_DEPTH"),
-    Case("nested: trace event args", "nested JSON", _text("fake_deep_args.json", (
-        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1, '
-        b'"args": ' + DEEP + b"}]}")), "MAX_NESTING_DEPTH"),
-    Case("nested: snapshot JSON", "nested JSON",
-         _text("fake_deep_snapshot.json", b'{"schema": "gpudiag.snapshot/1", "segments": ' + DEEP + b"}"),
-         "MAX_NESTING_DEPTH"),
+    Case(
+        "nested: trace JSON",
+        "nested JSON",
+        _text("fake_deep_trace.json", b'{"traceEvents": ' + DEEP + b"}"),
+        "MAX_NESTING_DEPTH",
+    ),
+    Case(
+        "nested: trace event args",
+        "nested JSON",
+        _text(
+            "fake_deep_args.json",
+            (
+                b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1, '
+                b'"args": ' + DEEP + b"}]}"
+            ),
+        ),
+        "MAX_NESTING_DEPTH",
+    ),
+    Case(
+        "nested: snapshot JSON",
+        "nested JSON",
+        _text("fake_deep_snapshot.json", b'{"schema": "gpudiag.snapshot/1", "segments": ' + DEEP + b"}"),
+        "MAX_NESTING_DEPTH",
+    ),
     Case("nested: snapshot pickle", "nested JSON", _deep_pickle, "MAX_NESTING_DEPTH"),
-    Case("nested: events JSONL", "nested JSON",
-         _text("fake_deep_rank0.jsonl", b'{"kind": "step", "step": 1, "host_ms": ' + DEEP + b"}\n"), "MAX_NESTING_DEPTH"),
-    Case("nested: events JSON list", "nested JSON",
-         _text("fake_deep_steps.json", b'[{"name": "step", "step": 1, "elapsed_ms": ' + DEEP + b"}]"),
-         "MAX_NESTING_DEPTH"),
-    Case("nested: memory stats JSONL", "nested JSON",
-         _text("fake_deep.stats.jsonl", b'{"kind": "memory_stats", "step": 1, "stats": ' + DEEP + b"}\n"),
-         "MAX_NESTING_DEPTH"),
+    Case(
+        "nested: events JSONL",
+        "nested JSON",
+        _text("fake_deep_rank0.jsonl", b'{"kind": "step", "step": 1, "host_ms": ' + DEEP + b"}\n"),
+        "MAX_NESTING_DEPTH",
+    ),
+    Case(
+        "nested: events JSON list",
+        "nested JSON",
+        _text("fake_deep_steps.json", b'[{"name": "step", "step": 1, "elapsed_ms": ' + DEEP + b"}]"),
+        "MAX_NESTING_DEPTH",
+    ),
+    Case(
+        "nested: memory stats JSONL",
+        "nested JSON",
+        _text("fake_deep.stats.jsonl", b'{"kind": "memory_stats", "step": 1, "stats": ' + DEEP + b"}\n"),
+        "MAX_NESTING_DEPTH",
+    ),
     Case("nested: run folder manifest", "nested JSON", _deep_manifest, "MAX_NESTING_DEPTH"),
-    Case("nested: findings JSON (check)", "nested JSON",
-         _text("fake_deep_findings.json", b'{"schema": "gpudiag.findings/1", "findings": ' + DEEP + b"}"),
-         "MAX_NESTING_DEPTH", command="check"),
+    Case(
+        "nested: findings JSON (check)",
+        "nested JSON",
+        _text("fake_deep_findings.json", b'{"schema": "gpudiag.findings/1", "findings": ' + DEEP + b"}"),
+        "MAX_NESTING_DEPTH",
+        command="check",
+    ),
     Case("pickle 'billion laughs' (4 KB, 10^6 rows)", "nested JSON", _laughs_pickle, "MIN_INPUT_BYTES_PER_ROW"),
     # 3. one line of hundreds of MB
     Case("long line: ncu CSV", "long line", _long("fake_long_ncu.csv", NCU_HEADER + b'"0","1","'), "MAX_LINE_BYTES"),
     Case("long line: NVML CSV", "long line", _long("fake_long_nvml.csv", NVML_HEADER + b"1,"), "MAX_LINE_BYTES"),
-    Case("long line: events CSV", "long line", _long("fake_long_steps.csv", b"name,step,elapsed_ms\n"),
-         "MAX_LINE_BYTES"),
-    Case("long line: events JSONL", "long line",
-         _long("fake_long_rank0.jsonl", b'{"kind": "step", "step": 1, "host_ms": 1, "name": "'), "MAX_LINE_BYTES"),
-    Case("long line: memory stats JSONL", "long line",
-         _long("fake_long.stats.jsonl", b'{"kind": "memory_stats", "step": 1, "stats": {"'), "MAX_LINE_BYTES"),
+    Case(
+        "long line: events CSV", "long line", _long("fake_long_steps.csv", b"name,step,elapsed_ms\n"), "MAX_LINE_BYTES"
+    ),
+    Case(
+        "long line: events JSONL",
+        "long line",
+        _long("fake_long_rank0.jsonl", b'{"kind": "step", "step": 1, "host_ms": 1, "name": "'),
+        "MAX_LINE_BYTES",
+    ),
+    Case(
+        "long line: memory stats JSONL",
+        "long line",
+        _long("fake_long.stats.jsonl", b'{"kind": "memory_stats", "step": 1, "stats": {"'),
+        "MAX_LINE_BYTES",
+    ),
     Case("ncu CSV quote never closed (20 MB)", "long line", _open_quote, "MAX_LINE_BYTES"),
     # 4. 10 MB of each format (valid-ish: real fixtures repeated), see VALID below
     *(Case(f"10 MB {what}", "10 MB", _valid(name, grow), None) for what, name, grow in VALID),
-    Case("ncu CSV, 400,000 columns", "10 MB", _valid("fake_ncu_too_wide.csv", inputs.too_wide_ncu_raw),
-         "MAX_CSV_COLUMNS"),
+    Case(
+        "ncu CSV, 400,000 columns", "10 MB", _valid("fake_ncu_too_wide.csv", inputs.too_wide_ncu_raw), "MAX_CSV_COLUMNS"
+    ),
     # 5. not a regular file
     Case("FIFO (report)", "not a file", _fifo, "regular file"),
     Case("FIFO (check)", "not a file", _fifo, "regular file", command="check"),

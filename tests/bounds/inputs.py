@@ -3,6 +3,7 @@
 Each writer takes the path to write and returns it. Sizes are in bytes of the file as
 written (``*_bytes``) or of what it inflates to (``inflated_bytes``).
 """
+
 from __future__ import annotations
 
 import struct
@@ -98,8 +99,9 @@ def long_line(path: Path, field_bytes: int, prefix: bytes = b"", suffix: bytes =
     return path
 
 
-def repeated(path: Path, target_bytes: int, record: bytes, prefix: bytes = b"", suffix: bytes = b"",
-             sep: bytes = b"") -> int:
+def repeated(
+    path: Path, target_bytes: int, record: bytes, prefix: bytes = b"", suffix: bytes = b"", sep: bytes = b""
+) -> int:
     """``prefix + record (sep record)* + suffix`` up to about ``target_bytes``; returns how many records."""
     unit = sep + record
     per_chunk = max(1, CHUNK_BYTES // len(unit))
@@ -117,6 +119,7 @@ def repeated(path: Path, target_bytes: int, record: bytes, prefix: bytes = b"", 
 
 
 # --- valid-ish inputs of a given size, grown from the real fixtures --------------------------------
+
 
 def _fixture(*parts: str) -> Path:
     from tests.paths import FIXTURES
@@ -174,8 +177,10 @@ def grown_trace(path: Path, target_bytes: int) -> int:
                     e["id"] = e["id"] + copy * 1_000_000
                 args = e.get("args")
                 if isinstance(args, dict):
-                    e["args"] = {k: (v + copy * 1_000_000 if k in id_args and isinstance(v, int) and v > 0 else v)
-                                 for k, v in args.items()}
+                    e["args"] = {
+                        k: (v + copy * 1_000_000 if k in id_args and isinstance(v, int) and v > 0 else v)
+                        for k, v in args.items()
+                    }
                 out.append(orjson.dumps(e))
             piece = (b"" if copy == 0 else b",\n") + b",\n".join(out)
             f.write(piece)
@@ -188,8 +193,14 @@ def grown_trace(path: Path, target_bytes: int) -> int:
 
 def tiny_events_trace(path: Path, target_bytes: int) -> int:
     """A trace of the smallest well-formed complete events, as many as ``target_bytes`` holds."""
-    return repeated(path, target_bytes, b'{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1}',
-                    prefix=b'{"traceEvents":[', suffix=b"]}", sep=b",")
+    return repeated(
+        path,
+        target_bytes,
+        b'{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1}',
+        prefix=b'{"traceEvents":[',
+        suffix=b"]}",
+        sep=b",",
+    )
 
 
 def grown_snapshot(target_bytes: int, size_of=None) -> dict:
@@ -202,9 +213,15 @@ def grown_snapshot(target_bytes: int, size_of=None) -> dict:
     segments, trace = data["segments"], data["device_traces"][0]
     copies = max(1, int(target_bytes // size))
     offset = 1 << 40
-    data["segments"] = [dict(s, address=s["address"] + c * offset,
-                             blocks=[dict(b, address=b["address"] + c * offset) for b in s.get("blocks", [])])
-                        for c in range(copies) for s in segments]
+    data["segments"] = [
+        dict(
+            s,
+            address=s["address"] + c * offset,
+            blocks=[dict(b, address=b["address"] + c * offset) for b in s.get("blocks", [])],
+        )
+        for c in range(copies)
+        for s in segments
+    ]
     data["device_traces"] = [[dict(t, addr=t.get("addr", 0) + c * offset) for c in range(copies) for t in trace]]
     return data
 
@@ -258,13 +275,13 @@ def grown_nvml(path: Path, target_bytes: int) -> int:
     lines = _read_maybe_gzip(_fixture("runs", "sync_planted", "nvml.csv")).splitlines(keepends=True)
     header, rows = lines[0], [ln.split(b",", 1)[1] for ln in lines[1:]]
     t0 = 1_796_241_915_893_017_919
-    return _write_lines(path, target_bytes, header,
-                        lambda i: b"%d," % (t0 + i * 100_000_000) + rows[i % len(rows)])
+    return _write_lines(path, target_bytes, header, lambda i: b"%d," % (t0 + i * 100_000_000) + rows[i % len(rows)])
 
 
 def grown_events_csv(path: Path, target_bytes: int) -> int:
-    return _write_lines(path, target_bytes, b"name,step,elapsed_ms\n",
-                        lambda i: b"step,%d,%.3f\n" % (i, 10 + (i % 7) * 0.25))
+    return _write_lines(
+        path, target_bytes, b"name,step,elapsed_ms\n", lambda i: b"step,%d,%.3f\n" % (i, 10 + (i % 7) * 0.25)
+    )
 
 
 def grown_events_json(path: Path, target_bytes: int) -> int:
@@ -286,8 +303,9 @@ def grown_ncu_details(path: Path, target_bytes: int) -> int:
     head, rows = lines[0], [ln for ln in lines[1:] if ln.startswith(b'"')]
     first_id = rows[0].split(b",", 1)[0]
     per_launch = [r.split(b",", 1)[1] for r in rows if r.split(b",", 1)[0] == first_id]
-    return _write_lines(path, target_bytes, head,
-                        lambda i: b'"%d",' % (i // len(per_launch)) + per_launch[i % len(per_launch)])
+    return _write_lines(
+        path, target_bytes, head, lambda i: b'"%d",' % (i // len(per_launch)) + per_launch[i % len(per_launch)]
+    )
 
 
 def run_folder_with_manifest(folder: Path, target_bytes: int) -> Path:
@@ -304,8 +322,10 @@ def run_folder_with_manifest(folder: Path, target_bytes: int) -> Path:
     return folder
 
 
-NCU_IDENTITY = (b'"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
-                b'"Grid Size","Device","CC"')
+NCU_IDENTITY = (
+    b'"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+    b'"Grid Size","Device","CC"'
+)
 
 
 def wide_ncu_raw(path: Path, target_bytes: int, columns: int = 20_000) -> int:
@@ -314,8 +334,12 @@ def wide_ncu_raw(path: Path, target_bytes: int, columns: int = 20_000) -> int:
     header = NCU_IDENTITY + b"".join(b',"m%d"' % i for i in range(metrics)) + b"\n"
     units = b'"",""' + b',""' * (columns - 2) + b"\n"
     cells = b',"1.5"' * metrics + b"\n"
-    return _write_lines(path, target_bytes, header + units,
-                        lambda i: b'"%d","1","python3","h","k","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0"' % i + cells)
+    return _write_lines(
+        path,
+        target_bytes,
+        header + units,
+        lambda i: b'"%d","1","python3","h","k","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0"' % i + cells,
+    )
 
 
 def too_wide_ncu_raw(path: Path, target_bytes: int) -> int:

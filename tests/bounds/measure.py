@@ -3,6 +3,7 @@
 Peak RSS comes from ``os.wait4`` on that one child, so runs before it do not count. A child
 that runs past ``timeout_s`` is killed (and reported with ``timed_out``).
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,14 @@ def gpudiag(*args, env: dict | None = None, timeout_s: float = 120.0) -> Run:
     child_env.update(env or {})
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "diagnose", *map(str, args)], cwd=REPO, env=child_env,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "diagnose", *map(str, args)],
+            cwd=REPO,
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+        )
         killed = threading.Event()
 
         def kill() -> None:
@@ -51,6 +58,11 @@ def gpudiag(*args, env: dict | None = None, timeout_s: float = 120.0) -> Run:
         proc.returncode = os.waitstatus_to_exitcode(status)  # so Popen does not wait for it again
         out.seek(0)
         err.seek(0)
-        return Run(returncode=proc.returncode, stdout=out.read().decode("utf-8", "replace"),
-                   stderr=err.read().decode("utf-8", "replace"), wall_s=wall_s,
-                   peak_rss_bytes=usage.ru_maxrss * 1024, timed_out=killed.is_set())
+        return Run(
+            returncode=proc.returncode,
+            stdout=out.read().decode("utf-8", "replace"),
+            stderr=err.read().decode("utf-8", "replace"),
+            wall_s=wall_s,
+            peak_rss_bytes=usage.ru_maxrss * 1024,
+            timed_out=killed.is_set(),
+        )

@@ -5,6 +5,7 @@ issue 8 (a minute, 2 GB) — a gzip bomb within 1 GiB, which it exceeds when the
 The children run two at a time (the machine has two cores) before the per-case tests look at
 their results; each input is deleted right after its run (the long-line ones are 300 MB).
 """
+
 from __future__ import annotations
 
 import shutil

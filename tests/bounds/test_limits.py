@@ -1,5 +1,6 @@
 """parsers/limits.py in-process: the nesting scan against a reference, line and gzip caps, the
 overrides, non-regular files, the pickle row check. Hand-made inputs only (named fake_*)."""
+
 from __future__ import annotations
 
 import gzip
@@ -37,7 +38,7 @@ def _scanned_depth(data: bytes, piece: int | None) -> int:
     """The smallest limit the scan lets ``data`` through, fed in pieces of ``piece`` bytes."""
     for limit in range(64):
         scan = limits._Nesting(limit)
-        chunks = [data] if piece is None else [data[i:i + piece] for i in range(0, len(data), piece)]
+        chunks = [data] if piece is None else [data[i : i + piece] for i in range(0, len(data), piece)]
         if all(scan.feed(chunk) is None for chunk in chunks):
             return limit
     raise AssertionError("deeper than the test expects")
@@ -75,7 +76,9 @@ def test_line_cap_matches_the_longest_line(tmp_path, monkeypatch, gz):
     rng = random.Random(3)
     path = tmp_path / "fake_lines.txt"
     for _ in range(150):
-        data = b"".join(b"x" * rng.randint(0, 70) + rng.choice([b"\n", b"\r", b"\r\n"]) for _ in range(rng.randint(0, 6)))
+        data = b"".join(
+            b"x" * rng.randint(0, 70) + rng.choice([b"\n", b"\r", b"\r\n"]) for _ in range(rng.randint(0, 6))
+        )
         data += b"y" * rng.randint(0, 70)
         path.write_bytes(gzip.compress(data) if gz else data)
         longest = max(len(line) for line in re.split(rb"[\r\n]", data))
@@ -112,8 +115,10 @@ def test_real_gzip_fixtures_read_whole(tmp_path, monkeypatch):
     from tests.paths import FIXTURES
 
     monkeypatch.setenv("GPUDIAG_GZIP_ALLOWANCE_BYTES", "1")
-    for path in [FIXTURES / "ncu" / "tiny_kernels" / "details.csv.gz",
-                 FIXTURES / "runs" / "mem_churn" / "memory" / "rank0.snapshot.json.gz"]:
+    for path in [
+        FIXTURES / "ncu" / "tiny_kernels" / "details.csv.gz",
+        FIXTURES / "runs" / "mem_churn" / "memory" / "rank0.snapshot.json.gz",
+    ]:
         assert limits.read_input(path) == gzip.decompress(path.read_bytes())
 
 
@@ -139,11 +144,15 @@ def test_truncated_gzip_is_an_input_error(tmp_path):
         limits.read_input(path)
 
 
-@pytest.mark.parametrize("make, kind", [
-    (lambda p: os.mkfifo(p) or p, "a FIFO (named pipe)"),
-    (lambda p: p.mkdir() or p, "a folder"),
-    (lambda p: "/dev/zero", "a character device"),
-], ids=["fifo", "folder", "dev-zero"])
+@pytest.mark.parametrize(
+    "make, kind",
+    [
+        (lambda p: os.mkfifo(p) or p, "a FIFO (named pipe)"),
+        (lambda p: p.mkdir() or p, "a folder"),
+        (lambda p: "/dev/zero", "a character device"),
+    ],
+    ids=["fifo", "folder", "dev-zero"],
+)
 def test_only_regular_files_are_opened(tmp_path, make, kind):
     path = make(tmp_path / "fake_input")
     for check in (limits.read_input, limits.require_regular_file):

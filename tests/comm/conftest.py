@@ -1,4 +1,5 @@
 """Paths and hand-made traces for the comm tests."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,16 +40,52 @@ def profile_of(*paths) -> Profile:
 
 def fake_trace(rank: int, kernels, steps=(), world_size: int | None = None) -> Trace:
     """A hand-made trace: ``kernels`` as (ts_ns, dur_ns, name, stream, kind), ``steps`` as (step, ts_ns, end_ns)."""
-    gpu = pd.DataFrame([{"ts_ns": ts, "dur_ns": d, "end_ns": ts + d, "name": n, "stream": s, "kind": k,
-                         "cat": "kernel", "device": rank, "correlation": i, "runtime_index": -1}
-                        for i, (ts, d, n, s, k) in enumerate(kernels)])
-    ann = pd.DataFrame([{"ts_ns": a, "dur_ns": b - a, "end_ns": b, "name": f"ProfilerStep#{s}", "cat": "user_annotation",
-                         "step": float(s)} for s, a, b in steps])
+    gpu = pd.DataFrame(
+        [
+            {
+                "ts_ns": ts,
+                "dur_ns": d,
+                "end_ns": ts + d,
+                "name": n,
+                "stream": s,
+                "kind": k,
+                "cat": "kernel",
+                "device": rank,
+                "correlation": i,
+                "runtime_index": -1,
+            }
+            for i, (ts, d, n, s, k) in enumerate(kernels)
+        ]
+    )
+    ann = pd.DataFrame(
+        [
+            {
+                "ts_ns": a,
+                "dur_ns": b - a,
+                "end_ns": b,
+                "name": f"ProfilerStep#{s}",
+                "cat": "user_annotation",
+                "step": float(s),
+            }
+            for s, a, b in steps
+        ]
+    )
     header = {"distributedInfo": {"rank": rank, "world_size": world_size}} if world_size else {}
-    return Trace(path=f"fake_rank{rank}.json", format="kineto", rank=rank, gpu=conform(gpu, GPU_SCHEMA),
-                 runtime=RUNTIME_SCHEMA.empty(), cuda_sync=CUDA_SYNC_SCHEMA.empty(), cpu_ops=CPU_OP_SCHEMA.empty(),
-                 python=PYTHON_SCHEMA.empty(), annotations=conform(ann, ANNOTATION_SCHEMA), flows=FLOW_SCHEMA.empty(),
-                 other=OTHER_SCHEMA.empty(), device_properties=pd.DataFrame(), metadata={"header": header})
+    return Trace(
+        path=f"fake_rank{rank}.json",
+        format="kineto",
+        rank=rank,
+        gpu=conform(gpu, GPU_SCHEMA),
+        runtime=RUNTIME_SCHEMA.empty(),
+        cuda_sync=CUDA_SYNC_SCHEMA.empty(),
+        cpu_ops=CPU_OP_SCHEMA.empty(),
+        python=PYTHON_SCHEMA.empty(),
+        annotations=conform(ann, ANNOTATION_SCHEMA),
+        flows=FLOW_SCHEMA.empty(),
+        other=OTHER_SCHEMA.empty(),
+        device_properties=pd.DataFrame(),
+        metadata={"header": header},
+    )
 
 
 def fake_profile(*traces) -> Profile:

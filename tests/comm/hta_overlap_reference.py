@@ -6,6 +6,7 @@ The traces are symlinked into one temporary folder (HTA reads the rank from each
 trace's distributedInfo) and ``TraceAnalysis.get_comm_comp_overlap`` is called.
 The numbers it printed are stored in ``tests/comm/test_comm_hta.py``.
 """
+
 import json
 import os
 import shutil

@@ -1,4 +1,5 @@
 """The comm analyzer: findings and numbers on hand-made ranks and on the real captures."""
+
 import pytest
 
 from diagnose.analyzers import comm
@@ -51,8 +52,11 @@ def test_fake_straggler_found_with_its_cause(cause, words):
 
 def test_fake_balanced_ranks_give_no_straggler_or_wait():
     st = [(s, s * 100 * MS, (s + 1) * 100 * MS) for s in range(4)]
-    ks = [k for s in range(4) for k in ((s * 100 * MS, 60 * MS, "gemm", 7, "compute"),
-                                        (s * 100 * MS + 40 * MS, 30 * MS, AR, 20, "comm"))]
+    ks = [
+        k
+        for s in range(4)
+        for k in ((s * 100 * MS, 60 * MS, "gemm", 7, "compute"), (s * 100 * MS + 40 * MS, 30 * MS, AR, 20, "comm"))
+    ]
     r = comm.analyze(fake_profile(fake_trace(0, ks, st, 2), fake_trace(1, ks, st, 2)))
     assert {f.id for f in r.findings} == set()
     assert r.summary["comm_overlap_pct"] == pytest.approx(100 * 20 / 30)  # 20 of the 30 ms overlap compute
@@ -74,12 +78,15 @@ def test_fake_no_comm_kernels_gives_empty_result():
 
 def test_kernel_names_across_nccl_versions():
     assert kernel_op("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)") == "allreduce"
-    assert kernel_op("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == "reducescatter"
+    assert (
+        kernel_op("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == "reducescatter"
+    )
     assert kernel_op("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)") == "sendrecv"
 
 
 def test_intersection_of_interval_sets():
     import numpy as np
+
     a = (np.array([0, 10]), np.array([5, 20]))
     b = (np.array([3, 5, 18]), np.array([4, 12, 30]))
     assert intersection_ns(a, b) == 1 + 2 + 2  # [3,4) + [10,12) + [18,20)

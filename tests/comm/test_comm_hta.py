@@ -12,6 +12,7 @@ HTA's numbers below were obtained on 2026-12-02 with HolisticTraceAnalysis 0.5.0
 ns-resolution timestamps to µs before merging intervals (it logs "Rounding down ns resolution events"),
 which moves its figure 0.45 points from ours; the sampled traces are in whole µs and agree exactly.
 """
+
 import pytest
 
 from diagnose import collectives as col

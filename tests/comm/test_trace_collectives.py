@@ -1,4 +1,5 @@
 """parsers.trace_collectives: the collective args Kineto writes on NCCL kernels and record_param_comms."""
+
 import gzip
 import json
 
@@ -24,12 +25,32 @@ def test_trace_without_collective_args_gives_typed_empty_frame():
 
 
 def test_fake_non_nccl_kernel_args_are_ignored(tmp_path):
-    events = [{"ph": "X", "cat": "kernel", "name": "gemm_kernel", "ts": 1.0, "dur": 2.0,
-               "args": {"Collective name": "allreduce", "correlation": 1}},
-              {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
-               "ts": 5.5, "dur": 2.0, "args": {"Collective name": "_allgather_base", "correlation": 7, "dtype": "BFloat16",
-                                               "In msg nelems": 10, "Out msg nelems": 40, "Process Group Name": "3"}},
-              {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_Broadcast", "ts": 9.0, "dur": 1.0, "args": "garbage"}]
+    events = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm_kernel",
+            "ts": 1.0,
+            "dur": 2.0,
+            "args": {"Collective name": "allreduce", "correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+            "ts": 5.5,
+            "dur": 2.0,
+            "args": {
+                "Collective name": "_allgather_base",
+                "correlation": 7,
+                "dtype": "BFloat16",
+                "In msg nelems": 10,
+                "Out msg nelems": 40,
+                "Process Group Name": "3",
+            },
+        },
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_Broadcast", "ts": 9.0, "dur": 1.0, "args": "garbage"},
+    ]
     path = tmp_path / "fake_trace.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump({"traceEvents": events}, f)

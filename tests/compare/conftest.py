@@ -1,4 +1,5 @@
 """Shared helpers for the diff and sweep tests."""
+
 from __future__ import annotations
 
 import subprocess
@@ -15,8 +16,13 @@ TRAIN_MLP = ROOT / "examples" / "train_mlp.py"
 
 
 def gpudiag(*args, timeout=300, cwd=None):
-    return subprocess.run([sys.executable, "-m", "diagnose", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd or ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or ROOT,
+    )
 
 
 def needs_ncu_parser():

@@ -1,4 +1,5 @@
 """compare() on tiny hand-made profiles/analyses: metrics, kernels, findings, regressions, renderers."""
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,19 @@ def fake_profile(step_ms=None, kernels=None) -> Profile:
     steps = {}
     if step_ms is not None:
         host = np.asarray(step_ms, dtype=float)
-        steps[0] = conform(pd.DataFrame({"rank": 0, "step": np.arange(len(host)), "name": "step",
-                                         "t_start_ns": 1.7e18 + np.cumsum(host) * 1e6, "host_ms": host,
-                                         "gpu_ms": host * 0.9}), STEPS_SCHEMA)
+        steps[0] = conform(
+            pd.DataFrame(
+                {
+                    "rank": 0,
+                    "step": np.arange(len(host)),
+                    "name": "step",
+                    "t_start_ns": 1.7e18 + np.cumsum(host) * 1e6,
+                    "host_ms": host,
+                    "gpu_ms": host * 0.9,
+                }
+            ),
+            STEPS_SCHEMA,
+        )
     return Profile(sources=["fake"], kernels=kernels if kernels is not None else pd.DataFrame(), step_events=steps)
 
 
@@ -39,8 +50,8 @@ def finding(fid, sev=Severity.WARNING):
 
 
 def test_step_time_regression_is_significant_and_gates():
-    a = [100.0] * 3 + list(100 + np.arange(20) % 5)         # 3 warm-up steps, then 100..104 ms
-    b = [100.0] * 3 + list(130 + np.arange(20) % 5)         # 30 % slower
+    a = [100.0] * 3 + list(100 + np.arange(20) % 5)  # 3 warm-up steps, then 100..104 ms
+    b = [100.0] * 3 + list(130 + np.arange(20) % 5)  # 30 % slower
     pa, pb = fake_profile(a), fake_profile(b)
     sa = {"step_time_median_ms": 102.0, "peak_reserved_bytes": 1e9, "step_count": 20}
     sb = {"step_time_median_ms": 132.0, "peak_reserved_bytes": 2e9, "step_count": 20}
@@ -52,7 +63,7 @@ def test_step_time_regression_is_significant_and_gates():
     mem = d.metrics.set_index("key").loc["peak_reserved_bytes"]
     assert mem["verdict"] == "worse" and mem["significant"] is None and mem["noise"] == "unknown (single numbers)"
     assert list(d.regressions(20)["what"]) == ["step_time_median_ms"]
-    assert d.regressions(30).empty                                    # 29.4 % is not over 30 %
+    assert d.regressions(30).empty  # 29.4 % is not over 30 %
     assert set(d.regressions(20, include_unknown_noise=True)["what"]) == {"step_time_median_ms", "peak_reserved_bytes"}
     assert d.metrics.set_index("key").loc["step_count", "verdict"] == "unchanged"
     assert len(d.tables["step_samples"]) == 40
@@ -71,10 +82,12 @@ def test_kernels_grouped_tested_added_removed():
     kb = fake_kernels([("gemm", 1500.0 + i, 60.0 + 0.1 * i) for i in range(8)] + [("new", 70.0, 20.0)] * 2)
     d = compare(fake_profile(kernels=ka), fake_profile(kernels=kb), fake_analysis({}), fake_analysis({}))
     k = d.kernels.set_index("kernel_short")
-    assert list(d.kernels["kernel_short"]) == ["gemm", "new", "old"]       # by total time
+    assert list(d.kernels["kernel_short"]) == ["gemm", "new", "old"]  # by total time
     assert k.loc["gemm", "median_dur_verdict"] == "worse" and k.loc["gemm", "median_dur_significant"] is True
     assert k.loc["gemm", "median_dur_change_pct"] == pytest.approx(100 * 500 / 1003.5)
-    assert k.loc["gemm", "l2_hit_verdict"] == "worse" and k.loc["gemm", "l2_hit_delta_pts"] == pytest.approx(-19.65, abs=0.01)
+    assert k.loc["gemm", "l2_hit_verdict"] == "worse" and k.loc["gemm", "l2_hit_delta_pts"] == pytest.approx(
+        -19.65, abs=0.01
+    )
     assert (k.loc["new", "status"], k.loc["new", "launches_b"], k.loc["new", "total_time_b_ns"]) == ("added", 2, 140.0)
     assert k.loc["old", "status"] == "removed"
     assert set(d.regressions(10)["what"]) == {"kernel gemm: median_dur_ns", "kernel gemm: l2_hit_pct"}
@@ -86,9 +99,16 @@ def test_findings_appeared_disappeared_changed():
     d = compare(fake_profile(), fake_profile(), fake_analysis({}, fa), fake_analysis({}, fb))
     assert [f["id"] for f in d.findings_added] == ["steps.unstable"]
     assert [f["id"] for f in d.findings_removed] == ["sync.host_sync"]
-    assert d.findings_changed == [{"id": "l2.low_hit_rate", "severity_a": "warning", "severity_b": "critical",
-                                   "title_a": "title of l2.low_hit_rate", "title_b": "title of l2.low_hit_rate",
-                                   "verdict": "worse"}]
+    assert d.findings_changed == [
+        {
+            "id": "l2.low_hit_rate",
+            "severity_a": "warning",
+            "severity_b": "critical",
+            "title_a": "title of l2.low_hit_rate",
+            "title_b": "title of l2.low_hit_rate",
+            "verdict": "worse",
+        }
+    ]
 
 
 def test_renderers_on_empty_diff_and_escaping():
@@ -96,7 +116,7 @@ def test_renderers_on_empty_diff_and_escaping():
     d = compare(fake_profile(), fake_profile(kernels=ka), fake_analysis({}), fake_analysis({}))
     html = render_diff_html(d)
     assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
-    assert "https://" not in html.split("<script>", 1)[0]            # nothing before the inlined js loads remotely
+    assert "https://" not in html.split("<script>", 1)[0]  # nothing before the inlined js loads remotely
     assert '<script src="http' not in html
     data = json.loads(render_diff_json(d))
     assert data["schema"] == "gpudiag.diff/1" and data["kernels"][0]["status"] == "added"

@@ -1,5 +1,6 @@
 """gpudiag diff on real captures: the H200 ncu fixtures, run folders captured here on the CPU by
 `gpudiag profile`, and (when captured) the H200 run folders of fixtures/runs/."""
+
 from __future__ import annotations
 
 import json
@@ -65,11 +66,12 @@ def test_kernel_present_in_two_separate_runs():
     k = d.kernels.set_index("kernel_short")
     row = k.loc["vectorized_elementwise_kernel"]
     assert row["status"] == "both" and row["launches_a"] == 48 and row["launches_b"] == 48
-    assert row["median_dur_p_value"] == row["median_dur_p_value"]         # a test was run (not NaN)
+    assert row["median_dur_p_value"] == row["median_dur_p_value"]  # a test was run (not NaN)
     assert k.loc["cunn_SoftMaxForward", "status"] == "added"
 
 
 # ---- run folders captured on this machine (CPU) ----------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def cpu_runs(tmp_path_factory):
@@ -79,8 +81,23 @@ def cpu_runs(tmp_path_factory):
     runs = {}
     for name, extra in (("a", []), ("b", ["--sleep-ms", "1000"])):
         out = base / name
-        r = gpudiag("profile", "-q", "-o", out, "--trace-steps", "0", "--", "python", TRAIN_MLP, "--steps", "14",
-                    "--device", "cpu", *extra, timeout=300)
+        r = gpudiag(
+            "profile",
+            "-q",
+            "-o",
+            out,
+            "--trace-steps",
+            "0",
+            "--",
+            "python",
+            TRAIN_MLP,
+            "--steps",
+            "14",
+            "--device",
+            "cpu",
+            *extra,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr
         runs[name] = out
     return runs
@@ -122,13 +139,18 @@ def test_diff_html_renders_in_browser(cpu_runs, tmp_path):
 def test_bad_inputs_exit_2(tmp_path):
     garbage = tmp_path / "fake_garbage.csv"
     garbage.write_text("just,some\nwords,here\n")
-    for args in ((garbage, garbage), (tmp_path / "missing", garbage), (NCU / "tiny_kernels" / "raw.csv", tmp_path / "nope")):
+    for args in (
+        (garbage, garbage),
+        (tmp_path / "missing", garbage),
+        (NCU / "tiny_kernels" / "raw.csv", tmp_path / "nope"),
+    ):
         r = gpudiag("diff", *args)
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.startswith("gpudiag: error:") and "Traceback" not in r.stderr
 
 
 # ---- H200 run folders (fixtures/runs/, captured by the lead; docs/diff.md) ----------------------
+
 
 def test_h200_sync_removed_is_found():
     needs_ncu_parser()

@@ -1,4 +1,5 @@
 """Mann-Whitney U, direction of metrics, and the verdict of one number (tiny hand-made samples)."""
+
 from __future__ import annotations
 
 import math
@@ -12,7 +13,7 @@ from diagnose.compare import HIGHER, LOWER, NEUTRAL, DiffOptions, change_pct, di
 def test_exact_p_fully_separated_small_samples():
     t = mann_whitney_u([1, 2, 3], [4, 5, 6])
     assert t.exact and t.u == 0
-    assert t.p_value == pytest.approx(0.1)          # 2 / C(6, 3)
+    assert t.p_value == pytest.approx(0.1)  # 2 / C(6, 3)
     assert t.min_p_value == pytest.approx(0.1)
     t = mann_whitney_u([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
     assert t.p_value == pytest.approx(2 / 252)
@@ -48,12 +49,26 @@ def test_empty_sample_gives_no_test():
     assert mann_whitney_u([float("nan")], [1.0]) is None
 
 
-@pytest.mark.parametrize("key,expected", [
-    ("step_time_median_ms", LOWER), ("gpu_idle_pct", LOWER), ("peak_reserved_bytes", LOWER),
-    ("sync_gpu_idle_ms_per_step", LOWER), ("sync_count_per_step", LOWER), ("step_host_over_gpu_ratio", LOWER),
-    ("l2_hit_time_weighted_pct", HIGHER), ("nvml_gpu_util_mean_pct", HIGHER), ("samples_per_s", HIGHER),
-    ("achieved_occupancy_pct", HIGHER), ("step_count", NEUTRAL), ("nvml_sm_clock_median_mhz", NEUTRAL),
-    ("nvml_mem_util_mean_pct", NEUTRAL), ("nvml_sample_count", NEUTRAL), ("something_new", NEUTRAL)])
+@pytest.mark.parametrize(
+    "key,expected",
+    [
+        ("step_time_median_ms", LOWER),
+        ("gpu_idle_pct", LOWER),
+        ("peak_reserved_bytes", LOWER),
+        ("sync_gpu_idle_ms_per_step", LOWER),
+        ("sync_count_per_step", LOWER),
+        ("step_host_over_gpu_ratio", LOWER),
+        ("l2_hit_time_weighted_pct", HIGHER),
+        ("nvml_gpu_util_mean_pct", HIGHER),
+        ("samples_per_s", HIGHER),
+        ("achieved_occupancy_pct", HIGHER),
+        ("step_count", NEUTRAL),
+        ("nvml_sm_clock_median_mhz", NEUTRAL),
+        ("nvml_mem_util_mean_pct", NEUTRAL),
+        ("nvml_sample_count", NEUTRAL),
+        ("something_new", NEUTRAL),
+    ],
+)
 def test_direction_of(key, expected):
     assert direction_of(key) == expected
 

@@ -1,5 +1,6 @@
 """gpudiag sweep: grid parsing, the samples contract, the Pareto front, and a real sweep of
 examples/train_sweep.py on this CPU with a planted failing combination."""
+
 from __future__ import annotations
 
 import json
@@ -31,12 +32,14 @@ def test_bad_grid_raises_input_error(bad):
 
 
 def test_fill_command_and_labels():
-    cmd = sw.fill_command(["python", "t.py", "--a={accum}", "{precision}", '{"json": 1}'],
-                          {"accum": "4", "precision": "bf16"})
+    cmd = sw.fill_command(
+        ["python", "t.py", "--a={accum}", "{precision}", '{"json": 1}'], {"accum": "4", "precision": "bf16"}
+    )
     assert cmd == ["python", "t.py", "--a=4", "bf16", '{"json": 1}']
     assert sw.label_of(3, {"accum": "4", "opt": "a/b c"}) == "03-accum=4-opt=a_b_c"
     assert sw.check_template(["python", "t.py", "{a}"], [("a", ["1"]), ("rep", ["1", "2"])]) == [
-        "grid rep is not used in the command ({rep} appears nowhere): its runs are repeats"]
+        "grid rep is not used in the command ({rep} appears nowhere): its runs are repeats"
+    ]
 
 
 def test_samples_contract():
@@ -49,17 +52,27 @@ def test_samples_contract():
 
 
 def test_pareto_front():
-    t = pd.DataFrame({"status": ["ok", "ok", "ok", "ok", "failed"],
-                      "peak_reserved_bytes": [10.0, 20.0, 15.0, 30.0, 1.0],
-                      "samples_per_s": [100.0, 300.0, 90.0, 300.0, 1e9]})
+    t = pd.DataFrame(
+        {
+            "status": ["ok", "ok", "ok", "ok", "failed"],
+            "peak_reserved_bytes": [10.0, 20.0, 15.0, 30.0, 1.0],
+            "samples_per_s": [100.0, 300.0, 90.0, 300.0, 1e9],
+        }
+    )
     # 0: least memory; 1: fastest at 20; 2: dominated by 0; 3: as fast as 1 with more memory; 4: failed
     assert list(sw.pareto_front(t)) == [True, True, False, False, False]
-    assert list(sw.pareto_front(t.assign(samples_per_s=math.nan, steps_per_s=[1.0, 2.0, 3.0, 4.0, 5.0]))) == \
-        [True, False, True, True, False]  # (20 MB, 2/s) is beaten by (15 MB, 3/s)
+    assert list(sw.pareto_front(t.assign(samples_per_s=math.nan, steps_per_s=[1.0, 2.0, 3.0, 4.0, 5.0]))) == [
+        True,
+        False,
+        True,
+        True,
+        False,
+    ]  # (20 MB, 2/s) is beaten by (15 MB, 3/s)
 
 
 def test_fake_runner_failure_and_timeout_rows(tmp_path):
     """A pluggable runner (here a fake that writes logs) drives the same row logic."""
+
     def fake_runner(command, run_dir, out, err, timeout_s):
         out.parent.mkdir(parents=True, exist_ok=True)
         code = {"ok": 0, "oom": 1, "hang": None}[command[-1]]
@@ -68,11 +81,22 @@ def test_fake_runner_failure_and_timeout_rows(tmp_path):
         return sw.Attempt(code, out, err, 0.1)
 
     def fake_measure(run_dir):
-        return {"step_count": 10, "step_time_median_ms": 250.0, "peak_reserved_bytes": 4e9,
-                "peak_allocated_bytes": 3e9, "warnings": []}
+        return {
+            "step_count": 10,
+            "step_time_median_ms": 250.0,
+            "peak_reserved_bytes": 4e9,
+            "peak_allocated_bytes": 3e9,
+            "warnings": [],
+        }
 
-    s = sw.run_sweep(["train", "{mode}"], [("mode", ["ok", "oom", "hang"])], tmp_path / "s", runner=fake_runner,
-                     timeout_s=5, measure=fake_measure)
+    s = sw.run_sweep(
+        ["train", "{mode}"],
+        [("mode", ["ok", "oom", "hang"])],
+        tmp_path / "s",
+        runner=fake_runner,
+        timeout_s=5,
+        measure=fake_measure,
+    )
     rows = s.rows.set_index("mode")
     assert rows.loc["ok", "status"] == "ok" and rows.loc["ok", "samples_per_s"] == pytest.approx(128.0)
     assert rows.loc["ok", "pareto"]
@@ -87,9 +111,28 @@ def cpu_sweep(tmp_path_factory):
     """A real sweep on this CPU: 2 x 2 grid, precision=int3 is invalid (argparse exits 2)."""
     needs_ncu_parser()
     folder = tmp_path_factory.mktemp("sweep") / "s"
-    r = gpudiag("sweep", "-o", folder, "--grid", "accum=1,2", "--grid", "precision=fp32,int3", "--",
-                "python", EXAMPLE, "--device", "cpu", "--tiny", "--steps", "8", "--grad-accum", "{accum}",
-                "--precision", "{precision}", timeout=600)
+    r = gpudiag(
+        "sweep",
+        "-o",
+        folder,
+        "--grid",
+        "accum=1,2",
+        "--grid",
+        "precision=fp32,int3",
+        "--",
+        "python",
+        EXAMPLE,
+        "--device",
+        "cpu",
+        "--tiny",
+        "--steps",
+        "8",
+        "--grad-accum",
+        "{accum}",
+        "--precision",
+        "{precision}",
+        timeout=600,
+    )
     return folder, r
 
 
@@ -104,7 +147,7 @@ def test_cpu_sweep_table_and_failed_combination(cpu_sweep):
         assert ok["status"] == "ok" and ok["exit_code"] == 0
         assert ok["samples_per_step"] == 8 and ok["step_count"] >= 3
         assert ok["samples_per_s"] == pytest.approx(8 * 1000 / ok["step_time_median_ms"])
-        assert ok["peak_reserved_bytes"] is None           # a CPU run has no CUDA memory stats
+        assert ok["peak_reserved_bytes"] is None  # a CPU run has no CUDA memory stats
         assert bad["status"] == "failed" and bad["exit_code"] == 2
         assert "invalid choice: 'int3'" in bad["reason"]
     csv = pd.read_csv(folder / "sweep.csv")
@@ -143,8 +186,23 @@ def test_sweep_numbers_match_the_run_folders_they_came_from(cpu_sweep):
 
 
 def test_sweep_all_failed_exits_1_and_bad_grid_exits_2(tmp_path):
-    r = gpudiag("sweep", "--no-profile", "-o", tmp_path / "s", "--grid", "precision=int3,int4", "--",
-                "python", EXAMPLE, "--device", "cpu", "--tiny", "--precision", "{precision}", timeout=300)
+    r = gpudiag(
+        "sweep",
+        "--no-profile",
+        "-o",
+        tmp_path / "s",
+        "--grid",
+        "precision=int3,int4",
+        "--",
+        "python",
+        EXAMPLE,
+        "--device",
+        "cpu",
+        "--tiny",
+        "--precision",
+        "{precision}",
+        timeout=300,
+    )
     assert r.returncode == 1, r.stderr
     rows = json.loads((tmp_path / "s" / "sweep.json").read_text())["rows"]
     assert [x["status"] for x in rows] == ["failed", "failed"]
@@ -161,12 +219,21 @@ def test_sweep_all_failed_exits_1_and_bad_grid_exits_2(tmp_path):
 def test_sweep_html_renders_in_browser(tmp_path):
     from tests.browser import external_requests, visit
 
-    rows = pd.DataFrame({"index": [0, 1, 2], "label": ["00-a=1", "01-a=2", "02-a=3"], "a": ["1", "2", "3"],
-                         "status": ["ok", "ok", "oom"], "exit_code": [0, 0, 1],
-                         "reason": ["", "", "exit code 1\nCUDA out of memory </pre><script>x</script>"],
-                         "samples_per_s": [100.0, 150.0, math.nan], "steps_per_s": [1.0, 1.5, math.nan],
-                         "step_time_median_ms": [1000.0, 666.0, math.nan],
-                         "peak_reserved_bytes": [2e9, 5e9, math.nan], "peak_allocated_bytes": [1e9, 4e9, math.nan]})
+    rows = pd.DataFrame(
+        {
+            "index": [0, 1, 2],
+            "label": ["00-a=1", "01-a=2", "02-a=3"],
+            "a": ["1", "2", "3"],
+            "status": ["ok", "ok", "oom"],
+            "exit_code": [0, 0, 1],
+            "reason": ["", "", "exit code 1\nCUDA out of memory </pre><script>x</script>"],
+            "samples_per_s": [100.0, 150.0, math.nan],
+            "steps_per_s": [1.0, 1.5, math.nan],
+            "step_time_median_ms": [1000.0, 666.0, math.nan],
+            "peak_reserved_bytes": [2e9, 5e9, math.nan],
+            "peak_allocated_bytes": [1e9, 4e9, math.nan],
+        }
+    )
     rows["pareto"] = sw.pareto_front(rows)
     fake = sw.Sweep(folder=tmp_path, grid=[("a", ["1", "2", "3"])], template=["python", "t.py", "{a}"], rows=rows)
     from reports.sweep_html import render_sweep_html, render_sweep_terminal

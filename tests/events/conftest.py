@@ -1,4 +1,5 @@
 """Shared paths and small builders for the step-timing and NVML tests."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,9 +29,19 @@ def fake_steps(host_ms, gpu_ms, rank=0, t0_ns=1.7e18, name="step") -> pd.DataFra
     """Hand-made step rows, one per value, starting ``t0_ns`` and laid end to end by host time."""
     host = np.asarray(host_ms, dtype=float)
     starts = t0_ns + np.concatenate([[0.0], np.cumsum(np.nan_to_num(host[:-1]))]) * 1e6
-    return conform(pd.DataFrame({"rank": rank, "step": np.arange(len(host)), "name": name,
-                                 "t_start_ns": starts, "host_ms": host, "gpu_ms": np.asarray(gpu_ms, dtype=float)}),
-                   STEPS_SCHEMA)
+    return conform(
+        pd.DataFrame(
+            {
+                "rank": rank,
+                "step": np.arange(len(host)),
+                "name": name,
+                "t_start_ns": starts,
+                "host_ms": host,
+                "gpu_ms": np.asarray(gpu_ms, dtype=float),
+            }
+        ),
+        STEPS_SCHEMA,
+    )
 
 
 @pytest.fixture
@@ -39,4 +50,5 @@ def tmp_file(tmp_path):
         path = tmp_path / name
         path.write_text(text)
         return path
+
     return write

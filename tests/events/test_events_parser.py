@@ -1,4 +1,5 @@
 """parsers.events: gpudiag's JSONL, the user CSV/JSON formats, and bad inputs by line."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,18 @@ from parsers.schema import missing_columns
 from tests.events.conftest import BAD, RUN_ONLY_EVENTS
 
 STEP = {"kind": "step", "rank": 1, "step": 3, "t_start_ns": 1796239003581976984, "host_ms": 12.5, "gpu_ms": 11.9}
-SYNC = {"kind": "sync", "rank": 1, "step": 3, "t_ns": 1796239003590000000, "dur_ns": 812000, "op": "aten::item",
-        "file": "/abs/train.py", "line": 19, "function": "main",
-        "stack": ["/abs/train.py:19 main", "/abs/run.py:4 <module>"]}
+SYNC = {
+    "kind": "sync",
+    "rank": 1,
+    "step": 3,
+    "t_ns": 1796239003590000000,
+    "dur_ns": 812000,
+    "op": "aten::item",
+    "file": "/abs/train.py",
+    "line": 19,
+    "function": "main",
+    "stack": ["/abs/train.py:19 main", "/abs/run.py:4 <module>"],
+}
 
 
 def jsonl(*records) -> str:
@@ -33,8 +43,16 @@ def test_jsonl_step_and_sync_records(tmp_file):
     path = tmp_file("fake_rank1.jsonl", jsonl({"kind": "run", "rank": 1}, STEP, SYNC, {"kind": "from_the_future"}))
     steps, syncs = read_events(path)
     assert steps.drop(columns="overhead_us").to_dict("records") == [
-        {"rank": 1, "step": 3, "name": "step", "t_start_ns": 1796239003581976984.0,
-         "host_ms": 12.5, "gpu_ms": 11.9, "instrumented": False}]
+        {
+            "rank": 1,
+            "step": 3,
+            "name": "step",
+            "t_start_ns": 1796239003581976984.0,
+            "host_ms": 12.5,
+            "gpu_ms": 11.9,
+            "instrumented": False,
+        }
+    ]
     assert steps["overhead_us"].isna().all()  # not recorded by this writer
     assert steps["step"].dtype == "int64"
     sync = syncs.iloc[0]
@@ -67,8 +85,11 @@ def test_user_csv_elapsed(tmp_file):
     path = tmp_file("fake_steps.csv", "name,step,elapsed_ms\nstep,0,30.5\nstep,1,20\nforward,1,8.25\n")
     assert detect(path).kind == "events"
     steps, syncs = read_events(path)
-    assert steps[["name", "step", "gpu_ms"]].values.tolist() == [["step", 0, 30.5], ["step", 1, 20.0],
-                                                                 ["forward", 1, 8.25]]
+    assert steps[["name", "step", "gpu_ms"]].values.tolist() == [
+        ["step", 0, 30.5],
+        ["step", 1, 20.0],
+        ["forward", 1, 8.25],
+    ]
     assert steps["host_ms"].isna().all() and steps["t_start_ns"].isna().all() and len(syncs) == 0
 
 
@@ -80,38 +101,51 @@ def test_user_csv_start_end_with_optional_columns(tmp_file):
 
 
 def test_user_json_list(tmp_file):
-    path = tmp_file("fake_steps.json", json.dumps([{"name": "step", "step": 0, "elapsed_ms": 10.0},
-                                                   {"name": "step", "step": 1, "start_ms": 10, "end_ms": 21.5}]))
+    path = tmp_file(
+        "fake_steps.json",
+        json.dumps(
+            [
+                {"name": "step", "step": 0, "elapsed_ms": 10.0},
+                {"name": "step", "step": 1, "start_ms": 10, "end_ms": 21.5},
+            ]
+        ),
+    )
     assert detect(path).kind == "events"
     steps, _ = read_events(path)
     assert steps["gpu_ms"].tolist() == [10.0, 11.5]
 
 
-@pytest.mark.parametrize("name, message", [
-    ("events_empty.jsonl", "is empty"),
-    ("events_truncated_middle.jsonl", r"line 2: expected one JSON object per line, found invalid JSON"),
-    ("events_missing_columns.csv", r"line 1: the CSV header lacks elapsed_ms \(or start_ms and end_ms\)"),
-    ("events_negative_duration.csv", r"line 3: elapsed_ms should be a duration ≥ 0, found '-3.0'"),
-    ("events_end_before_start.csv", r"line 3: end_ms \(5.0\) is before start_ms \(10.0\)"),
-    ("events_nan_duration.json", r"finite numbers, found NaN"),
-    ("events_not_a_number.csv", r"line 4: elapsed_ms should be a number, found 'fast'"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("events_empty.jsonl", "is empty"),
+        ("events_truncated_middle.jsonl", r"line 2: expected one JSON object per line, found invalid JSON"),
+        ("events_missing_columns.csv", r"line 1: the CSV header lacks elapsed_ms \(or start_ms and end_ms\)"),
+        ("events_negative_duration.csv", r"line 3: elapsed_ms should be a duration ≥ 0, found '-3.0'"),
+        ("events_end_before_start.csv", r"line 3: end_ms \(5.0\) is before start_ms \(10.0\)"),
+        ("events_nan_duration.json", r"finite numbers, found NaN"),
+        ("events_not_a_number.csv", r"line 4: elapsed_ms should be a number, found 'fast'"),
+    ],
+)
 def test_bad_inputs(name, message):
     with pytest.raises(InputError, match=message) as err:
         read_events(BAD / name)
     assert name in str(err.value)
 
 
-@pytest.mark.parametrize("record, message", [
-    (dict(STEP, host_ms=None, gpu_ms=None), "a step record needs host_ms or gpu_ms"),
-    (dict(STEP, gpu_ms=-1.0), "gpu_ms should be a duration"),
-    (dict(STEP, overhead_us=-2.0), "overhead_us should be a duration"),
-    (dict(STEP, step="three"), "step should be a number"),
-    (dict(STEP, step=2.5), "step should be a whole number"),
-    ({k: v for k, v in STEP.items() if k != "step"}, "step is missing"),
-    (dict(SYNC, dur_ns=-5), "dur_ns should be a duration"),
-    (dict(SYNC, stack="not a list"), "stack should be a list"),
-])
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        (dict(STEP, host_ms=None, gpu_ms=None), "a step record needs host_ms or gpu_ms"),
+        (dict(STEP, gpu_ms=-1.0), "gpu_ms should be a duration"),
+        (dict(STEP, overhead_us=-2.0), "overhead_us should be a duration"),
+        (dict(STEP, step="three"), "step should be a number"),
+        (dict(STEP, step=2.5), "step should be a whole number"),
+        ({k: v for k, v in STEP.items() if k != "step"}, "step is missing"),
+        (dict(SYNC, dur_ns=-5), "dur_ns should be a duration"),
+        (dict(SYNC, stack="not a list"), "stack should be a list"),
+    ],
+)
 def test_bad_record_names_its_line(tmp_file, record, message):
     path = tmp_file("fake_bad.jsonl", jsonl(STEP, record, STEP))
     with pytest.raises(InputError, match=f"line 2: {message}"):

@@ -1,4 +1,5 @@
 """Any text fed to the readers either reads or raises InputError — never another exception."""
+
 from __future__ import annotations
 
 import warnings
@@ -10,9 +11,32 @@ from parsers.errors import InputError
 from parsers.events import read_events
 from parsers.nvml import NVML_COLUMNS, read_nvml
 
-PIECES = st.sampled_from(['{"kind":"step","step":', '{"kind":"sync",', '"host_ms":', '"gpu_ms":', "-1", "1e400",
-                          "NaN", "null", "}", "]", "[", "\n", ",", '"x"', "3", "2.5", "name,step,elapsed_ms\n",
-                          ",".join(NVML_COLUMNS) + "\n", "step,", '"rank":', '"stack":', "true"])
+PIECES = st.sampled_from(
+    [
+        '{"kind":"step","step":',
+        '{"kind":"sync",',
+        '"host_ms":',
+        '"gpu_ms":',
+        "-1",
+        "1e400",
+        "NaN",
+        "null",
+        "}",
+        "]",
+        "[",
+        "\n",
+        ",",
+        '"x"',
+        "3",
+        "2.5",
+        "name,step,elapsed_ms\n",
+        ",".join(NVML_COLUMNS) + "\n",
+        "step,",
+        '"rank":',
+        '"stack":',
+        "true",
+    ]
+)
 TEXT = st.lists(st.one_of(PIECES, st.text(max_size=5)), max_size=30).map("".join)
 
 

@@ -1,4 +1,5 @@
 """parsers.nvml: the real capture-1 samples, and every bad input refused with its line."""
+
 from __future__ import annotations
 
 import math
@@ -52,23 +53,29 @@ def test_header_only_is_an_empty_typed_table():
     assert len(samples) == 0 and list(samples.columns) == list(NVML_COLUMNS)
 
 
-@pytest.mark.parametrize("name, message", [
-    ("nvml_empty.csv", "is empty"),
-    ("nvml_wrong_header.csv", r"line 1: expected the NVML header .*missing mem_used_bytes"),
-    ("nvml_not_a_number.csv", r"line 3: gpu_util_pct should be a number, found 'high'"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("nvml_empty.csv", "is empty"),
+        ("nvml_wrong_header.csv", r"line 1: expected the NVML header .*missing mem_used_bytes"),
+        ("nvml_not_a_number.csv", r"line 3: gpu_util_pct should be a number, found 'high'"),
+    ],
+)
 def test_bad_inputs(name, message):
     with pytest.raises(InputError, match=message) as err:
         read_nvml(BAD / name)
     assert name in str(err.value)
 
 
-@pytest.mark.parametrize("line, message", [
-    ("1,0,50", "expected 12 comma-separated values, found 3"),
-    (",0,1,2,3,4,5,6,7,8,9,10", "t_ns is empty"),
-    ("1,-1,1,2,3,4,5,6,7,8,9,10", "gpu should be a device index"),
-    ("1,0,inf,2,3,4,5,6,7,8,9,10", "finite"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("1,0,50", "expected 12 comma-separated values, found 3"),
+        (",0,1,2,3,4,5,6,7,8,9,10", "t_ns is empty"),
+        ("1,-1,1,2,3,4,5,6,7,8,9,10", "gpu should be a device index"),
+        ("1,0,inf,2,3,4,5,6,7,8,9,10", "finite"),
+    ],
+)
 def test_malformed_line_in_the_middle_names_its_line(tmp_file, line, message):
     path = tmp_file("fake_nvml_bad.csv", f"{HEADER}\n1,0,1,2,3,4,5,6,7,8,9,10\n{line}\n2,0,1,2,3,4,5,6,7,8,9,10\n")
     with pytest.raises(InputError, match=f"line 3: .*{message}"):

@@ -1,4 +1,5 @@
 """reports.sections.steps / utilization: draw what the analyzers computed; empty results draw a note."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,13 @@ def test_nvml_timeline_has_five_series_on_four_rows_and_step_marks():
     result = utilization.analyze(fake_profile(nvml=samples, step_events={0: events}), Thresholds())
     html = utilization_section.render(result)
     traces = plotly_data(html)
-    assert [t["name"] for t in traces] == ["GPU 0 GPU util", "GPU 0 memory util", "GPU 0 memory used",
-                                           "GPU 0 SM clock", "GPU 0 power"]
+    assert [t["name"] for t in traces] == [
+        "GPU 0 GPU util",
+        "GPU 0 memory util",
+        "GPU 0 memory used",
+        "GPU 0 SM clock",
+        "GPU 0 power",
+    ]
     assert {t["xaxis"] for t in traces} == {"x", "x2", "x3", "x4"}
     assert html.count('"type":"line"') == 10  # one dotted line per step start
     assert 'id="utilization-per-gpu"' in html and "<script src=" not in html

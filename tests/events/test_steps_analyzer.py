@@ -1,4 +1,5 @@
 """diagnose.analyzers.steps on hand-made step frames (no real step timings captured yet)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -90,8 +91,9 @@ def test_gpu_only_user_timings_use_gpu_time():
 def test_warmup_never_more_than_half_and_threshold_override():
     short = fake_profile(step_events={0: fake_steps([30, 30, 30, 30], [10, 10, 10, 10])})
     assert steps.analyze(short, TH).summary["step_warmup_excluded"] == 2
-    th = dataclasses.replace(TH, steps=dataclasses.replace(TH.steps, warmup_steps=0, host_bound_ratio=5.0,
-                                                           host_bound_critical_ratio=9.0))
+    th = dataclasses.replace(
+        TH, steps=dataclasses.replace(TH.steps, warmup_steps=0, host_bound_ratio=5.0, host_bound_critical_ratio=9.0)
+    )
     result = steps.analyze(fake_profile(step_events={0: fake_steps([30] * 6, [10] * 6)}), th)
     assert result.summary["step_warmup_excluded"] == 0 and result.findings == []
 
@@ -105,7 +107,8 @@ def test_two_ranks_each_a_subject_and_regions_table():
     assert severities == {"rank 0": Severity.CRITICAL, "rank 1": Severity.INFO}
     regions = result.tables["regions"]
     assert regions["name"].tolist() == ["forward"] and regions["share_of_step_pct"].iloc[0] == pytest.approx(
-        100 * 4 / result.summary["step_time_median_ms"])
+        100 * 4 / result.summary["step_time_median_ms"]
+    )
     assert result.tables["per_rank"]["host_over_gpu_ratio"].tolist() == [3.0, 1.2]
 
 

@@ -1,4 +1,5 @@
 """diagnose.analyzers.utilization on the real capture-1 NVML samples and on hand-made ones."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,10 +18,22 @@ TH = Thresholds()
 
 def fake_samples(gpu_util, mem_util, gpu=0, t0_ns=1.7e18, interval_ms=100.0) -> pd.DataFrame:
     n = len(gpu_util)
-    return conform(pd.DataFrame({
-        "t_ns": t0_ns + np.arange(n) * interval_ms * 1e6, "gpu": gpu, "gpu_util_pct": gpu_util,
-        "mem_util_pct": mem_util, "mem_used_bytes": 2**30 * (1 + np.arange(n) % 3), "mem_total_bytes": 2**34,
-        "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0, "power_w": 300.0}), NVML_SCHEMA)
+    return conform(
+        pd.DataFrame(
+            {
+                "t_ns": t0_ns + np.arange(n) * interval_ms * 1e6,
+                "gpu": gpu,
+                "gpu_util_pct": gpu_util,
+                "mem_util_pct": mem_util,
+                "mem_used_bytes": 2**30 * (1 + np.arange(n) % 3),
+                "mem_total_bytes": 2**34,
+                "sm_clock_mhz": 1980.0,
+                "mem_clock_mhz": 3201.0,
+                "power_w": 300.0,
+            }
+        ),
+        NVML_SCHEMA,
+    )
 
 
 def by_id(result):
@@ -85,8 +98,10 @@ def test_two_busy_gpus_merge_into_one_finding():
     samples = pd.concat([fake_samples([20] * 30, [10] * 30, gpu=0), fake_samples([50] * 30, [10] * 30, gpu=1)])
     finding = by_id(utilization.analyze(fake_profile(nvml=samples), TH))["utilization.low_gpu_util"]
     assert finding.severity == Severity.CRITICAL and "worst of 2 GPUs" in finding.title
-    assert [(s.name, s.severity) for s in finding.subjects] == [("GPU 0", Severity.CRITICAL),
-                                                                ("GPU 1", Severity.WARNING)]
+    assert [(s.name, s.severity) for s in finding.subjects] == [
+        ("GPU 0", Severity.CRITICAL),
+        ("GPU 1", Severity.WARNING),
+    ]
 
 
 def test_timeline_is_bounded():

@@ -4,6 +4,7 @@ The property (tests/fuzz/oracle.py): an input either loads into the typed tables
 docs/contracts.md, or raises ``parsers.errors.InputError`` naming the file; never another
 exception, never past the time limit, never code run on the input's behalf.
 """
+
 from __future__ import annotations
 
 import itertools

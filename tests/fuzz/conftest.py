@@ -11,6 +11,7 @@ merely slow. The profiles are registered here and applied by the tests through
 :func:`tests.fuzz.fuzz_settings`, not loaded globally, so the suite's other hypothesis tests keep
 their own settings.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -18,9 +19,12 @@ from datetime import timedelta
 import pytest
 from hypothesis import HealthCheck, settings
 
-_COMMON = dict(derandomize=True, database=None, print_blob=True,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                      HealthCheck.function_scoped_fixture])
+_COMMON = dict(
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 settings.register_profile("ci", max_examples=6, deadline=timedelta(seconds=10), **_COMMON)
 settings.register_profile("long", max_examples=400, deadline=timedelta(seconds=20), **_COMMON)
 

@@ -26,6 +26,7 @@ Text kinds work on the uncompressed payload and gzip it again when the seed was 
 the gzip path of every reader is taken too. Pickle seeds get the value-level kinds on the
 unpickled (plain) object, then are pickled again with a chosen protocol.
 """
+
 from __future__ import annotations
 
 import copy
@@ -44,8 +45,19 @@ from typing import Any
 from parsers.restricted_pickle import loads_plain
 from tests.fuzz.seeds import Seed
 
-KINDS = ("truncate", "gzip_cut", "pickle_cut", "swap_columns", "wrong_units", "bad_numbers", "duplicate_ids",
-         "unknown_enum", "encoding", "byte_flip", "magic_garbage")
+KINDS = (
+    "truncate",
+    "gzip_cut",
+    "pickle_cut",
+    "swap_columns",
+    "wrong_units",
+    "bad_numbers",
+    "duplicate_ids",
+    "unknown_enum",
+    "encoding",
+    "byte_flip",
+    "magic_garbage",
+)
 
 
 def kinds_for(seed: Seed) -> tuple[str, ...]:
@@ -56,6 +68,7 @@ def kinds_for(seed: Seed) -> tuple[str, ...]:
 
 
 # --- choosers -----------------------------------------------------------------------------------------
+
 
 class RandomChooser:
     """Choices from a seeded ``random.Random``."""
@@ -91,12 +104,13 @@ class DrawChooser(RandomChooser):
 
 # --- the entry point ------------------------------------------------------------------------------------
 
+
 def mutate(seed: Seed, kind: str, ch: RandomChooser) -> bytes:
     """The bytes of ``seed`` mutated by ``kind`` (as they go to disk)."""
     if kind == "gzip_cut":
         return _gzip_cut(seed.data if seed.gz else _gz(seed.payload), ch)
     if kind == "magic_garbage":
-        return seed.data[:ch.int(1, 4)] + ch.bytes(ch.int(0, 600))
+        return seed.data[: ch.int(1, 4)] + ch.bytes(ch.int(0, 600))
     payload = seed.payload
     if seed.fmt == "pickle" and kind in _OBJECT_KINDS:
         out = _mutate_pickle_object(payload, kind, ch)
@@ -146,23 +160,23 @@ def _pickle_cut(payload: bytes, fmt: str, ch) -> bytes:
     i = ch.int(0, len(ops) - 2)
     how = ch.int(0, 2)
     if how == 0:  # cut before opcode i
-        return payload[:ops[i]]
+        return payload[: ops[i]]
     if how == 1:  # drop opcode i
-        return payload[:ops[i]] + payload[ops[i + 1]:]
-    return payload[:ops[i + 1]] + payload[ops[i]:]  # opcode i twice
+        return payload[: ops[i]] + payload[ops[i + 1] :]
+    return payload[: ops[i + 1]] + payload[ops[i] :]  # opcode i twice
 
 
 def _gzip_cut(compressed: bytes, ch) -> bytes:
     how = ch.int(0, 3)
     n = len(compressed)
     if how == 0:  # cut anywhere: header, deflate body, trailer (CRC and size)
-        return compressed[:ch.int(1, n - 1)]
+        return compressed[: ch.int(1, n - 1)]
     if how == 1:  # lose the 8-byte trailer only
-        return compressed[:n - ch.int(1, 8)]
+        return compressed[: n - ch.int(1, 8)]
     if how == 2:  # one corrupted byte in the deflate body (CRC mismatch or invalid block)
         i = ch.int(10, max(10, n - 9))
-        return compressed[:i] + bytes([compressed[i % n] ^ (1 << ch.int(0, 7))]) + compressed[i + 1:]
-    return compressed + ch.choice([b"\x00" * 16, b"garbage after the stream", compressed[:ch.int(1, n)]])
+        return compressed[:i] + bytes([compressed[i % n] ^ (1 << ch.int(0, 7))]) + compressed[i + 1 :]
+    return compressed + ch.choice([b"\x00" * 16, b"garbage after the stream", compressed[: ch.int(1, n)]])
 
 
 # --- columns and keys -------------------------------------------------------------------------------------
@@ -198,7 +212,7 @@ def _join(cells: list[str], like: str) -> str:
     buf = io.StringIO()
     quoting = csv.QUOTE_ALL if like.startswith('"') else csv.QUOTE_MINIMAL
     csv.writer(buf, quoting=quoting, lineterminator="").writerow(cells)
-    end = like[len(like.rstrip("\r\n")):]
+    end = like[len(like.rstrip("\r\n")) :]
     return buf.getvalue() + end
 
 
@@ -231,18 +245,43 @@ def _swap_columns(payload: bytes, fmt: str, ch) -> bytes:
 
     def rename(m: re.Match) -> bytes:  # the key between its quotes, whatever space follows before the colon
         key = m.group(1)
-        return b'"' + swap.get(key, key) + m.group(0)[len(key) + 1:]
+        return b'"' + swap.get(key, key) + m.group(0)[len(key) + 1 :]
 
     return _KEY.sub(rename, payload)
 
 
 # --- units ------------------------------------------------------------------------------------------------
 
-UNIT_TOKENS = ("usecond", "nsecond", "msecond", "second", "%", "Kbyte", "Mbyte", "Gbyte", "byte", "Kbyte/second",
-               "Gbyte/second", "byte/second", "cycle", "cycle/nsecond", "Mhz", "Ghz", "hz", "register/thread",
-               "warp", "inst", "block", "sector", "%/Kbyte", "%/register", "fortnight")
-_UNIT_CELL = re.compile(rb'"(' + b"|".join(re.escape(t.encode()) for t in sorted(UNIT_TOKENS, key=len, reverse=True))
-                        + rb')"')
+UNIT_TOKENS = (
+    "usecond",
+    "nsecond",
+    "msecond",
+    "second",
+    "%",
+    "Kbyte",
+    "Mbyte",
+    "Gbyte",
+    "byte",
+    "Kbyte/second",
+    "Gbyte/second",
+    "byte/second",
+    "cycle",
+    "cycle/nsecond",
+    "Mhz",
+    "Ghz",
+    "hz",
+    "register/thread",
+    "warp",
+    "inst",
+    "block",
+    "sector",
+    "%/Kbyte",
+    "%/register",
+    "fortnight",
+)
+_UNIT_CELL = re.compile(
+    rb'"(' + b"|".join(re.escape(t.encode()) for t in sorted(UNIT_TOKENS, key=len, reverse=True)) + rb')"'
+)
 SUFFIXES = ("_ns", "_us", "_ms", "_s", "_bytes", "_kib", "_mb", "_pct", "_frac", "_mhz", "_w", "_c")
 _SUFFIX = re.compile(rb"(?<=[a-z])(_ns|_us|_ms|_bytes|_pct|_mhz|_w|_c)(?=[\",:\n\r])")
 _TIME_UNIT = re.compile(rb'("displayTimeUnit"\s*:\s*")(\w*)(")')
@@ -259,8 +298,11 @@ def _wrong_units(payload: bytes, fmt: str, ch) -> bytes:
     new = ch.choice(family).encode()
     old = payload[start:end]
     if ch.int(0, 1):  # every occurrence of that token, e.g. a whole units row in usecond
-        pattern = {"unit": rb'"' + re.escape(old) + rb'"', "suffix": rb"(?<=[a-z])" + re.escape(old) + rb'(?=[",:\n\r])',
-                   "time": None}[what]
+        pattern = {
+            "unit": rb'"' + re.escape(old) + rb'"',
+            "suffix": rb"(?<=[a-z])" + re.escape(old) + rb'(?=[",:\n\r])',
+            "time": None,
+        }[what]
         if pattern is not None:
             repl = b'"' + new + b'"' if what == "unit" else new
             return re.sub(pattern, lambda m: repl, payload)
@@ -269,15 +311,43 @@ def _wrong_units(payload: bytes, fmt: str, ch) -> bytes:
 
 # --- numbers ----------------------------------------------------------------------------------------------
 
-BAD_NUMBERS = (b"NaN", b"nan", b"inf", b"-inf", b"Infinity", b"-Infinity", b"-1", b"-0.001", b"-1e300", b"1e400",
-               b"-0.0", b"0", b"18446744073709551616", b"9" * 40, b"-9223372036854775809", b"1e-320", b'""', b"null",
-               b"true", b'"12"', b"1_000", b"0x10", b"1,5", b" ", b"[]", b"{}", b'"n/a"')
+BAD_NUMBERS = (
+    b"NaN",
+    b"nan",
+    b"inf",
+    b"-inf",
+    b"Infinity",
+    b"-Infinity",
+    b"-1",
+    b"-0.001",
+    b"-1e300",
+    b"1e400",
+    b"-0.0",
+    b"0",
+    b"18446744073709551616",
+    b"9" * 40,
+    b"-9223372036854775809",
+    b"1e-320",
+    b'""',
+    b"null",
+    b"true",
+    b'"12"',
+    b"1_000",
+    b"0x10",
+    b"1,5",
+    b" ",
+    b"[]",
+    b"{}",
+    b'"n/a"',
+)
 _NUMBER = re.compile(rb"(?<![\w.])-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 # keys whose values are durations, times, sizes or counters: the targeted half of bad_numbers
-_NUMERIC_KEY = re.compile(rb'"(dur|ts|host_ms|gpu_ms|dur_ns|t_ns|t_start_ns|elapsed_ms|start_ms|end_ms|size|time_us|'
-                          rb'total_size|allocated_size|requested_size|addr|address|step|rank|line|exit_code|device|'
-                          rb'stream|correlation|bytes|[a-z_.]+\.current|[a-z_.]+\.peak|bytes_in_use)"\s*:\s*'
-                          rb"(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)")
+_NUMERIC_KEY = re.compile(
+    rb'"(dur|ts|host_ms|gpu_ms|dur_ns|t_ns|t_start_ns|elapsed_ms|start_ms|end_ms|size|time_us|'
+    rb"total_size|allocated_size|requested_size|addr|address|step|rank|line|exit_code|device|"
+    rb'stream|correlation|bytes|[a-z_.]+\.current|[a-z_.]+\.peak|bytes_in_use)"\s*:\s*'
+    rb"(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+)
 
 
 def _bad_numbers(payload: bytes, fmt: str, ch) -> bytes:
@@ -287,9 +357,12 @@ def _bad_numbers(payload: bytes, fmt: str, ch) -> bytes:
         bad = ch.choice(BAD_NUMBERS)
         if ch.int(0, 1):  # every value of that key (all durations negative, every step NaN)
             key = m.group(1)
-            return re.sub(rb'("' + re.escape(key) + rb'"\s*:\s*)(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)',
-                          lambda k: k.group(1) + bad, payload)
-        return payload[:m.start(2)] + bad + payload[m.end(2):]
+            return re.sub(
+                rb'("' + re.escape(key) + rb'"\s*:\s*)(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)',
+                lambda k: k.group(1) + bad,
+                payload,
+            )
+        return payload[: m.start(2)] + bad + payload[m.end(2) :]
     spans = [(m.start(), m.end()) for m in _NUMBER.finditer(payload)]
     if not spans:
         return _byte_flip(payload, fmt, ch)
@@ -306,8 +379,10 @@ def _bad_numbers(payload: bytes, fmt: str, ch) -> bytes:
 
 # --- duplicate ids ----------------------------------------------------------------------------------------
 
-_ID_KEY = re.compile(rb'"(correlation|External id|id|Python id|Python parent id|step|rank|addr|address|tid|pid|seq|'
-                     rb'device|stream|launch_id)"\s*:\s*(-?\d+)')
+_ID_KEY = re.compile(
+    rb'"(correlation|External id|id|Python id|Python parent id|step|rank|addr|address|tid|pid|seq|'
+    rb'device|stream|launch_id)"\s*:\s*(-?\d+)'
+)
 
 
 def _duplicate_ids(payload: bytes, fmt: str, ch) -> bytes:
@@ -330,19 +405,66 @@ def _duplicate_ids(payload: bytes, fmt: str, ch) -> bytes:
     value = ch.choice(same_key).group(2)
     if ch.int(0, 1):  # every id of that key the same
         return re.sub(rb'("' + re.escape(a.group(1)) + rb'"\s*:\s*)-?\d+', lambda m: m.group(1) + value, payload)
-    return payload[:a.start(2)] + value + payload[a.end(2):]
+    return payload[: a.start(2)] + value + payload[a.end(2) :]
 
 
 # --- enums ------------------------------------------------------------------------------------------------
 
-ENUM_KEYS = ("cat", "ph", "action", "kind", "framework", "state", "segment_type", "event", "source", "op", "s",
-             "cuda_sync_kind", "schema", "name")
+ENUM_KEYS = (
+    "cat",
+    "ph",
+    "action",
+    "kind",
+    "framework",
+    "state",
+    "segment_type",
+    "event",
+    "source",
+    "op",
+    "s",
+    "cuda_sync_kind",
+    "schema",
+    "name",
+)
 _ENUM = re.compile(rb'"(' + b"|".join(k.encode() for k in ENUM_KEYS) + rb')"(\s*:\s*)("(?:[^"\\]|\\.){0,80}")')
-ODD_VALUES = (b'""', b'"X"', b'"B"', b'"E"', b'"i"', b'"Q"', b'"M"', b'"f"', b'"s"', b'"kernel_v2"', b'"Kernel"',
-              b'"gpu_memcpy"', b'"python_function"', b'"cuda_runtime"', b'"cpu_op"', b'"defragment"', b'"segment_map"',
-              b'"oom"', b'"free_completed"', b'"stepx"', b'"sync"', b'"run"', b'"memory_stats"', b'"tensorflow"', b'"jax"',
-              b'"gpudiag.snapshot/2"', b'"gpudiag.run/9"', b'"\\u00e9\\u2603"', b'"\\ud800"', b"null", b"7", b"-1",
-              b"true", b'["X"]', b'{"a": 1}', b"1e400")
+ODD_VALUES = (
+    b'""',
+    b'"X"',
+    b'"B"',
+    b'"E"',
+    b'"i"',
+    b'"Q"',
+    b'"M"',
+    b'"f"',
+    b'"s"',
+    b'"kernel_v2"',
+    b'"Kernel"',
+    b'"gpu_memcpy"',
+    b'"python_function"',
+    b'"cuda_runtime"',
+    b'"cpu_op"',
+    b'"defragment"',
+    b'"segment_map"',
+    b'"oom"',
+    b'"free_completed"',
+    b'"stepx"',
+    b'"sync"',
+    b'"run"',
+    b'"memory_stats"',
+    b'"tensorflow"',
+    b'"jax"',
+    b'"gpudiag.snapshot/2"',
+    b'"gpudiag.run/9"',
+    b'"\\u00e9\\u2603"',
+    b'"\\ud800"',
+    b"null",
+    b"7",
+    b"-1",
+    b"true",
+    b'["X"]',
+    b'{"a": 1}',
+    b"1e400",
+)
 
 
 def _unknown_enum(payload: bytes, fmt: str, ch) -> bytes:
@@ -366,7 +488,7 @@ def _unknown_enum(payload: bytes, fmt: str, ch) -> bytes:
     if ch.int(0, 2) == 0:  # every value of that key, e.g. every ph
         key = re.escape(m.group(1))
         return re.sub(rb'("' + key + rb'"\s*:\s*)"(?:[^"\\]|\\.){0,80}"', lambda k: k.group(1) + value, payload)
-    return payload[:m.start(3)] + value + payload[m.end(3):]
+    return payload[: m.start(3)] + value + payload[m.end(3) :]
 
 
 # --- encodings ----------------------------------------------------------------------------------------------
@@ -407,6 +529,7 @@ def _encoding(payload: bytes, fmt: str, ch) -> bytes:
 
 # --- bytes --------------------------------------------------------------------------------------------------
 
+
 def _byte_flip(payload: bytes, fmt: str, ch) -> bytes:
     out = bytearray(payload)
     for _ in range(ch.int(1, 8)):
@@ -426,18 +549,55 @@ def _byte_flip(payload: bytes, fmt: str, ch) -> bytes:
     return bytes(out)
 
 
-_TEXT_KINDS = {"truncate": _truncate, "pickle_cut": _pickle_cut, "swap_columns": _swap_columns,
-               "wrong_units": _wrong_units, "bad_numbers": _bad_numbers, "duplicate_ids": _duplicate_ids,
-               "unknown_enum": _unknown_enum, "encoding": _encoding, "byte_flip": _byte_flip}
+_TEXT_KINDS = {
+    "truncate": _truncate,
+    "pickle_cut": _pickle_cut,
+    "swap_columns": _swap_columns,
+    "wrong_units": _wrong_units,
+    "bad_numbers": _bad_numbers,
+    "duplicate_ids": _duplicate_ids,
+    "unknown_enum": _unknown_enum,
+    "encoding": _encoding,
+    "byte_flip": _byte_flip,
+}
 
 
 # --- pickles: mutate the plain object, pickle it again -------------------------------------------------------
 
 _OBJECT_KINDS = ("swap_columns", "wrong_units", "bad_numbers", "duplicate_ids", "unknown_enum")
-BAD_VALUES: tuple[Any, ...] = (math.nan, math.inf, -math.inf, -1, -(2 ** 63) - 1, 2 ** 64, 10 ** 30, 1.5, -0.0, True,
-                               None, "12", "", [], {}, b"\x00")
-ODD_ENUMS: tuple[Any, ...] = ("", "defragment", "segment_map", "oom", "ALLOC", "free", "active_awaiting_free", "small ",
-                              "huge", None, 7, ["alloc"], "\u2603")
+BAD_VALUES: tuple[Any, ...] = (
+    math.nan,
+    math.inf,
+    -math.inf,
+    -1,
+    -(2**63) - 1,
+    2**64,
+    10**30,
+    1.5,
+    -0.0,
+    True,
+    None,
+    "12",
+    "",
+    [],
+    {},
+    b"\x00",
+)
+ODD_ENUMS: tuple[Any, ...] = (
+    "",
+    "defragment",
+    "segment_map",
+    "oom",
+    "ALLOC",
+    "free",
+    "active_awaiting_free",
+    "small ",
+    "huge",
+    None,
+    7,
+    ["alloc"],
+    "\u2603",
+)
 
 
 def _slots(obj, limit: int = 20000) -> list[tuple[Any, Any, Any]]:
@@ -474,13 +634,17 @@ def _mutate_pickle_object(payload: bytes, kind: str, ch) -> bytes:
         if lists and ch.int(0, 1):
             lst = ch.choice(lists)
             item = lst[ch.int(0, len(lst) - 1)]
-            lst.insert(ch.int(0, len(lst)), copy.deepcopy(item) if ch.int(0, 1) else item)  # a copy, or the same object twice
+            lst.insert(
+                ch.int(0, len(lst)), copy.deepcopy(item) if ch.int(0, 1) else item
+            )  # a copy, or the same object twice
         else:
             ids = [s for s in slots if s[1] in ("addr", "address", "device", "stream", "line")] or is_num or slots
             node, k, _v = ch.choice(ids)
             node[k] = ch.choice(ids)[2]
     elif kind == "swap_columns":
-        dicts = [s[2] for s in slots if isinstance(s[2], dict) and len(s[2]) >= 2] or ([obj] if isinstance(obj, dict) else [])
+        dicts = [s[2] for s in slots if isinstance(s[2], dict) and len(s[2]) >= 2] or (
+            [obj] if isinstance(obj, dict) else []
+        )
         if dicts:
             d = ch.choice(dicts)
             keys = list(d)
@@ -503,6 +667,7 @@ def _unpickled(payload: bytes):
 
 
 # --- hostile pickles ------------------------------------------------------------------------------------------
+
 
 class _Reduce:
     """Pickles as ``func(*args)``: what an attacker's ``__reduce__`` writes (GLOBAL/STACK_GLOBAL + REDUCE)."""
@@ -531,8 +696,17 @@ def hostile_pickles(marker: str) -> dict[str, bytes]:
     def unicode(b: bytes) -> bytes:  # BINUNICODE (4-byte length)
         return b"X" + len(b).to_bytes(4, "little") + b
 
-    snapshot = {"segments": [{"device": 0, "address": 0, "total_size": 2097152, "blocks": [
-        {"size": 512, "state": "active_allocated", "frames": [_Reduce(os.system, cmd)]}]}], "device_traces": [[]]}
+    snapshot = {
+        "segments": [
+            {
+                "device": 0,
+                "address": 0,
+                "total_size": 2097152,
+                "blocks": [{"size": 512, "state": "active_allocated", "frames": [_Reduce(os.system, cmd)]}],
+            }
+        ],
+        "device_traces": [[]],
+    }
     return {
         # GLOBAL + REDUCE, protocol 0 text opcodes: os.system(cmd)
         "global_reduce_os_system": b"cos\nsystem\n(V" + c + b"\ntR.",
@@ -547,8 +721,9 @@ def hostile_pickles(marker: str) -> dict[str, bytes]:
         # OBJ: MARK, GLOBAL builtins.exec, its argument, OBJ
         "obj_builtins_exec": b"\x80\x02(cbuiltins\nexec\n" + unicode(code.encode()) + b"o.",
         # NEWOBJ + BUILD twice: set an instance's __setstate__ to os.system, then BUILD calls it with cmd
-        "newobj_build_setstate": (b"\x80\x02cargparse\nNamespace\n)\x81N}V__setstate__\ncos\nsystem\ns\x86b"
-                                  + unicode(c) + b"b."),
+        "newobj_build_setstate": (
+            b"\x80\x02cargparse\nNamespace\n)\x81N}V__setstate__\ncos\nsystem\ns\x86b" + unicode(c) + b"b."
+        ),
         # the attack inside a real-looking snapshot: a block's frame is os.system(cmd)
         "nested_in_snapshot": pickle.dumps(snapshot, protocol=2),
         # EXT1: a code from copyreg's extension registry, then REDUCE
@@ -558,9 +733,16 @@ def hostile_pickles(marker: str) -> dict[str, bytes]:
     }
 
 
-RUN_BY_STOCK_PICKLE = ("global_reduce_os_system", "global_reduce_posix_system", "stack_global_builtins_eval",
-                       "stack_global_subprocess_call", "inst_subprocess", "obj_builtins_exec", "newobj_build_setstate",
-                       "nested_in_snapshot")
+RUN_BY_STOCK_PICKLE = (
+    "global_reduce_os_system",
+    "global_reduce_posix_system",
+    "stack_global_builtins_eval",
+    "stack_global_subprocess_call",
+    "inst_subprocess",
+    "obj_builtins_exec",
+    "newobj_build_setstate",
+    "nested_in_snapshot",
+)
 
 
 def inject_global(payload: bytes, marker: str, ch) -> bytes:
@@ -601,7 +783,7 @@ def mutate_run_folder(files: dict[str, bytes], kind: str, ch) -> dict[str, Any]:
             if twin != name:
                 out[f"{parent}/{twin}" if parent else twin] = files[rel]
         else:  # what a killed writer leaves: a temporary name, half written
-            out[rel + ".tmp"] = files[rel][:len(files[rel]) // 2]
+            out[rel + ".tmp"] = files[rel][: len(files[rel]) // 2]
         return out
     fmt, gz = fmt_of(rel)
     out[rel] = mutate(Seed(rel, files[rel], fmt, "", gz=gz), kind, ch)

@@ -6,6 +6,7 @@ another exception, a result that breaks its schema, running past the time limit,
 on the reader's behalf (seen by an audit hook: os.system, subprocess, exec of a code object that
 is not a module's, the stock unpickler's find_class).
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,13 @@ from parsers.schema import BOOL, CAT, F64, I64, STR, Schema
 
 # outcome kinds: the first three are fine, the rest are findings
 CLEAR_ERROR, PARTIAL, ACCEPTED = "clear_error", "partial", "accepted"
-UNCLEAR_ERROR, BAD_RESULT, UNCAUGHT, HANG, CODE_EXECUTION = ("unclear_error", "bad_result", "uncaught", "hang",
-                                                            "code_execution")
+UNCLEAR_ERROR, BAD_RESULT, UNCAUGHT, HANG, CODE_EXECUTION = (
+    "unclear_error",
+    "bad_result",
+    "uncaught",
+    "hang",
+    "code_execution",
+)
 OK_KINDS = (CLEAR_ERROR, PARTIAL, ACCEPTED)
 
 
@@ -67,8 +73,20 @@ def time_limit(seconds: float):
 
 # --- code execution --------------------------------------------------------------------------------------
 
-_WATCHED = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
-            "pty.spawn", "pickle.find_class", "ctypes.dlopen", "socket.connect", "webbrowser.open")
+_WATCHED = (
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+    "subprocess.Popen",
+    "pty.spawn",
+    "pickle.find_class",
+    "ctypes.dlopen",
+    "socket.connect",
+    "webbrowser.open",
+)
 _audit = {"armed": False, "seen": []}
 
 
@@ -119,6 +137,7 @@ def watch_code_execution():
 
 # --- readers ---------------------------------------------------------------------------------------------
 
+
 def _read_trace_and_collectives(path):
     from parsers.trace import read_trace
     from parsers.trace_collectives import read_collectives
@@ -129,26 +148,33 @@ def _read_trace_and_collectives(path):
 def _reader(name: str):
     if name in ("ncu_csv", "ncu_rep"):
         from parsers.ncu import read_ncu
+
         return read_ncu
     if name == "trace":
         return _read_trace_and_collectives
     if name in ("snapshot_pickle", "snapshot_json"):
         from parsers.snapshot import read_snapshot
+
         return read_snapshot
     if name == "memory_stats":
         from parsers.memory_stats import read_memory_stats
+
         return read_memory_stats
     if name == "events":
         from parsers.events import read_events
+
         return read_events
     if name == "nvml":
         from parsers.nvml import read_nvml
+
         return read_nvml
     if name == "manifest":
         from parsers.run_folder import read_manifest
+
         return read_manifest
     if name in ("run_folder", "load"):
         import diagnose
+
         return diagnose.load
     raise KeyError(name)
 
@@ -226,7 +252,7 @@ def check_frame(df, schema: Schema, where: str) -> list[str]:
             out.append(f"{where}: missing column {col}")
         elif str(df[col].dtype) != _DTYPES[dtype]:
             out.append(f"{where}.{col}: dtype {df[col].dtype}, declared {dtype}")
-    if list(df.columns[:len(schema.columns)]) != list(schema.columns) and not out:
+    if list(df.columns[: len(schema.columns)]) != list(schema.columns) and not out:
         out.append(f"{where}: declared columns not first and in order")
     return out
 
@@ -241,9 +267,16 @@ def check_trace(t) -> list[str]:
     from parsers import trace as T
 
     out = []
-    tables = {"gpu": T.GPU_SCHEMA, "runtime": T.RUNTIME_SCHEMA, "cuda_sync": T.CUDA_SYNC_SCHEMA,
-              "cpu_ops": T.CPU_OP_SCHEMA, "python": T.PYTHON_SCHEMA, "annotations": T.ANNOTATION_SCHEMA,
-              "flows": T.FLOW_SCHEMA, "other": T.OTHER_SCHEMA}
+    tables = {
+        "gpu": T.GPU_SCHEMA,
+        "runtime": T.RUNTIME_SCHEMA,
+        "cuda_sync": T.CUDA_SYNC_SCHEMA,
+        "cpu_ops": T.CPU_OP_SCHEMA,
+        "python": T.PYTHON_SCHEMA,
+        "annotations": T.ANNOTATION_SCHEMA,
+        "flows": T.FLOW_SCHEMA,
+        "other": T.OTHER_SCHEMA,
+    }
     for name, schema in tables.items():
         out += check_frame(getattr(t, name), schema, f"trace.{name}")
     if out:
@@ -256,11 +289,17 @@ def check_trace(t) -> list[str]:
             if (df["end_ns"] != df["ts_ns"] + df["dur_ns"]).any():
                 out.append(f"trace.{name}: end_ns != ts_ns + dur_ns")
     n = {k: len(getattr(t, k)) for k in tables}
-    for table, col, target in (("gpu", "runtime_index", "runtime"), ("runtime", "gpu_index", "gpu"),
-                               ("runtime", "cpu_op_index", "cpu_ops"), ("runtime", "python_index", "python"),
-                               ("cpu_ops", "parent_index", "cpu_ops"), ("cpu_ops", "top_index", "cpu_ops"),
-                               ("cpu_ops", "python_index", "python"), ("python", "parent_index", "python"),
-                               ("python", "user_index", "python")):
+    for table, col, target in (
+        ("gpu", "runtime_index", "runtime"),
+        ("runtime", "gpu_index", "gpu"),
+        ("runtime", "cpu_op_index", "cpu_ops"),
+        ("runtime", "python_index", "python"),
+        ("cpu_ops", "parent_index", "cpu_ops"),
+        ("cpu_ops", "top_index", "cpu_ops"),
+        ("cpu_ops", "python_index", "python"),
+        ("python", "parent_index", "python"),
+        ("python", "user_index", "python"),
+    ):
         out += _index_ok(getattr(t, table), col, n[target], f"trace.{table}")
     if not isinstance(t.warnings, list) or not all(isinstance(w, str) for w in t.warnings):
         out.append("trace.warnings: not a list of str")
@@ -271,8 +310,13 @@ def check_snapshot(s) -> list[str]:
     from parsers import snapshot as S
 
     out = []
-    for name, schema in (("segments", S.SEGMENTS_SCHEMA), ("blocks", S.BLOCKS_SCHEMA), ("trace", S.TRACE_SCHEMA),
-                         ("stacks", S.STACKS_SCHEMA), ("frames", S.FRAMES_SCHEMA)):
+    for name, schema in (
+        ("segments", S.SEGMENTS_SCHEMA),
+        ("blocks", S.BLOCKS_SCHEMA),
+        ("trace", S.TRACE_SCHEMA),
+        ("stacks", S.STACKS_SCHEMA),
+        ("frames", S.FRAMES_SCHEMA),
+    ):
         out += check_frame(getattr(s, name), schema, f"snapshot.{name}")
     if not out:
         out += _index_ok(s.blocks, "stack_id", len(s.stacks), "snapshot.blocks")
@@ -312,8 +356,9 @@ def check_manifest(m) -> list[str]:
 
     if not isinstance(m, dict):
         return [f"manifest: expected a dict, got {type(m).__name__}"]
-    return ([f"manifest.{k}: not a list" for k in _LISTS if not isinstance(m.get(k), list)]
-            + [f"manifest.{k}: not a dict" for k in _DICTS if not isinstance(m.get(k), dict)])
+    return [f"manifest.{k}: not a list" for k in _LISTS if not isinstance(m.get(k), list)] + [
+        f"manifest.{k}: not a dict" for k in _DICTS if not isinstance(m.get(k), dict)
+    ]
 
 
 def check_profile(p) -> list[str]:
@@ -352,17 +397,20 @@ def check_result(reader: str, result) -> list[str]:
         return check_ncu(result)
     if reader == "trace":
         from parsers.trace_collectives import COLLECTIVES_SCHEMA
+
         trace, collectives = result
         return check_trace(trace) + check_frame(collectives, COLLECTIVES_SCHEMA, "collectives")
     if reader in ("snapshot_pickle", "snapshot_json"):
         return check_snapshot(result)
     if reader == "memory_stats":
         from parsers.memory_stats import MEMORY_STATS_SCHEMA
+
         return check_frame(result, MEMORY_STATS_SCHEMA, "memory_stats")
     if reader == "events":
         return check_steps(result)
     if reader == "nvml":
         from parsers.nvml import NVML_SCHEMA
+
         out = check_frame(result, NVML_SCHEMA, "nvml")
         if not out and np.isinf(result.select_dtypes("number").to_numpy(dtype=float)).any():
             out.append("nvml: infinite value")

@@ -2,6 +2,7 @@
 cannot use, or 1 from `check` when a finding reaches --fail-on), never a traceback, and an exit-2
 message that names the file. In-process through click's runner for most of the sample, and a few
 real `python -m diagnose` runs for the whole path (interpreter start, stderr as a user sees it)."""
+
 from __future__ import annotations
 
 import itertools
@@ -65,6 +66,7 @@ SUBPROCESS_CASES = [("events", "truncate", 0), ("trace", "gzip_cut", 1)]
 def test_cli_on_mutated_inputs_as_a_user_runs_it(reader, kind, number, tmp_path):
     path, _ = build_case(reader, kind, RandomChooser(random.Random(f"cli:{reader}:{kind}:{number}")), tmp_path / "case")
     for cmd in ("report", "check"):
-        r = subprocess.run([sys.executable, "-m", "diagnose", *_args(cmd, path, tmp_path)], capture_output=True,
-                           text=True, timeout=180)
+        r = subprocess.run(
+            [sys.executable, "-m", "diagnose", *_args(cmd, path, tmp_path)], capture_output=True, text=True, timeout=180
+        )
         _check_run(cmd, path, r.returncode, r.stdout, r.stderr)

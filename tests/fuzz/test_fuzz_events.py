@@ -1,4 +1,5 @@
 """parsers.events on mutated real event logs (JSONL) and the user step-timing CSV / JSON forms."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """parsers.run_folder.read_manifest on mutated real run-folder manifests."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """parsers.memory_stats on mutated real per-step allocator stats (torch and JAX, plain and gzip)."""
+
 from __future__ import annotations
 
 import pytest

@@ -6,6 +6,7 @@ has: every damaged report must then give the clear "needs the ncu-report package
 (With the real module present, damaged reports go to NVIDIA's C++ loader, which this suite does
 not fuzz: a crash there is not ours to catch.)
 """
+
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,5 @@
 """parsers.nvml on mutated real NVML sample CSVs (the sampler's nvml.csv of two runs)."""
+
 from __future__ import annotations
 
 import pytest

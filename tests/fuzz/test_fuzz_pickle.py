@@ -3,6 +3,7 @@ injected at any opcode boundary of a real snapshot pickle. Each must be an Input
 file, and nothing may run: no marker file appears and the audit hook sees no os.system,
 subprocess, exec or stock find_class (tests/fuzz/oracle.py). The pickles are made by hand here
 (tests/fuzz/mutations.py: hostile_pickles); none is kept on disk."""
+
 from __future__ import annotations
 
 import gzip
@@ -37,9 +38,7 @@ def _refused(path, marker, read=read_snapshot) -> str:
 
 def test_the_hostile_pickles_run_code_under_the_stock_unpickler(tmp_path):
     """Sanity, in a child process: each of these really is an attack (it creates its marker)."""
-    script = ("import pickle, sys, os\n"
-              "for path in sys.argv[1:]:\n"
-              "    pickle.loads(open(path, 'rb').read())\n")
+    script = "import pickle, sys, os\nfor path in sys.argv[1:]:\n    pickle.loads(open(path, 'rb').read())\n"
     paths, markers = [], []
     for name in RUN_BY_STOCK_PICKLE:
         marker = tmp_path / f"ran_{name}"
@@ -83,5 +82,5 @@ def test_hostile_pickles_cut_at_any_opcode_are_refused(name, data, tmp_path):
     whole = hostile_pickles(marker)[name]
     cuts = boundaries(whole, "pickle")
     p = tmp_path / "fake_cut.pickle"
-    p.write_bytes(whole[:data.draw(st.sampled_from(cuts[:-1]))] or b"\x80")
+    p.write_bytes(whole[: data.draw(st.sampled_from(cuts[:-1]))] or b"\x80")
     _refused(p, marker)

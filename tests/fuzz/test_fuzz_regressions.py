@@ -4,6 +4,7 @@ All inputs here are hand-made (inline bytes, or tests/fuzz/repro/ with its READM
 tools/fuzz_campaign.py or tests/fuzz found the crash on a mutated real fixture; the real fixture
 is used where the crash was on real, unmutated data.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -40,6 +41,7 @@ def _kineto(*events, **top) -> bytes:
 
 # --- parsers/trace.py ------------------------------------------------------------------------------
 
+
 def test_trace_without_python_frames_links_nothing_to_row_0():
     """Found on real data: the gloo capture has no Python frames, and every cpu op and runtime call had
     python_index 0 (conform() fills a missing int column with 0), pointing into an empty table."""
@@ -50,15 +52,25 @@ def test_trace_without_python_frames_links_nothing_to_row_0():
 
 
 def test_trace_without_cpu_ops_or_kernels_links_runtime_calls_to_nothing(tmp_path):
-    rt = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 10, "dur": 2, "pid": 1, "tid": 1,
-          "args": {"correlation": 7}}
+    rt = {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "ts": 10,
+        "dur": 2,
+        "pid": 1,
+        "tid": 1,
+        "args": {"correlation": 7},
+    }
     t = read_trace(_write(tmp_path, "fake_runtime_only.json", _kineto(rt)))
     assert t.runtime[["gpu_index", "cpu_op_index", "python_index"]].eq(-1).all().all()
     assert check_trace(t) == []
 
 
-@pytest.mark.parametrize("field,value", [("cat", {"a": 1}), ("cat", ["kernel"]), ("ph", ["X"]), ("ph", {"X": 1}),
-                                         ("name", ["k"]), ("name", {"k": 1})])
+@pytest.mark.parametrize(
+    "field,value",
+    [("cat", {"a": 1}), ("cat", ["kernel"]), ("ph", ["X"]), ("ph", {"X": 1}), ("name", ["k"]), ("name", {"k": 1})],
+)
 def test_trace_event_with_an_array_or_object_where_text_was_is_no_crash(tmp_path, field, value):
     """TypeError: unhashable type (found by unknown_enum on the sync_planted capture)."""
     ev = {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "pid": 1, "tid": 1, "args": {"correlation": 1}}
@@ -71,6 +83,7 @@ def test_trace_event_with_an_array_or_object_where_text_was_is_no_crash(tmp_path
 def test_trace_events_without_a_name_get_no_other_events_properties(tmp_path):
     """IndexError in _gpu when no GPU event had a name (swap_columns renamed "name" on the sync_planted
     capture); with some named, a nameless event took the last category's kind / step / file."""
+
     def ev(cat, ts, name=None, **args):
         e = {"ph": "X", "cat": cat, "ts": ts, "dur": 1, "pid": 1, "tid": 1, "args": args}
         return e if name is None else dict(e, name=name)
@@ -78,10 +91,16 @@ def test_trace_events_without_a_name_get_no_other_events_properties(tmp_path):
     only_nameless = _kineto(ev("kernel", 1, correlation=1), ev("cuda_runtime", 0, correlation=1))
     t = read_trace(_write(tmp_path, "fake_nameless.json", only_nameless))
     assert t.gpu["kind"].tolist() == ["compute"] and t.runtime["sync_kind"].isna().all()
-    mixed = _kineto(ev("kernel", 1), ev("kernel", 5, "ncclDevKernel_AllReduce"), ev("user_annotation", 0),
-                    ev("user_annotation", 3, "ProfilerStep#7"), ev("python_function", 0),
-                    ev("python_function", 4, "train.py(12): main"), ev("cuda_runtime", 0),
-                    ev("cuda_runtime", 6, "cudaDeviceSynchronize"))
+    mixed = _kineto(
+        ev("kernel", 1),
+        ev("kernel", 5, "ncclDevKernel_AllReduce"),
+        ev("user_annotation", 0),
+        ev("user_annotation", 3, "ProfilerStep#7"),
+        ev("python_function", 0),
+        ev("python_function", 4, "train.py(12): main"),
+        ev("cuda_runtime", 0),
+        ev("cuda_runtime", 6, "cudaDeviceSynchronize"),
+    )
     t = read_trace(_write(tmp_path, "fake_mixed.json", mixed))
     assert t.gpu["kind"].tolist() == ["compute", "comm"]
     assert t.annotations["step"].isna().tolist() == [True, False]
@@ -96,27 +115,49 @@ def test_trace_numbers_that_are_one_element_lists_are_no_crash(tmp_path, field, 
     chunk has ts or dur ``[x]``, numpy builds a 2-D array; now such events are skipped or get NaN / -1."""
     ev = {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "pid": 1, "tid": 1, "args": {"correlation": 1}}
     flows = [{"ph": "s", "ts": [1], "id": 1, "pid": 1, "tid": 1}, {"ph": "f", "ts": [2], "id": 1, "pid": 1, "tid": 1}]
-    t = read_trace(_write(tmp_path, "fake_lists.json", _kineto(dict(ev, **{field: value}), dict(ev, **{field: value}),
-                                                                 *flows)))
+    t = read_trace(
+        _write(tmp_path, "fake_lists.json", _kineto(dict(ev, **{field: value}), dict(ev, **{field: value}), *flows))
+    )
     assert check_trace(t) == []
 
 
 def test_trace_times_beyond_int64_ns_are_skipped_not_wrapped(tmp_path):
     """A ts or dur of 1e39 µs wrapped around in the int64 ns columns (negative or garbage times)."""
     ev = {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "pid": 1, "tid": 1}
-    t = read_trace(_write(tmp_path, "fake_huge.json", _kineto(ev, dict(ev, dur=1e39), dict(ev, ts=-1e39), dict(ev, pid=1e30))))
+    t = read_trace(
+        _write(tmp_path, "fake_huge.json", _kineto(ev, dict(ev, dur=1e39), dict(ev, ts=-1e39), dict(ev, pid=1e30)))
+    )
     assert t.gpu[["ts_ns", "dur_ns", "pid"]].values.tolist() == [[1000, 2000, 1], [1000, 2000, -1]]
     assert any(w.startswith("2 complete events") for w in t.warnings)
 
 
 # --- parsers/snapshot.py -----------------------------------------------------------------------------
 
+
 def _snapshot(**block_frame) -> dict:
     frame = {"filename": "/work/train.py", "line": 12, "name": "main", **block_frame}
-    return {"segments": [{"device": 0, "address": 1 << 20, "total_size": 2 << 20, "stream": 0, "blocks": [
-        {"address": 1 << 20, "size": 512, "requested_size": 500, "state": "active_allocated", "frames": [frame]}]}],
-        "device_traces": [[{"action": "alloc", "addr": 1 << 20, "size": 512, "stream": 0, "time_us": 1,
-                            "frames": [frame]}]]}
+    return {
+        "segments": [
+            {
+                "device": 0,
+                "address": 1 << 20,
+                "total_size": 2 << 20,
+                "stream": 0,
+                "blocks": [
+                    {
+                        "address": 1 << 20,
+                        "size": 512,
+                        "requested_size": 500,
+                        "state": "active_allocated",
+                        "frames": [frame],
+                    }
+                ],
+            }
+        ],
+        "device_traces": [
+            [{"action": "alloc", "addr": 1 << 20, "size": 512, "stream": 0, "time_us": 1, "frames": [frame]}]
+        ],
+    }
 
 
 @pytest.mark.parametrize("line", [float("inf"), float("nan"), 2**70, "12", None])
@@ -128,8 +169,9 @@ def test_snapshot_frame_line_that_is_not_a_line_number_reads_as_0(tmp_path, line
     assert check_snapshot(s) == []
 
 
-@pytest.mark.parametrize("field,value", [("addr", 1e400), ("size", float("inf")), ("addr", 2**70),
-                                         ("stream", -(2**64))])
+@pytest.mark.parametrize(
+    "field,value", [("addr", 1e400), ("size", float("inf")), ("addr", 2**70), ("stream", -(2**64))]
+)
 def test_snapshot_history_number_beyond_int64_is_an_input_error(tmp_path, field, value):
     """OverflowError from int(inf) in _trace and from np.asarray(..., int64) (bad_numbers, both forms)."""
     data = _snapshot()
@@ -155,8 +197,16 @@ def test_snapshot_segment_number_beyond_int64_is_an_input_error(tmp_path, value)
         read_snapshot(_write(tmp_path, "fake_seg.pickle", pickle.dumps(data, protocol=4)))
 
 
-@pytest.mark.parametrize("frames", [7, "frames", {"filename": "x"}, [{"filename": {"a": 1}, "line": 1, "name": "f"}],
-                                    [{"filename": ["x.py"], "line": [1], "name": "f"}]])
+@pytest.mark.parametrize(
+    "frames",
+    [
+        7,
+        "frames",
+        {"filename": "x"},
+        [{"filename": {"a": 1}, "line": 1, "name": "f"}],
+        [{"filename": ["x.py"], "line": [1], "name": "f"}],
+    ],
+)
 def test_snapshot_frames_that_are_not_a_list_of_frames_are_no_crash(tmp_path, frames):
     """TypeError: 'int' object is not iterable / unhashable type: 'dict' in the stack interner (swap_columns,
     bad_numbers on the oom pickle)."""
@@ -181,9 +231,11 @@ def test_snapshot_external_annotations_that_are_not_a_list(tmp_path):
     assert s.metadata["external_annotations"] == 0
 
 
-@pytest.mark.parametrize("memo", [b"r" + (1 << 28).to_bytes(4, "little"), b"r\xff\xff\xff\x7f", b"p268435456\n",
-                                  b"p99999999999999999999\n"], ids=["LONG_BINPUT 2**28", "LONG_BINPUT 2**31-1",
-                                                                       "PUT 2**28", "PUT 10**20"])
+@pytest.mark.parametrize(
+    "memo",
+    [b"r" + (1 << 28).to_bytes(4, "little"), b"r\xff\xff\xff\x7f", b"p268435456\n", b"p99999999999999999999\n"],
+    ids=["LONG_BINPUT 2**28", "LONG_BINPUT 2**31-1", "PUT 2**28", "PUT 10**20"],
+)
 def test_pickle_memo_index_bomb_is_refused_fast_and_small(tmp_path, memo):
     """A 6 KB mutated oom snapshot ran 10 s and took 3.5 GiB (found by atheris): the C unpickler sizes its
     memo array by the largest PUT / LONG_BINPUT index. Hand-made: one such opcode after PROTO 4."""
@@ -213,6 +265,7 @@ def _peak_rss_mib() -> float:
 
 # --- parsers/events.py and parsers/memory_stats.py -------------------------------------------------------
 
+
 @pytest.mark.parametrize("step", ["1e30", "9223372036854775808", "-9223372036854775809"])
 def test_event_step_beyond_int64_is_an_input_error(tmp_path, step):
     """OverflowError: Python int too large to convert to C long, in conform (bad_numbers on a run's events)."""
@@ -228,11 +281,19 @@ def test_user_step_timing_name_with_a_lone_surrogate_is_an_input_error(tmp_path)
         read_events(_write(tmp_path, "fake_name.json", raw))
 
 
-@pytest.mark.parametrize("record", [
-    {"step": 1e400}, {"step": 10**30}, {"rank": -(10**30)}, {"stats": {"allocated_bytes.all.current": 10**400}}])
+@pytest.mark.parametrize(
+    "record",
+    [{"step": 1e400}, {"step": 10**30}, {"rank": -(10**30)}, {"stats": {"allocated_bytes.all.current": 10**400}}],
+)
 def test_memory_stats_number_beyond_range_is_an_input_error(tmp_path, record):
-    base = {"kind": "memory_stats", "rank": 0, "step": 1, "t_ns": 1, "framework": "torch",
-            "stats": {"allocated_bytes.all.current": 1}}
+    base = {
+        "kind": "memory_stats",
+        "rank": 0,
+        "step": 1,
+        "t_ns": 1,
+        "framework": "torch",
+        "stats": {"allocated_bytes.all.current": 1},
+    }
     text = json.dumps({**base, **record}) + "\n"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -241,6 +302,7 @@ def test_memory_stats_number_beyond_range_is_an_input_error(tmp_path, record):
 
 
 # --- parsers/run_folder.py ------------------------------------------------------------------------------
+
 
 def test_manifest_with_a_non_utf8_argument_reads_and_the_report_prints(tmp_path):
     """`gpudiag report` stopped with UnicodeEncodeError (a traceback) printing a manifest string with a lone

@@ -1,5 +1,6 @@
 """diagnose.load on whole run folders (real runs, one file mutated or the layout broken) and on
 single mutated artifacts, which it must recognise by content alone."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """parsers.snapshot on mutated real allocator snapshots: torch's pickle (plain and gzip) and
 gpudiag's JSON form. Value-level kinds mutate the unpickled object and pickle it again with a
 chosen protocol (0, 2, 4, 5); byte-level kinds cut and flip the real pickle's opcodes."""
+
 from __future__ import annotations
 
 import pytest

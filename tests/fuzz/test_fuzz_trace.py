@@ -4,6 +4,7 @@ The seeds are far smaller than ``trace_stream.PIECE_BYTES``, so by default they 
 whole-tail path of the streaming reader; the second test shrinks the pieces to 4 KiB so that
 mutated inputs also go through the cuts between events and the whole-file fallback.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -30,7 +31,9 @@ def small_pieces(monkeypatch):
     monkeypatch.setattr(trace_stream, "PIECE_BYTES", 4096)
 
 
-@pytest.mark.parametrize("kind", ["truncate", "swap_columns", "bad_numbers", "duplicate_ids", "unknown_enum", "byte_flip"])
+@pytest.mark.parametrize(
+    "kind", ["truncate", "swap_columns", "bad_numbers", "duplicate_ids", "unknown_enum", "byte_flip"]
+)
 @fuzz_settings(scale=0.5)
 @given(data=st.data())
 def test_trace_reader_streaming_in_small_pieces(kind, data, fuzz_dir, small_pieces):

@@ -8,6 +8,7 @@ Each test runs `python3 -m diagnose profile ...` on an example, asserts the run 
 contents, runs `python3 -m diagnose report` on it and checks the findings it must give.
 At the end a summary table (run, mode, steps, median step, artifacts, wall time) is printed.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -54,8 +55,20 @@ def summary_table():
     yield
     if not SUMMARY:
         return
-    cols = ["run", "mode", "exit", "steps", "median_host_ms", "median_gpu_ms", "own_us", "syncs", "artifacts",
-            "findings", "wall_s", "note"]
+    cols = [
+        "run",
+        "mode",
+        "exit",
+        "steps",
+        "median_host_ms",
+        "median_gpu_ms",
+        "own_us",
+        "syncs",
+        "artifacts",
+        "findings",
+        "wall_s",
+        "note",
+    ]
     rows = [[str(r.get(c, "")) for c in cols] for r in SUMMARY]
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
     print("\n\ngpudiag profile on the GPU: summary")
@@ -72,16 +85,36 @@ def _env() -> dict:
 
 def _profile(run: Path, args: list[str], command: list[str], timeout: int = 600):
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "diagnose", "profile", "-o", str(run), *args, "--", *command],
-                       env=_env(), capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, "-m", "diagnose", "profile", "-o", str(run), *args, "--", *command],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     wall = time.monotonic() - t0
     print(r.stderr[-3000:])
     return r, wall
 
 
 def _report(run: Path) -> dict:
-    r = subprocess.run([sys.executable, "-m", "diagnose", "report", str(run), "-o", str(run / "report.html"),
-                        "--json", str(run / "findings.json")], env=_env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "report",
+            str(run),
+            "-o",
+            str(run / "report.html"),
+            "--json",
+            str(run / "findings.json"),
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert (run / "report.html").stat().st_size > 10_000
     return json.loads((run / "findings.json").read_text())
@@ -93,19 +126,31 @@ def _events(run: Path, rank: int = 0) -> list[dict]:
 
 def _record(name, mode, r, run, wall, findings=None, note=""):
     manifest = json.loads((run / "manifest.json").read_text())
-    steps = [e for e in _events(run) if e["kind"] == "step" and not e.get("instrumented")] \
-        if (run / "events" / "rank0.jsonl").exists() else []
+    steps = (
+        [e for e in _events(run) if e["kind"] == "step" and not e.get("instrumented")]
+        if (run / "events" / "rank0.jsonl").exists()
+        else []
+    )
     host = [s["host_ms"] for s in steps]
     gpu = [s["gpu_ms"] for s in steps if s.get("gpu_ms") is not None]
     own = [s["overhead_us"] for s in steps if s.get("overhead_us") is not None]
     syncs = [e for e in _events(run) if e["kind"] == "sync"] if steps else []
-    SUMMARY.append({"run": name, "mode": mode, "exit": r.returncode, "steps": len(steps),
-                    "median_host_ms": f"{statistics.median(host):.3f}" if host else "-",
-                    "median_gpu_ms": f"{statistics.median(gpu):.3f}" if gpu else "-",
-                    "own_us": f"{statistics.fmean(own):.1f}" if own else "-", "syncs": len(syncs),
-                    "artifacts": len(manifest["artifacts"]),
-                    "findings": ",".join(sorted({f["id"] for f in (findings or {}).get("findings", [])}))[:60],
-                    "wall_s": f"{wall:.1f}", "note": note})
+    SUMMARY.append(
+        {
+            "run": name,
+            "mode": mode,
+            "exit": r.returncode,
+            "steps": len(steps),
+            "median_host_ms": f"{statistics.median(host):.3f}" if host else "-",
+            "median_gpu_ms": f"{statistics.median(gpu):.3f}" if gpu else "-",
+            "own_us": f"{statistics.fmean(own):.1f}" if own else "-",
+            "syncs": len(syncs),
+            "artifacts": len(manifest["artifacts"]),
+            "findings": ",".join(sorted({f["id"] for f in (findings or {}).get("findings", [])}))[:60],
+            "wall_s": f"{wall:.1f}",
+            "note": note,
+        }
+    )
     print("summary row:", json.dumps(SUMMARY[-1]), flush=True)  # kept when a time limit cuts the module off
     return manifest, steps, syncs
 
@@ -117,8 +162,13 @@ def _sync_line(script: Path) -> int:
 def _assert_torch_light_folder(run: Path, manifest: dict, steps: list[dict], syncs: list[dict], rank: int = 0):
     assert manifest["exit_code"] == 0 and manifest["missing"] == [], manifest
     assert manifest["gpus"] and manifest["gpus"][0]["name"]
-    for artifact in (f"events/rank{rank}.jsonl", f"memory/rank{rank}.stats.jsonl",
-                     f"memory/rank{rank}.snapshot.json.gz", f"trace/rank{rank}.json.gz", "nvml.csv"):
+    for artifact in (
+        f"events/rank{rank}.jsonl",
+        f"memory/rank{rank}.stats.jsonl",
+        f"memory/rank{rank}.snapshot.json.gz",
+        f"trace/rank{rank}.json.gz",
+        "nvml.csv",
+    ):
         assert artifact in manifest["artifacts"], artifact
     _assert_gpu_time_sampling(run, steps, rank)
     _assert_nvtx(run, rank, expected=nvtx_ranges.tool_may_listen())  # no NVTX tool listens: no ranges pushed
@@ -175,24 +225,37 @@ def _assert_gpu_time_sampling(run: Path, steps: list[dict], rank: int = 0, every
     for c in choices:  # each choice keeps 2 events per k steps within the 0.5 % budget
         assert c["budget_pct"] == 0.5 and c["every"] >= 2 and c["event_us"] > 0
         assert 2 * c["event_us"] / c["every"] <= 0.005 * c["step_host_ms"] * 1000 or c["every"] == 256, c
-    assert sum(s["gpu_ms"] is not None for s in steps) >= len(steps) // max(c["every"] for c in choices + [{"every": 1}])
+    assert sum(s["gpu_ms"] is not None for s in steps) >= len(steps) // max(
+        c["every"] for c in choices + [{"every": 1}]
+    )
 
 
 def test_torch_light(tmp_path):
     run = tmp_path / "torch-light"
-    r, wall = _profile(run, ["--trace-start", "10", "--trace-steps", "3"],
-                       [sys.executable, str(EXAMPLES / "train_mlp.py"), "--steps", "60", "--device", "cuda"])
+    r, wall = _profile(
+        run,
+        ["--trace-start", "10", "--trace-steps", "3"],
+        [sys.executable, str(EXAMPLES / "train_mlp.py"), "--steps", "60", "--device", "cuda"],
+    )
     assert r.returncode == 0
     findings = _report(run)
-    manifest, steps, syncs = _record("train_mlp", "light", r, run, wall, findings,
-                                     note=f"ops={sorted({s['op'] for s in _events(run) if s['kind'] == 'sync'})} "
-                                          f"gpu-time-every={[c['every'] for c in _gpu_time_every_records(run)]}")
+    manifest, steps, syncs = _record(
+        "train_mlp",
+        "light",
+        r,
+        run,
+        wall,
+        findings,
+        note=f"ops={sorted({s['op'] for s in _events(run) if s['kind'] == 'sync'})} "
+        f"gpu-time-every={[c['every'] for c in _gpu_time_every_records(run)]}",
+    )
     _assert_torch_light_folder(run, manifest, steps, syncs)
     sync_findings = [f for f in findings["findings"] if f["id"] == "sync.host_sync"]
     assert sync_findings, [f["id"] for f in findings["findings"]]
     assert findings["summary"]["gpudiag_overhead_pct"] > 0, findings["summary"]
-    assert any(f"train_mlp.py:{_sync_line(EXAMPLES / 'train_mlp.py')}" in json.dumps(f["subjects"])
-               for f in sync_findings)
+    assert any(
+        f"train_mlp.py:{_sync_line(EXAMPLES / 'train_mlp.py')}" in json.dumps(f["subjects"]) for f in sync_findings
+    )
 
 
 def test_torch_light_torchrun_one_worker(tmp_path):
@@ -200,13 +263,16 @@ def test_torch_light_torchrun_one_worker(tmp_path):
     if not os.path.exists(torchrun):
         pytest.skip("no torchrun")
     run = tmp_path / "torchrun-light"
-    r, wall = _profile(run, ["--trace-start", "10", "--trace-steps", "3", "--gpu-time-every", "1"],
-                       [torchrun, "--nproc-per-node", "1", str(EXAMPLES / "train_mlp.py"), "--steps", "40",
-                        "--device", "cuda"])
+    r, wall = _profile(
+        run,
+        ["--trace-start", "10", "--trace-steps", "3", "--gpu-time-every", "1"],
+        [torchrun, "--nproc-per-node", "1", str(EXAMPLES / "train_mlp.py"), "--steps", "40", "--device", "cuda"],
+    )
     assert r.returncode == 0
     findings = _report(run)
-    manifest, steps, syncs = _record("train_mlp torchrun x1", "light", r, run, wall, findings,
-                                     note="--gpu-time-every 1")
+    manifest, steps, syncs = _record(
+        "train_mlp torchrun x1", "light", r, run, wall, findings, note="--gpu-time-every 1"
+    )
     assert manifest["ranks"] == [0]
     _assert_torch_light_folder(run, manifest, steps, syncs)
     _assert_gpu_time_sampling(run, steps, every=1)
@@ -215,9 +281,11 @@ def test_torch_light_torchrun_one_worker(tmp_path):
 
 def test_torch_no_optimizer_marker(tmp_path):
     run = tmp_path / "torch-marker"
-    r, wall = _profile(run, ["--trace-steps", "0"],
-                       [sys.executable, str(EXAMPLES / "train_mlp.py"), "--steps", "20", "--device", "cuda",
-                        "--no-optimizer"])
+    r, wall = _profile(
+        run,
+        ["--trace-steps", "0"],
+        [sys.executable, str(EXAMPLES / "train_mlp.py"), "--steps", "20", "--device", "cuda", "--no-optimizer"],
+    )
     assert r.returncode == 0
     manifest, steps, _ = _record("train_mlp --no-optimizer", "light", r, run, wall)
     assert len(steps) == 19 and {s["source"] for s in steps} == {"marker"}
@@ -226,8 +294,11 @@ def test_torch_no_optimizer_marker(tmp_path):
 def test_jax_light(tmp_path):
     pytest.importorskip("jax")
     run = tmp_path / "jax-light"
-    r, wall = _profile(run, ["--trace-start", "10", "--trace-steps", "3"],
-                       [sys.executable, str(EXAMPLES / "train_jax.py"), "--steps", "40"])
+    r, wall = _profile(
+        run,
+        ["--trace-start", "10", "--trace-steps", "3"],
+        [sys.executable, str(EXAMPLES / "train_jax.py"), "--steps", "40"],
+    )
     assert r.returncode == 0
     findings = _report(run)
     manifest, steps, _ = _record("train_jax", "light", r, run, wall, findings)
@@ -245,8 +316,9 @@ def _ncu_run(tmp_path, name, command):
     r, wall = _profile(run, ["--ncu"], command, timeout=NCU_LIMIT_S + 30)
     text = r.stderr
     slowdown = next((line for line in text.splitlines() if "slowdown" in line), "")
-    manifest, _, _ = _record(name, "ncu", r, run, wall,
-                             note=(slowdown.split("; step")[-1][:70] if slowdown else "no slowdown line"))
+    manifest, _, _ = _record(
+        name, "ncu", r, run, wall, note=(slowdown.split("; step")[-1][:70] if slowdown else "no slowdown line")
+    )
     assert r.returncode == 0, text[-3000:]
     assert wall < NCU_LIMIT_S, f"--ncu default window took {wall:.0f} s"
     assert manifest["missing"] == [], manifest
@@ -261,8 +333,9 @@ def _ncu_run(tmp_path, name, command):
 
 
 def test_torch_ncu_default_window(tmp_path):
-    _ncu_run(tmp_path, "torch-ncu", [sys.executable, str(EXAMPLES / "train_mlp.py"), "--steps", "12",
-                                     "--device", "cuda"])
+    _ncu_run(
+        tmp_path, "torch-ncu", [sys.executable, str(EXAMPLES / "train_mlp.py"), "--steps", "12", "--device", "cuda"]
+    )
 
 
 def test_jax_ncu_default_window(tmp_path):

@@ -1,5 +1,6 @@
 """Checks shared by the fault tests (tests/launch/test_faults_*.py): is a run folder still valid, what does
 `gpudiag report` say about it."""
+
 from __future__ import annotations
 
 import gzip
@@ -12,7 +13,6 @@ from pathlib import Path
 from tests.launch.launch_helpers import gpudiag, manifest
 
 FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
-
 
 
 def assert_valid_run_folder(run: Path) -> dict:
@@ -30,8 +30,14 @@ def assert_valid_run_folder(run: Path) -> dict:
             lines = path.read_text().split("\n")
             for line in lines[:-1]:
                 json.loads(line)
-    for pattern in ("trace/*.json.gz", "memory/*.json.gz", "events/*.jsonl", "nvml.csv", "ncu/report.ncu-rep",
-                    "ncu/raw.csv"):
+    for pattern in (
+        "trace/*.json.gz",
+        "memory/*.json.gz",
+        "events/*.jsonl",
+        "nvml.csv",
+        "ncu/report.ncu-rep",
+        "ncu/raw.csv",
+    ):
         for path in run.glob(pattern):
             assert path.relative_to(run).as_posix() in m["artifacts"], path
     return m

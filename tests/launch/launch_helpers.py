@@ -1,4 +1,5 @@
 """Helpers for the launch tests (imported by the test modules): run `python -m diagnose` the way the GPU machine does (PYTHONPATH=<repo>)."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,15 @@ def base_env(**extra) -> dict:
 
 
 def gpudiag(*args, env=None, cwd=None, timeout=120, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "diagnose", *map(str, args)], env=env or base_env(),
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose", *map(str, args)],
+        env=env or base_env(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
 
 
 def records(run_dir: Path, rank: int = 0) -> list[dict]:

@@ -1,4 +1,5 @@
 """The script's exit code comes back through `gpudiag profile`; SIGINT/SIGTERM reach it and leave a valid run."""
+
 from __future__ import annotations
 
 import json
@@ -55,9 +56,27 @@ def _wait_for_steps(run, n, proc, timeout_s=30):
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_to_gpudiag_is_forwarded_and_the_run_stays_valid(tmp_path, signum):
     run = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "profile", "-q", "--no-nvml", "-o", str(run), "--",
-                             sys.executable, str(SCRIPTS / "marker_loop.py"), "100000", "0.02"],
-                            env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "profile",
+            "-q",
+            "--no-nvml",
+            "-o",
+            str(run),
+            "--",
+            sys.executable,
+            str(SCRIPTS / "marker_loop.py"),
+            "100000",
+            "0.02",
+        ],
+        env=base_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for_steps(run, 3, proc)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)

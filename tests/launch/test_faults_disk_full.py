@@ -6,6 +6,7 @@ process tree, with SIGXFSZ ignored so a write past it fails with EFBIG as on a f
 even the manifest cannot be written is tested on its own below. The training must finish with
 its own exit code and its own output files byte-identical to a run without gpudiag.
 """
+
 from __future__ import annotations
 
 import errno
@@ -40,12 +41,36 @@ def test_disk_full_mid_run_stops_gpudiag_writing_not_the_training(tmp_path):
     plain_cwd, cwd, run = tmp_path / "plain", tmp_path / "cwd", tmp_path / "r"
     plain_cwd.mkdir()
     cwd.mkdir()
-    plain = subprocess.Popen([sys.executable, TRAIN, "150", "--exit-code", "3"], cwd=plain_cwd, env=base_env(),
-                             stdout=subprocess.DEVNULL)  # meanwhile, the same training without gpudiag
-    r = subprocess.run([sys.executable, "-m", "diagnose", "profile", "--no-nvml", "--trace-start", "2",
-                        "--trace-steps", "2", "-o", str(run), "--", sys.executable, str(TRAIN), "150",
-                        "--exit-code", "3"], cwd=cwd, env=base_env(), preexec_fn=_file_size_limit,
-                       capture_output=True, text=True, timeout=120)
+    plain = subprocess.Popen(
+        [sys.executable, TRAIN, "150", "--exit-code", "3"], cwd=plain_cwd, env=base_env(), stdout=subprocess.DEVNULL
+    )  # meanwhile, the same training without gpudiag
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "profile",
+            "--no-nvml",
+            "--trace-start",
+            "2",
+            "--trace-steps",
+            "2",
+            "-o",
+            str(run),
+            "--",
+            sys.executable,
+            str(TRAIN),
+            "150",
+            "--exit-code",
+            "3",
+        ],
+        cwd=cwd,
+        env=base_env(),
+        preexec_fn=_file_size_limit,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 3 and plain.wait(timeout=120) == 3, r.stderr  # the script's own exit code
     assert r.stdout == "done 150 steps\n"
     for name in OUTPUTS:  # the script's own results, untouched
@@ -76,8 +101,9 @@ def test_disk_full_mid_run_stops_gpudiag_writing_not_the_training(tmp_path):
     rep, notes = report_no_html(run)
     assert rep.returncode == 0, rep.stderr
     assert any(n.startswith("events/rank0.jsonl is incomplete: cut short") for n in notes)
-    assert any(n.startswith("trace/rank0.json.gz is missing: profiler trace not written, probably disk full")
-               for n in notes)
+    assert any(
+        n.startswith("trace/rank0.json.gz is missing: profiler trace not written, probably disk full") for n in notes
+    )
 
 
 def _short_write_then_full(after_calls: int):
@@ -130,13 +156,14 @@ def test_unwritable_final_manifest_keeps_the_exit_code_and_says_so(tmp_path, mon
 
     real = run_manifest.write_manifest
     monkeypatch.setattr(run_manifest, "write_manifest", write_manifest)
-    result = light.run_profiled([sys.executable, "-c", "raise SystemExit(4)"],
-                                light.ProfileOptions(out=str(tmp_path / "r"), nvml=False))
+    result = light.run_profiled(
+        [sys.executable, "-c", "raise SystemExit(4)"], light.ProfileOptions(out=str(tmp_path / "r"), nvml=False)
+    )
     assert result.exit_code == 4
     err = capsys.readouterr().err
-    assert ("gpudiag: error: the final manifest.json could not be written (disk full (ENOSPC: No space left on "
-            "device)); ") in err and "keeps the one written at the start (status 'running'): the script ended " \
-                                      "with exit code 4" in err
+    assert (
+        "gpudiag: error: the final manifest.json could not be written (disk full (ENOSPC: No space left on device)); "
+    ) in err and "keeps the one written at the start (status 'running'): the script ended with exit code 4" in err
     on_disk = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert on_disk["status"] == "running"
     assert run_folder.report_notes(on_disk)[0].startswith("the manifest still says 'running'")
@@ -149,6 +176,8 @@ def test_unwritable_start_manifest_is_refused_before_the_script_runs(tmp_path, m
     monkeypatch.setattr(run_manifest, "write_manifest", full)
     marker = tmp_path / "ran"
     with pytest.raises(InputError, match=r"manifest.json: cannot be written \(disk full \(ENOSPC"):
-        light.run_profiled([sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
-                           light.ProfileOptions(out=str(tmp_path / "r"), nvml=False))
+        light.run_profiled(
+            [sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+            light.ProfileOptions(out=str(tmp_path / "r"), nvml=False),
+        )
     assert not marker.exists()

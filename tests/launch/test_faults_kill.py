@@ -7,6 +7,7 @@ Afterwards the folder holds only whole files under their final names, the leftov
 files are gone, the manifest says SIGKILL and why each artifact is missing or cut short, and
 `gpudiag report` reports what is there with a note on what is not.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,18 @@ def test_the_hook_is_inert_unless_set_and_parses_its_points():
 
 def test_kill_halfway_through_an_events_line(tmp_path):
     run = tmp_path / "r"
-    r = gpudiag("profile", "--no-nvml", "-o", run, "--", sys.executable, MARKER_LOOP, "50", "0.005",
-                env=base_env(GPUDIAG_FAULT_INJECT="jsonl-line@6"))
+    r = gpudiag(
+        "profile",
+        "--no-nvml",
+        "-o",
+        run,
+        "--",
+        sys.executable,
+        MARKER_LOOP,
+        "50",
+        "0.005",
+        env=base_env(GPUDIAG_FAULT_INJECT="jsonl-line@6"),
+    )
     assert r.returncode == 137, r.stderr
     m = assert_valid_run_folder(run)
     assert (m["status"], m["exit_code"], m["signal"]) == ("signal", 137, "SIGKILL")
@@ -43,8 +54,10 @@ def test_kill_halfway_through_an_events_line(tmp_path):
     assert m["missing"] == [] and "no end record: rank 0 was killed (SIGKILL)" in m["incomplete"]["events/rank0.jsonl"]
     rep, notes = report_no_html(run, "--json", tmp_path / "f.json")
     assert rep.returncode == 0 and "Traceback" not in rep.stderr and "UserWarning" not in rep.stderr
-    assert "the script was killed by SIGKILL (exit code 137); what was not finished by then is missing or cut short" \
+    assert (
+        "the script was killed by SIGKILL (exit code 137); what was not finished by then is missing or cut short"
         in notes
+    )
     assert any("events/rank0.jsonl: line 6 is cut short" in n for n in notes)
     assert any(n.startswith("events/rank0.jsonl is incomplete: no end record") for n in notes)
     summary = json.loads((tmp_path / "f.json").read_text())["summary"]
@@ -54,8 +67,22 @@ def test_kill_halfway_through_an_events_line(tmp_path):
 def test_kill_in_the_middle_of_the_trace_export(tmp_path):
     run, cwd = tmp_path / "r", tmp_path / "cwd"
     cwd.mkdir()
-    r = gpudiag("profile", "--no-nvml", "--trace-start", "2", "--trace-steps", "2", "-o", run, "--", sys.executable,
-                SCRIPTS / "train_with_outputs.py", "20", "--kill-in-trace-export", cwd=cwd)
+    r = gpudiag(
+        "profile",
+        "--no-nvml",
+        "--trace-start",
+        "2",
+        "--trace-steps",
+        "2",
+        "-o",
+        run,
+        "--",
+        sys.executable,
+        SCRIPTS / "train_with_outputs.py",
+        "20",
+        "--kill-in-trace-export",
+        cwd=cwd,
+    )
     assert r.returncode == 137, r.stderr
     m = assert_valid_run_folder(run)  # the half-written gzip and the raw JSON under .tmp names were removed
     assert not (run / "trace" / "rank0.json.gz").exists()
@@ -76,8 +103,18 @@ def test_kill_in_the_middle_of_the_trace_export(tmp_path):
 
 def test_kill_before_the_first_step_leaves_nothing_to_report(tmp_path):
     run = tmp_path / "r"
-    r = gpudiag("profile", "--no-nvml", "-o", run, "--", sys.executable, MARKER_LOOP, "5", "0.005",
-                env=base_env(GPUDIAG_FAULT_INJECT="jsonl-line@1"))
+    r = gpudiag(
+        "profile",
+        "--no-nvml",
+        "-o",
+        run,
+        "--",
+        sys.executable,
+        MARKER_LOOP,
+        "5",
+        "0.005",
+        env=base_env(GPUDIAG_FAULT_INJECT="jsonl-line@1"),
+    )
     assert r.returncode == 137
     assert_valid_run_folder(run)
     rep, _ = report_no_html(run)
@@ -106,8 +143,13 @@ def test_kill_halfway_through_the_allocator_snapshot(tmp_path):
     """CPU torch never records allocator history, so the snapshot writer runs here on a hand-made snapshot."""
     run = tmp_path / "r"
     target = run / "memory" / "rank0.snapshot.json.gz"
-    p = subprocess.run([sys.executable, "-c", _SNAPSHOT_WRITER, REPO / "diagnose" / "launch", target],
-                       env=base_env(GPUDIAG_FAULT_INJECT="snapshot"), capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", _SNAPSHOT_WRITER, REPO / "diagnose" / "launch", target],
+        env=base_env(GPUDIAG_FAULT_INJECT="snapshot"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == -9, p.stderr
     assert not target.exists()
     (leftover,) = (run / "memory").iterdir()
@@ -118,12 +160,20 @@ def test_kill_halfway_through_the_allocator_snapshot(tmp_path):
     (run / "events").mkdir()
     (run / "events" / "rank0.jsonl").write_text(
         '{"kind":"run","event":"start","rank":0,"world_size":null}\n'
-        '{"kind":"run","event":"expect","rank":0,"artifact":"memory/rank0.snapshot.json.gz"}\n')
+        '{"kind":"run","event":"expect","rank":0,"artifact":"memory/rank0.snapshot.json.gz"}\n'
+    )
     removed = run_dir.remove_leftovers(run)
     assert removed == [f"memory/{leftover.name}"] and not leftover.exists()
-    m = run_manifest.finish_manifest({"start_ns": 0, "notes": [], "versions": {}}, run, 137, 10**9, [],
-                                     faults=[{"kind": "leftover", "path": p} for p in removed])
+    m = run_manifest.finish_manifest(
+        {"start_ns": 0, "notes": [], "versions": {}},
+        run,
+        137,
+        10**9,
+        [],
+        faults=[{"kind": "leftover", "path": p} for p in removed],
+    )
     assert m["missing"] == ["memory/rank0.snapshot.json.gz"]
     assert m["missing_reasons"]["memory/rank0.snapshot.json.gz"] == (
         f"not written: rank 0 was killed (SIGKILL) before it wrote it (it was being written then: the partial file "
-        f"memory/{leftover.name} was removed)")
+        f"memory/{leftover.name} was removed)"
+    )

@@ -6,6 +6,7 @@ the first bytes of a report, then SIGKILLs itself with the application still run
 keep the partial report out of the way (never read as a report, never exported to CSV) and
 leave a manifest that says ncu was killed and why the report and CSV are missing.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,20 +33,36 @@ def _gone(pid: int) -> bool:
 def test_ncu_killed_mid_run(tmp_path, partial):
     run = tmp_path / "r"
     env = base_env(PATH=f"{FAKE_NCU}{os.pathsep}{os.environ['PATH']}", FAKE_NCU_PARTIAL_REPORT=str(int(partial)))
-    r = gpudiag("profile", "--ncu", "--ncu-step", "2", "-o", run, "--", sys.executable, SCRIPTS / "marker_loop.py",
-                "100000", "0.02", env=env, timeout=60)
+    r = gpudiag(
+        "profile",
+        "--ncu",
+        "--ncu-step",
+        "2",
+        "-o",
+        run,
+        "--",
+        sys.executable,
+        SCRIPTS / "marker_loop.py",
+        "100000",
+        "0.02",
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 137 and "Traceback" not in r.stderr
     errors = [line for line in r.stderr.splitlines() if line.startswith("gpudiag: error:")]
     assert len(errors) == 1 and errors[0].startswith(
         "gpudiag: error: ncu was killed (SIGKILL) after profiling 3 kernel launches: there is no complete ncu report "
-        "and no CSV")
+        "and no CSV"
+    )
     m = assert_valid_run_folder(run)
     assert (m["mode"], m["status"], m["signal"], m["exit_code"]) == ("ncu", "signal", "SIGKILL", 137)
     assert m["missing"] == ["ncu/raw.csv", "ncu/report.ncu-rep"] and list(m["artifacts"]) == ["events/rank0.jsonl"]
     (fault,) = m["faults"]
     assert fault["kind"] == "ncu-killed" and fault["launches"] == 3
-    assert m["missing_reasons"]["ncu/raw.csv"] == "not exported: ncu was killed (SIGKILL) after profiling 3 kernel " \
-                                                  "launches"
+    assert (
+        m["missing_reasons"]["ncu/raw.csv"] == "not exported: ncu was killed (SIGKILL) after profiling 3 kernel "
+        "launches"
+    )
     assert not (run / "ncu" / "raw.csv").exists() and not (run / "ncu" / "fake_ncu_import_was_called").exists()
     assert not (run / "ncu" / "report.ncu-rep").exists()
     if partial:
@@ -60,8 +77,11 @@ def test_ncu_killed_mid_run(tmp_path, partial):
 
     rep, notes = report_no_html(run, "--json", tmp_path / "f.json")
     assert rep.returncode == 0, rep.stderr
-    assert notes[0] == "ncu was killed by SIGKILL (exit code 137); what was not finished by then is missing or cut short"
+    assert (
+        notes[0] == "ncu was killed by SIGKILL (exit code 137); what was not finished by then is missing or cut short"
+    )
     assert notes[1].startswith("ncu/raw.csv is missing: not exported") and notes[2].startswith(
-        "ncu/report.ncu-rep is missing: ncu was killed (SIGKILL)")
+        "ncu/report.ncu-rep is missing: ncu was killed (SIGKILL)"
+    )
     source = json.loads((tmp_path / "f.json").read_text())["source"]
     assert source["artifacts"]["ncu_kernel_launches"] == 0  # nothing partial is shown as kernels

@@ -1,4 +1,5 @@
 """`with diagnose.profile() as run:` instruments the block in this process and writes the same run folder."""
+
 from __future__ import annotations
 
 import pytest
@@ -94,8 +95,11 @@ def test_own_time_per_step_is_recorded_in_the_step_it_was_spent_in(tmp_path, mon
             if i == 6:
                 runtime = lifecycle.active()
                 original = runtime.memory.maybe_stats
-                monkeypatch.setattr(runtime.memory, "maybe_stats",
-                                    lambda step, perf_ns, original=original: (time.sleep(0.003), original(step, perf_ns))[1])
+                monkeypatch.setattr(
+                    runtime.memory,
+                    "maybe_stats",
+                    lambda step, perf_ns, original=original: (time.sleep(0.003), original(step, perf_ns))[1],
+                )
             loss = model(torch.ones(8, 16)).pow(2).mean()
             opt.zero_grad()
             loss.backward()

@@ -1,4 +1,5 @@
 """ncu mode: the command line for every option, its errors, and the whole flow with a fake ncu."""
+
 from __future__ import annotations
 
 import os
@@ -36,19 +37,22 @@ def test_default_command_is_the_documented_one():
     assert cmd[-4:] == APP
 
 
-@pytest.mark.parametrize("kw, flag, expected", [
-    ({"full_set": True}, "--set", ["full"]),
-    ({"sections": ("SpeedOfLight",)}, "--section", ["SpeedOfLight"]),
-    ({"replay_mode": "application"}, "--replay-mode", ["application"]),
-    ({"clock_control": "base"}, "--clock-control", ["base"]),
-    ({"step": 12}, "--nvtx-include", ["gpudiag.step_12"]),
-    ({"nvtx_include": "regex:gpudiag\\.step_(5|6)"}, "--nvtx-include", ["regex:gpudiag\\.step_(5|6)"]),
-    ({"kernel_name": "gemm"}, "--kernel-name", ["regex:gemm"]),
-    ({"kernel_name": "regex:^ampere"}, "--kernel-name", ["regex:^ampere"]),
-    ({"launch_skip": 20, "launch_count": 40}, "--launch-skip", ["20"]),
-    ({"launch_skip": 20, "launch_count": 40}, "--launch-count", ["40"]),
-    ({"max_launches": 7}, "--launch-count", ["7"]),
-])
+@pytest.mark.parametrize(
+    "kw, flag, expected",
+    [
+        ({"full_set": True}, "--set", ["full"]),
+        ({"sections": ("SpeedOfLight",)}, "--section", ["SpeedOfLight"]),
+        ({"replay_mode": "application"}, "--replay-mode", ["application"]),
+        ({"clock_control": "base"}, "--clock-control", ["base"]),
+        ({"step": 12}, "--nvtx-include", ["gpudiag.step_12"]),
+        ({"nvtx_include": "regex:gpudiag\\.step_(5|6)"}, "--nvtx-include", ["regex:gpudiag\\.step_(5|6)"]),
+        ({"kernel_name": "gemm"}, "--kernel-name", ["regex:gemm"]),
+        ({"kernel_name": "regex:^ampere"}, "--kernel-name", ["regex:^ampere"]),
+        ({"launch_skip": 20, "launch_count": 40}, "--launch-skip", ["20"]),
+        ({"launch_skip": 20, "launch_count": 40}, "--launch-count", ["40"]),
+        ({"max_launches": 7}, "--launch-count", ["7"]),
+    ],
+)
 def test_each_option_lands_in_the_command(kw, flag, expected):
     assert _value(_cmd(**kw), flag) == expected
 
@@ -66,12 +70,15 @@ def test_uncapped_step_window_and_extra_args():
     assert cmd[i + 1] == "none" and i < cmd.index("-o")
 
 
-@pytest.mark.parametrize("kw, words", [
-    ({"step": 3, "launch_count": 10}, "not both"),
-    ({"replay_mode": "range"}, "replay-mode"),
-    ({"clock_control": "max"}, "clock-control"),
-    ({"launch_count": 0}, "at least 1"),
-])
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({"step": 3, "launch_count": 10}, "not both"),
+        ({"replay_mode": "range"}, "replay-mode"),
+        ({"clock_control": "max"}, "clock-control"),
+        ({"launch_count": 0}, "at least 1"),
+    ],
+)
 def test_bad_option_combinations_raise_input_error(kw, words):
     with pytest.raises(InputError, match=words):
         NcuOptions(**kw)
@@ -91,12 +98,14 @@ def test_ncu_not_found_says_where_it_looked(monkeypatch, tmp_path):
 
 def test_ncu_log_parsing_on_hand_made_lines():
     log = ncu.NcuLog()
-    lines = ['==PROF== Connected to process 12 (/usr/bin/python3)',
-             '==PROF== Profiling "ampere_sgemm_64x32" - 0: 0%....50%....100% - 11 passes',
-             '==PROF== Profiling "elementwise_kernel" - 1: 0%....50%....100% - 11 passes',
-             '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission',
-             '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission',
-             '==WARNING== No kernels were profiled.']
+    lines = [
+        "==PROF== Connected to process 12 (/usr/bin/python3)",
+        '==PROF== Profiling "ampere_sgemm_64x32" - 0: 0%....50%....100% - 11 passes',
+        '==PROF== Profiling "elementwise_kernel" - 1: 0%....50%....100% - 11 passes',
+        "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission",
+        "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission",
+        "==WARNING== No kernels were profiled.",
+    ]
     shown = [log.feed(line) for line in lines]
     assert log.launches == 2 and log.last_kernel == "elementwise_kernel"
     assert log.permission_denied and log.no_kernels
@@ -129,8 +138,22 @@ def test_cli_ncu_not_found_exits_2_without_traceback(tmp_path):
 def test_ncu_flow_with_a_fake_ncu(tmp_path, mode):
     run = tmp_path / "r"
     env = base_env(FAKE_NCU_MODE=mode)
-    r = gpudiag("profile", "--ncu", "--ncu-path", SCRIPTS / "fake_ncu.py", "--ncu-step", "2", "-o", run, "--",
-                sys.executable, SCRIPTS / "marker_loop.py", "5", "0.01", env=env)
+    r = gpudiag(
+        "profile",
+        "--ncu",
+        "--ncu-path",
+        SCRIPTS / "fake_ncu.py",
+        "--ncu-step",
+        "2",
+        "-o",
+        run,
+        "--",
+        sys.executable,
+        SCRIPTS / "marker_loop.py",
+        "5",
+        "0.01",
+        env=env,
+    )
     m = manifest(run)
     assert r.returncode == 0 and m["exit_code"] == 0 and m["mode"] == "ncu"
     assert "gpudiag.step_2" in m["ncu_command"]

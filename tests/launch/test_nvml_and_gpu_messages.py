@@ -1,4 +1,5 @@
 """No NVML, no GPU: one clear line each and the run goes on; NVML rows have the contract's shape."""
+
 from __future__ import annotations
 
 import sys
@@ -26,8 +27,22 @@ def test_missing_nvml_and_missing_gpu_each_give_one_line(tmp_path):
     if _nvml_works():
         pytest.skip("NVML works on this machine")
     run = tmp_path / "r"
-    r = gpudiag("profile", "--trace-steps", "0", "-o", run, "--", sys.executable, EXAMPLES / "train_mlp.py",
-                "--steps", "4", "--width", "16", "--device", "cpu")
+    r = gpudiag(
+        "profile",
+        "--trace-steps",
+        "0",
+        "-o",
+        run,
+        "--",
+        sys.executable,
+        EXAMPLES / "train_mlp.py",
+        "--steps",
+        "4",
+        "--width",
+        "16",
+        "--device",
+        "cpu",
+    )
     assert r.returncode == 0
     nvml_lines = [line for line in r.stderr.splitlines() if "NVML" in line]
     assert len(nvml_lines) == 1 and nvml_lines[0].startswith("gpudiag: no NVML samples:")
@@ -43,21 +58,46 @@ def test_missing_nvml_and_missing_gpu_each_give_one_line(tmp_path):
 class _FakeNvml(types.SimpleNamespace):
     """Hand-made stand-in for pynvml: two GPUs with fixed readings; GPU 1 has no PCIe counters."""
 
-    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES, NVML_TEMPERATURE_GPU = 0, 1, 0, 1, 0
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES, NVML_TEMPERATURE_GPU = (
+        0,
+        1,
+        0,
+        1,
+        0,
+    )
 
     def __init__(self):
         super().__init__(shutdowns=0)
 
-    def nvmlInit(self): pass
-    def nvmlShutdown(self): self.shutdowns += 1
-    def nvmlDeviceGetCount(self): return 2
-    def nvmlDeviceGetHandleByIndex(self, i): return i
-    def nvmlDeviceGetUUID(self, h): return f"GPU-{h}abc"
-    def nvmlDeviceGetUtilizationRates(self, h): return types.SimpleNamespace(gpu=87, memory=41)
-    def nvmlDeviceGetMemoryInfo(self, h): return types.SimpleNamespace(used=1_000_000 * (h + 1), total=8_000_000)
-    def nvmlDeviceGetClockInfo(self, h, kind): return 1980 if kind == 0 else 2619
-    def nvmlDeviceGetPowerUsage(self, h): return 312_500  # mW
-    def nvmlDeviceGetTemperature(self, h, kind): return 55
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-{h}abc"
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return types.SimpleNamespace(gpu=87, memory=41)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return types.SimpleNamespace(used=1_000_000 * (h + 1), total=8_000_000)
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        return 1980 if kind == 0 else 2619
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return 312_500  # mW
+
+    def nvmlDeviceGetTemperature(self, h, kind):
+        return 55
 
     def nvmlDeviceGetPcieThroughput(self, h, kind):
         if h == 1:

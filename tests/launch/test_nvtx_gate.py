@@ -3,6 +3,7 @@
 Uses the real ``nvtx`` package (a test dependency) as the backend: on a machine without a GPU it is the
 first backend that loads, and without a tool its calls go nowhere, as on a GPU machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,15 +17,18 @@ from diagnose.launch.runtime.coordinator import Runtime
 pytest.importorskip("nvtx")
 
 
-@pytest.mark.parametrize("environ, listening", [
-    ({}, False),
-    ({"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "0"}, False),
-    ({"NVTX_INJECTION64_PATH": ""}, False),  # set but empty: the NVTX library loads nothing either
-    ({"NVTX_INJECTION64_PATH": "/opt/nsight-systems/target-linux-x64/libToolsInjection64.so"}, True),
-    ({"CUDA_INJECTION64_PATH": "/usr/lib/libcupti.so"}, True),
-    ({"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}, True),  # may carry an injection: keep ranges
-    ({"NSYS_PROFILING_SESSION_ID": "3"}, True),
-])
+@pytest.mark.parametrize(
+    "environ, listening",
+    [
+        ({}, False),
+        ({"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "0"}, False),
+        ({"NVTX_INJECTION64_PATH": ""}, False),  # set but empty: the NVTX library loads nothing either
+        ({"NVTX_INJECTION64_PATH": "/opt/nsight-systems/target-linux-x64/libToolsInjection64.so"}, True),
+        ({"CUDA_INJECTION64_PATH": "/usr/lib/libcupti.so"}, True),
+        ({"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}, True),  # may carry an injection: keep ranges
+        ({"NSYS_PROFILING_SESSION_ID": "3"}, True),
+    ],
+)
 def test_a_tool_may_listen_only_when_the_environment_shows_a_way_in(environ, listening):
     assert nvtx_ranges.tool_may_listen(environ) is listening
 
@@ -44,8 +48,9 @@ def _runtime(tmp_path, monkeypatch, environ: dict, **config):
     runtime = Runtime(child_config.ChildConfig(run_dir=str(tmp_path), **config))
     runtime.rank = 0
     runtime.events = event_log.JsonlAppender(str(tmp_path / "events.jsonl"))
-    runtime.steps.nvtx = nvtx_ranges.open_for_steps(runtime.config, runtime.events, runtime.rank,
-                                                    runtime.faults.log_once)  # as the runtime's start does
+    runtime.steps.nvtx = nvtx_ranges.open_for_steps(
+        runtime.config, runtime.events, runtime.rank, runtime.faults.log_once
+    )  # as the runtime's start does
     runtime.events.close()
     records = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     return runtime, [r for r in records if r.get("event") == "nvtx"]
@@ -58,11 +63,14 @@ def test_without_a_tool_light_mode_pushes_no_ranges_and_says_why(tmp_path, monke
     assert "NVTX_INJECTION64_PATH" in records[0]["why_not"]
 
 
-@pytest.mark.parametrize("environ, config", [
-    ({"NVTX_INJECTION64_PATH": "/nonexistent/libToolsInjection64.so"}, {}),
-    ({}, {"nvtx_always": True}),
-    ({}, {"mode": "ncu"}),  # under ncu the ranges are the profiling window
-])
+@pytest.mark.parametrize(
+    "environ, config",
+    [
+        ({"NVTX_INJECTION64_PATH": "/nonexistent/libToolsInjection64.so"}, {}),
+        ({}, {"nvtx_always": True}),
+        ({}, {"mode": "ncu"}),  # under ncu the ranges are the profiling window
+    ],
+)
 def test_with_a_tool_or_when_asked_the_ranges_are_pushed(tmp_path, monkeypatch, environ, config):
     runtime, records = _runtime(tmp_path, monkeypatch, environ, **config)
     assert runtime.steps.nvtx is not None and runtime.steps.nvtx.name == "nvtx"

@@ -3,6 +3,7 @@ CPU run that checks the hook switch really stops and restarts light mode's step 
 
 Hand-made step times for the statistics (no timing here: the benchmark itself runs on the GPU machine).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -13,14 +14,16 @@ import pytest
 
 from tests.paths import REPO
 
-spec = importlib.util.spec_from_file_location("light_overhead_interleaved",
-                                              REPO / "benchmarks" / "light_overhead_interleaved.py")
+spec = importlib.util.spec_from_file_location(
+    "light_overhead_interleaved", REPO / "benchmarks" / "light_overhead_interleaved.py"
+)
 interleaved = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(interleaved)
 
 
-def _times(light_factor: float, rounds: int = 300, run_steps: int = 4, drift: float = 0.0, noise: float = 0.05,
-           seed: int = 1) -> np.ndarray:
+def _times(
+    light_factor: float, rounds: int = 300, run_steps: int = 4, drift: float = 0.0, noise: float = 0.05, seed: int = 1
+) -> np.ndarray:
     """(rounds, arms, steps) step times around 2 ms: light scaled by light_factor, a slow drift over the
     rounds shared by all arms (what interleaving cancels) and per-step noise."""
     rng = np.random.default_rng(seed)
@@ -60,9 +63,30 @@ def test_a_short_cpu_run_switches_light_mode_on_and_off(tmp_path):
 
     interval = steps.STEP_RECORD_INTERVAL_NS
     out = tmp_path / "interleaved.json"
-    interleaved.main(["--device", "cpu", "--width", "32", "--depth", "2", "--batch", "4", "--warmup-steps", "5",
-                      "--first-steps", "16", "--run-steps", "3", "--seconds", "0", "--max-rounds", "6",
-                      "--json", str(out)])
+    interleaved.main(
+        [
+            "--device",
+            "cpu",
+            "--width",
+            "32",
+            "--depth",
+            "2",
+            "--batch",
+            "4",
+            "--warmup-steps",
+            "5",
+            "--first-steps",
+            "16",
+            "--run-steps",
+            "3",
+            "--seconds",
+            "0",
+            "--max-rounds",
+            "6",
+            "--json",
+            str(out),
+        ]
+    )
     data = json.loads(out.read_text())
     assert np.asarray(data["times_ms"]).shape == (6, 3, 3)
     light_steps = data["rows"]["light"]["steps"]

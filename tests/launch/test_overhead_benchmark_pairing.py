@@ -3,6 +3,7 @@
 Hand-made block medians (no timing here: the benchmark itself runs on the GPU machine), plus one
 short CPU run of the whole benchmark.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -32,8 +33,7 @@ def test_every_measured_block_sits_between_plain_blocks_and_groups_alternate():
 
 
 def test_each_block_is_judged_against_its_nearest_plain_blocks():
-    medians = [("plain", 2.0), ("light", 2.2), ("after", 2.1), ("plain", 2.2),
-               ("control", 2.3), ("plain", 2.4)]
+    medians = [("plain", 2.0), ("light", 2.2), ("after", 2.1), ("plain", 2.2), ("control", 2.3), ("plain", 2.4)]
     assert paired.pair_ratios(medians, "light") == pytest.approx([2.2 / 2.1])
     assert paired.pair_ratios(medians, "after") == pytest.approx([2.1 / 2.1])
     assert paired.pair_ratios(medians, "control") == pytest.approx([2.3 / 2.3])
@@ -42,7 +42,7 @@ def test_each_block_is_judged_against_its_nearest_plain_blocks():
 def test_a_steady_drift_with_no_cost_reads_as_no_cost():
     """Step time rising 1 % per block, nothing costing anything: every kind's median ratio is 1."""
     order = paired.block_order(4)
-    medians = [(kind, 2.0 * (1.01 ** i)) for i, kind in enumerate(order)]
+    medians = [(kind, 2.0 * (1.01**i)) for i, kind in enumerate(order)]
     rows = paired.summarize(medians)
     for kind in ("light-late", "gap", "light-history", "light-steps", "light-every", "control", "profiler"):
         assert rows[kind]["pct"] == pytest.approx(0.0, abs=0.01), kind
@@ -91,8 +91,28 @@ def test_bootstrap_interval_brackets_the_median_and_is_repeatable():
 def test_a_short_cpu_run_writes_every_kind(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "paired.json"
-    paired.main(["--device", "cpu", "--width", "64", "--depth", "2", "--batch", "8", "--groups", "2",
-                 "--block-steps", "40", "--skip", "5", "--warmup-steps", "10", "--json", str(out)])
+    paired.main(
+        [
+            "--device",
+            "cpu",
+            "--width",
+            "64",
+            "--depth",
+            "2",
+            "--batch",
+            "8",
+            "--groups",
+            "2",
+            "--block-steps",
+            "40",
+            "--skip",
+            "5",
+            "--warmup-steps",
+            "10",
+            "--json",
+            str(out),
+        ]
+    )
     data = json.loads(out.read_text())
     assert set(data["rows"]) == {"plain", "after", *paired.KINDS}
     assert all(data["rows"][k]["blocks"] == 2 for k in paired.KINDS)

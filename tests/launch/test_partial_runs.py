@@ -1,4 +1,5 @@
 """Crashes, OOM-like failures and kills of a CPU torch training leave a valid, honest run folder."""
+
 from __future__ import annotations
 
 import gzip
@@ -16,15 +17,37 @@ from tests.launch.launch_helpers import EXAMPLES, SCRIPTS, base_env, gpudiag, ma
 TRAIN = EXAMPLES / "train_mlp.py"
 
 
-@pytest.mark.parametrize("failure, message", [
-    ("--crash-at", "RuntimeError: planted crash at step 12"),
-    ("--oom-at", "OutOfMemoryError: CUDA out of memory (planted at step 12)"),
-    ("--memory-error-at", "MemoryError: planted MemoryError at step 12"),
-])
+@pytest.mark.parametrize(
+    "failure, message",
+    [
+        ("--crash-at", "RuntimeError: planted crash at step 12"),
+        ("--oom-at", "OutOfMemoryError: CUDA out of memory (planted at step 12)"),
+        ("--memory-error-at", "MemoryError: planted MemoryError at step 12"),
+    ],
+)
 def test_failure_inside_the_trace_window_keeps_everything_finished(tmp_path, failure, message):
     run = tmp_path / "r"
-    r = gpudiag("profile", "--no-nvml", "--trace-start", "10", "--trace-steps", "5", "-o", run, "--",
-                sys.executable, TRAIN, "--steps", "30", "--width", "32", "--device", "cpu", failure, "12")
+    r = gpudiag(
+        "profile",
+        "--no-nvml",
+        "--trace-start",
+        "10",
+        "--trace-steps",
+        "5",
+        "-o",
+        run,
+        "--",
+        sys.executable,
+        TRAIN,
+        "--steps",
+        "30",
+        "--width",
+        "32",
+        "--device",
+        "cpu",
+        failure,
+        "12",
+    )
     assert r.returncode == 1, r.stderr
     assert message in r.stderr
     m = manifest(run)
@@ -44,10 +67,37 @@ def test_failure_inside_the_trace_window_keeps_everything_finished(tmp_path, fai
 
 def test_sigkill_of_the_child_is_reported_as_missing(tmp_path):
     run = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "profile", "-q", "--no-nvml", "--trace-start", "3",
-                             "--trace-steps", "1000", "-o", str(run), "--", sys.executable, str(TRAIN),
-                             "--steps", "100000", "--width", "32", "--device", "cpu", "--sleep-ms", "20"],
-                            env=base_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "profile",
+            "-q",
+            "--no-nvml",
+            "--trace-start",
+            "3",
+            "--trace-steps",
+            "1000",
+            "-o",
+            str(run),
+            "--",
+            sys.executable,
+            str(TRAIN),
+            "--steps",
+            "100000",
+            "--width",
+            "32",
+            "--device",
+            "cpu",
+            "--sleep-ms",
+            "20",
+        ],
+        env=base_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     child_pid = None
     while time.monotonic() < deadline and child_pid is None:
@@ -74,8 +124,9 @@ def test_sigkill_of_the_child_is_reported_as_missing(tmp_path):
 def test_sync_warnings_in_the_window_become_sync_records_with_the_user_line(tmp_path):
     run = tmp_path / "r"
     script = SCRIPTS / "sync_warning_train.py"
-    r = gpudiag("profile", "--no-nvml", "--trace-start", "2", "--trace-steps", "2", "-o", run, "--",
-                sys.executable, script, "8")
+    r = gpudiag(
+        "profile", "--no-nvml", "--trace-start", "2", "--trace-steps", "2", "-o", run, "--", sys.executable, script, "8"
+    )
     assert r.returncode == 0, r.stderr
     line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "SYNC-LINE" in text)
     syncs = [rec for rec in records(run) if rec["kind"] == "sync"]

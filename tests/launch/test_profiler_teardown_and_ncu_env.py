@@ -5,6 +5,7 @@ window cost +35.9 % per steady-state step, with teardown +4.0 % (benchmarks/ligh
 --ablation). These CPU tests check the environment handling; the fake torch objects here are
 stand-ins named as such.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Under gpudiag a script sees what plain `python` gives it, and the bootstrap stays out of its way."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,15 @@ def _report(text: str) -> dict:
 
 
 def _plain(args, env=None, cwd=None):
-    return subprocess.run([sys.executable, *map(str, args)], env=env or base_env(), cwd=cwd, capture_output=True,
-                          text=True, timeout=60, check=True)
+    return subprocess.run(
+        [sys.executable, *map(str, args)],
+        env=env or base_env(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
 
 
 def test_script_sees_plain_python_path_name_and_argv(tmp_path):
@@ -40,8 +48,20 @@ def test_python_dash_m_package_module(tmp_path):
     (pkg / "train.py").write_text(REPORT.read_text())
     cwd = tmp_path / "proj"
     plain = _report(_plain(["-m", "mypkg.train", "--x", "1"], cwd=cwd).stdout)
-    r = gpudiag("profile", "-q", "--no-nvml", "-o", tmp_path / "r", "--", sys.executable, "-m", "mypkg.train",
-                "--x", "1", cwd=cwd)
+    r = gpudiag(
+        "profile",
+        "-q",
+        "--no-nvml",
+        "-o",
+        tmp_path / "r",
+        "--",
+        sys.executable,
+        "-m",
+        "mypkg.train",
+        "--x",
+        "1",
+        cwd=cwd,
+    )
     assert r.returncode == 0, r.stderr
     profiled = _report(r.stdout)
     assert profiled["name"] == "__main__" and profiled["argv"] == [str(pkg / "train.py"), "--x", "1"] == plain["argv"]
@@ -87,11 +107,22 @@ def test_non_python_command_runs_too(tmp_path):
 def test_runtime_never_imports_the_diagnose_package_or_pandas_while_stepping(tmp_path):
     """Past the first step and the trace window the child holds diagnose.launch.runtime's modules only:
     neither the diagnose package (its __init__ imports pandas) nor pandas."""
-    r = gpudiag("profile", "-q", "--no-nvml", "-o", tmp_path / "r", "--", sys.executable,
-                SCRIPTS / "steps_then_report_modules.py")
+    r = gpudiag(
+        "profile",
+        "-q",
+        "--no-nvml",
+        "-o",
+        tmp_path / "r",
+        "--",
+        sys.executable,
+        SCRIPTS / "steps_then_report_modules.py",
+    )
     assert r.returncode == 0, r.stderr
     line = next(line for line in r.stdout.splitlines() if line.startswith("GPUDIAG-MODULES "))
     assert json.loads(line.removeprefix("GPUDIAG-MODULES ")) == {"pandas": False, "diagnose": False, "active": True}
-    steps = [json.loads(line) for line in (tmp_path / "r" / "events" / "rank0.jsonl").read_text().splitlines()
-             if '"kind":"step"' in line]
+    steps = [
+        json.loads(line)
+        for line in (tmp_path / "r" / "events" / "rank0.jsonl").read_text().splitlines()
+        if '"kind":"step"' in line
+    ]
     assert len(steps) >= 15

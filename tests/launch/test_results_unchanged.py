@@ -1,4 +1,5 @@
 """The bootstrap never changes a seeded training's results: losses are bit-identical with and without it."""
+
 from __future__ import annotations
 
 import subprocess
@@ -15,11 +16,26 @@ def _losses(text: str) -> list[str]:
 
 def test_losses_bit_identical_with_and_without_gpudiag(tmp_path):
     train = str(EXAMPLES / "train_mlp.py")
-    plain = subprocess.run([sys.executable, train, *ARGS], env=base_env(), capture_output=True, text=True,
-                           timeout=120, check=True)
+    plain = subprocess.run(
+        [sys.executable, train, *ARGS], env=base_env(), capture_output=True, text=True, timeout=120, check=True
+    )
     run = tmp_path / "r"
-    profiled = gpudiag("profile", "--no-nvml", "--trace-start", "4", "--trace-steps", "4",
-                       "--memory-stats-interval-ms", "0", "-o", run, "--", sys.executable, train, *ARGS)
+    profiled = gpudiag(
+        "profile",
+        "--no-nvml",
+        "--trace-start",
+        "4",
+        "--trace-steps",
+        "4",
+        "--memory-stats-interval-ms",
+        "0",
+        "-o",
+        run,
+        "--",
+        sys.executable,
+        train,
+        *ARGS,
+    )
     assert profiled.returncode == 0, profiled.stderr
     assert len(_losses(plain.stdout)) == 16
     assert _losses(profiled.stdout) == _losses(plain.stdout)  # repr() of every float: bit-identical
@@ -36,8 +52,23 @@ def test_the_scripts_own_output_files_are_byte_identical(tmp_path):
     plain_cwd.mkdir()
     cwd.mkdir()
     plain = subprocess.Popen([sys.executable, script, "12"], cwd=plain_cwd, env=base_env(), stdout=subprocess.DEVNULL)
-    r = gpudiag("profile", "--no-nvml", "--trace-start", "2", "--trace-steps", "3", "--memory-stats-interval-ms", "0",
-                "-o", tmp_path / "run", "--", sys.executable, script, "12", cwd=cwd)
+    r = gpudiag(
+        "profile",
+        "--no-nvml",
+        "--trace-start",
+        "2",
+        "--trace-steps",
+        "3",
+        "--memory-stats-interval-ms",
+        "0",
+        "-o",
+        tmp_path / "run",
+        "--",
+        sys.executable,
+        script,
+        "12",
+        cwd=cwd,
+    )
     assert r.returncode == 0 and plain.wait(timeout=120) == 0, r.stderr
     assert sorted(p.name for p in cwd.iterdir()) == ["checkpoint.pt", "losses.txt"]
     for name in ("checkpoint.pt", "losses.txt"):

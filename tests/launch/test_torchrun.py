@@ -1,4 +1,5 @@
 """torchrun: each worker writes rank-suffixed artifacts into one folder; the launcher writes nothing."""
+
 from __future__ import annotations
 
 import shutil
@@ -11,14 +12,40 @@ from tests.launch.launch_helpers import EXAMPLES, gpudiag, manifest, records
 def test_torchrun_two_workers_give_two_ranks(tmp_path):
     torchrun = shutil.which("torchrun") or pytest.skip("no torchrun")
     run = tmp_path / "r"
-    r = gpudiag("profile", "-q", "--no-nvml", "--trace-start", "2", "--trace-steps", "2", "-o", run, "--",
-                torchrun, "--nproc-per-node", "2", "--master-port", "29533", EXAMPLES / "train_mlp.py",
-                "--steps", "6", "--width", "16", "--device", "cpu", timeout=180)
+    r = gpudiag(
+        "profile",
+        "-q",
+        "--no-nvml",
+        "--trace-start",
+        "2",
+        "--trace-steps",
+        "2",
+        "-o",
+        run,
+        "--",
+        torchrun,
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29533",
+        EXAMPLES / "train_mlp.py",
+        "--steps",
+        "6",
+        "--width",
+        "16",
+        "--device",
+        "cpu",
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr
     m = manifest(run)
     assert m["ranks"] == [0, 1] and m["missing"] == []
-    assert sorted(m["artifacts"]) == ["events/rank0.jsonl", "events/rank1.jsonl", "trace/rank0.json.gz",
-                                      "trace/rank1.json.gz"]
+    assert sorted(m["artifacts"]) == [
+        "events/rank0.jsonl",
+        "events/rank1.jsonl",
+        "trace/rank0.json.gz",
+        "trace/rank1.json.gz",
+    ]
     for rank in (0, 1):
         recs = records(run, rank)
         assert recs[0]["event"] == "start" and recs[0]["rank"] == rank and recs[0]["world_size"] == 2

@@ -1,4 +1,5 @@
 """Tiny unit tests of the launch pieces: env config, names, JSONL, manifest reading, frame filtering."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,16 @@ from parsers.run_folder import read_manifest
 
 
 def test_child_config_round_trips_through_the_environment(tmp_path):
-    config = child_config.ChildConfig(run_dir=str(tmp_path), trace_start=7, trace_steps=2, snapshot_at="12",
-                                      history_max_entries=5, memory_stats_interval_ms=0.5, gpu_time_every=4,
-                                      sync_debug=False)
+    config = child_config.ChildConfig(
+        run_dir=str(tmp_path),
+        trace_start=7,
+        trace_steps=2,
+        snapshot_at="12",
+        history_max_entries=5,
+        memory_stats_interval_ms=0.5,
+        gpu_time_every=4,
+        sync_debug=False,
+    )
     assert child_config.from_env(config.to_env()) == config
     assert config.trace_stop == 9 and config.snapshot_step == 12
     assert child_config.ChildConfig(run_dir="x", trace_start=10, trace_steps=3).snapshot_step == 12
@@ -34,15 +42,18 @@ def test_child_config_round_trips_through_the_environment(tmp_path):
 US, MS = 1_000, 1_000_000
 
 
-@pytest.mark.parametrize("event_ns, step_ns, current, every", [
-    (5 * US, 2.2 * MS, 1, 1),      # 5 µs per event, 0.23 % of a 2.2 ms step: every step
-    (45 * US, 100 * MS, 1, 1),     # the H200's 45 µs against a 100 ms step: 0.045 %
-    (45 * US, 2.2 * MS, 1, 9),     # the H200's 45 µs against its MLP's 2.2 ms step: 2 events per 9 steps ≈ 0.45 %
-    (45 * US, 2.2 * MS, 8, 8),     # within a factor 1.5 of the current choice: kept
-    (45 * US, 2.2 * MS, 16, 9),    # outside it: changed
-    (45 * US, 1.1 * MS, 9, 17),
-    (45 * US, 10 * US, 1, 256),    # capped
-])
+@pytest.mark.parametrize(
+    "event_ns, step_ns, current, every",
+    [
+        (5 * US, 2.2 * MS, 1, 1),  # 5 µs per event, 0.23 % of a 2.2 ms step: every step
+        (45 * US, 100 * MS, 1, 1),  # the H200's 45 µs against a 100 ms step: 0.045 %
+        (45 * US, 2.2 * MS, 1, 9),  # the H200's 45 µs against its MLP's 2.2 ms step: 2 events per 9 steps ≈ 0.45 %
+        (45 * US, 2.2 * MS, 8, 8),  # within a factor 1.5 of the current choice: kept
+        (45 * US, 2.2 * MS, 16, 9),  # outside it: changed
+        (45 * US, 1.1 * MS, 9, 17),
+        (45 * US, 10 * US, 1, 256),  # capped
+    ],
+)
 def test_gpu_time_is_sampled_only_when_the_events_cost_more_than_the_budget(event_ns, step_ns, current, every):
     from diagnose.launch.runtime import gpu_time
 
@@ -70,13 +81,16 @@ def test_rank_comes_from_the_launcher_env():
     assert child_config.world_size_from_env({"WORLD_SIZE": "8"}) == 8
 
 
-@pytest.mark.parametrize("command, name", [
-    (["python", "train.py", "--lr", "3"], "train"),
-    (["python3", "-m", "mypkg.train"], "mypkg.train"),
-    (["torchrun", "--nproc-per-node", "2", "scripts/pretrain.py"], "pretrain"),
-    (["/usr/bin/python3.12", "-u", "a/b/c.py"], "c"),
-    (["./run_training.sh", "--fast"], "run_training.sh"),
-])
+@pytest.mark.parametrize(
+    "command, name",
+    [
+        (["python", "train.py", "--lr", "3"], "train"),
+        (["python3", "-m", "mypkg.train"], "mypkg.train"),
+        (["torchrun", "--nproc-per-node", "2", "scripts/pretrain.py"], "pretrain"),
+        (["/usr/bin/python3.12", "-u", "a/b/c.py"], "c"),
+        (["./run_training.sh", "--fast"], "run_training.sh"),
+    ],
+)
 def test_run_folder_name_from_the_command(command, name):
     assert run_dir.script_name(command) == name
 
@@ -101,15 +115,18 @@ def test_jsonl_appender_writes_whole_lines_and_refuses_a_second_writer(tmp_path)
     log.close()
 
 
-@pytest.mark.parametrize("host_ms, gpu_ms, source, instrumented, overhead_us", [
-    (1.764512, 1.760001, "optimizer", False, 21.437),
-    (1.7645124999, 1.7600006, "optimizer", False, 21.4374999),  # rounded to the ns and the ns/1000
-    (0.000001, None, "marker", True, 0.0),
-    (12345.678901, 1e-06, "optimizer", False, 1234567.891),
-    (2.0, 3.0, "marker", False, 7.0),
-    (3.5, float("nan"), "marker", False, float("inf")),  # not finite: null, as append writes it
-    (2.0, 1.0, 'odd "source"\n', False, 5.0),  # not one of the two sources: through the encoder
-])
+@pytest.mark.parametrize(
+    "host_ms, gpu_ms, source, instrumented, overhead_us",
+    [
+        (1.764512, 1.760001, "optimizer", False, 21.437),
+        (1.7645124999, 1.7600006, "optimizer", False, 21.4374999),  # rounded to the ns and the ns/1000
+        (0.000001, None, "marker", True, 0.0),
+        (12345.678901, 1e-06, "optimizer", False, 1234567.891),
+        (2.0, 3.0, "marker", False, 7.0),
+        (3.5, float("nan"), "marker", False, float("inf")),  # not finite: null, as append writes it
+        (2.0, 1.0, 'odd "source"\n', False, 5.0),  # not one of the two sources: through the encoder
+    ],
+)
 def test_step_line_is_the_record_rounded_to_ns(host_ms, gpu_ms, source, instrumented, overhead_us):
     """One JSON line that parses to the step record with ms to 6 decimals and µs to 3 (what the run folder's
     contract says), whichever way it was formatted."""
@@ -119,9 +136,17 @@ def test_step_line_is_the_record_rounded_to_ns(host_ms, gpu_ms, source, instrume
     def rounded(value, digits):
         return round(value, digits) if value is not None and math.isfinite(value) else value
 
-    record = {"kind": "step", "rank": 3, "step": 12345, "t_start_ns": 1796239003581976984,
-              "host_ms": rounded(host_ms, 6), "gpu_ms": rounded(gpu_ms, 6), "source": source,
-              "instrumented": instrumented, "overhead_us": rounded(overhead_us, 3)}
+    record = {
+        "kind": "step",
+        "rank": 3,
+        "step": 12345,
+        "t_start_ns": 1796239003581976984,
+        "host_ms": rounded(host_ms, 6),
+        "gpu_ms": rounded(gpu_ms, 6),
+        "source": source,
+        "instrumented": instrumented,
+        "overhead_us": rounded(overhead_us, 3),
+    }
     line = step_line(3, 12345, 1796239003581976984, host_ms, gpu_ms, source, instrumented, overhead_us)
     assert line.endswith(b"}\n") and line.count(b"\n") == 1
     assert json.loads(line) == _clean(record)
@@ -129,21 +154,31 @@ def test_step_line_is_the_record_rounded_to_ns(host_ms, gpu_ms, source, instrume
 
 
 def test_expected_artifacts_cover_every_rank_of_the_world():
-    recs = [{"kind": "run", "event": "start", "rank": 1, "world_size": 3},
-            {"kind": "run", "event": "expect", "rank": 1, "artifact": "trace/rank1.json.gz"}]
+    recs = [
+        {"kind": "run", "event": "start", "rank": 1, "world_size": 3},
+        {"kind": "run", "event": "expect", "rank": 1, "artifact": "trace/rank1.json.gz"},
+    ]
     assert run_folder.expected_artifacts(recs, ["nvml.csv"]) == [
-        "events/rank0.jsonl", "events/rank1.jsonl", "events/rank2.jsonl", "nvml.csv", "trace/rank1.json.gz"]
+        "events/rank0.jsonl",
+        "events/rank1.jsonl",
+        "events/rank2.jsonl",
+        "nvml.csv",
+        "trace/rank1.json.gz",
+    ]
 
 
-@pytest.mark.parametrize("content, words", [
-    (b"{not json", "not valid JSON"),
-    (b"[1, 2]", "expected a JSON object"),
-    (b'{"schema": "gpudiag.findings/1"}', "expected schema gpudiag.run/1"),
-    (b'{"schema": "gpudiag.run/2"}', "not supported"),
-    (b'{"schema": "gpudiag.run/1", "missing": "trace"}', "'missing' should be a list"),
-    (b'{"schema": "gpudiag.run/1", "exit_code": "0"}', "exit_code"),
-    (b"\xff\xfe\x00", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "expected a JSON object"),
+        (b'{"schema": "gpudiag.findings/1"}', "expected schema gpudiag.run/1"),
+        (b'{"schema": "gpudiag.run/2"}', "not supported"),
+        (b'{"schema": "gpudiag.run/1", "missing": "trace"}', "'missing' should be a list"),
+        (b'{"schema": "gpudiag.run/1", "exit_code": "0"}', "exit_code"),
+        (b"\xff\xfe\x00", "not UTF-8"),
+    ],
+)
 def test_read_manifest_rejects_bad_input_hand_made(tmp_path, content, words):
     path = tmp_path / "manifest.json"
     path.write_bytes(content)

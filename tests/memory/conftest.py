@@ -1,4 +1,5 @@
 """Paths and loaders shared by the memory tests: real H200 captures in fixtures/memory (PROVENANCE.md)."""
+
 from __future__ import annotations
 
 from functools import cache

@@ -1,4 +1,5 @@
 """Hostile and broken snapshots: clear InputError or a warning, never code execution, a crash or a hang."""
+
 from __future__ import annotations
 
 import gzip
@@ -27,23 +28,35 @@ def fake_os_system_pickles(marker) -> dict[str, bytes]:
 
     proto0_global = b"cos\nsystem\n(S'" + cmd + b"'\ntR."
     inst = b"(S'" + cmd + b"'\nios\nsystem\n."
-    stack_global = (b"\x80\x04\x8c\x02os\x94\x8c\x06system\x94\x93\x94\x8c" + bytes([len(cmd)]) + cmd
-                    + b"\x94\x85\x94R\x94.")
+    stack_global = (
+        b"\x80\x04\x8c\x02os\x94\x8c\x06system\x94\x93\x94\x8c" + bytes([len(cmd)]) + cmd + b"\x94\x85\x94R\x94."
+    )
     posix = b"cposix\nsystem\n(S'" + cmd + b"'\ntR."
     builtins_exec = b"cbuiltins\nexec\n(S'import os; os.system(\"touch " + str(marker).encode() + b"\")'\ntR."
     persistent = b"\x80\x02P0\n."
-    return {"reduce_protocol2": pickle.dumps(Evil(), protocol=2), "reduce_protocol5": pickle.dumps(Evil(), protocol=5),
-            "global_reduce": proto0_global, "inst": inst, "stack_global": stack_global, "posix": posix,
-            "builtins_exec": builtins_exec, "persistent_id": persistent,
-            "ext": b"\x80\x02\x82\x01)R."}  # EXT1 code 1 (copyreg registry) then REDUCE
+    return {
+        "reduce_protocol2": pickle.dumps(Evil(), protocol=2),
+        "reduce_protocol5": pickle.dumps(Evil(), protocol=5),
+        "global_reduce": proto0_global,
+        "inst": inst,
+        "stack_global": stack_global,
+        "posix": posix,
+        "builtins_exec": builtins_exec,
+        "persistent_id": persistent,
+        "ext": b"\x80\x02\x82\x01)R.",
+    }  # EXT1 code 1 (copyreg registry) then REDUCE
 
 
 def test_the_hostile_pickles_are_real_attacks(tmp_path):
     """Sanity: the stock unpickler would have run the first one (in a child, so this process stays clean)."""
     marker = tmp_path / "stock_ran"
     data = fake_os_system_pickles(marker)["global_reduce"]
-    subprocess.run([sys.executable, "-c", "import pickle,sys; pickle.loads(sys.stdin.buffer.read())"], input=data,
-                   check=True, timeout=30)
+    subprocess.run(
+        [sys.executable, "-c", "import pickle,sys; pickle.loads(sys.stdin.buffer.read())"],
+        input=data,
+        check=True,
+        timeout=30,
+    )
     assert marker.exists()
 
 
@@ -130,15 +143,21 @@ def test_unknown_action_is_kept_with_a_warning_and_replay_goes_on():
     assert any("defragment" in w for w in result.meta["warnings"])
 
 
-@pytest.mark.parametrize("text,match", [
-    (b'{"segments": 3}', "'segments' to be a list"),
-    (b'{"schema": "gpudiag.snapshot/9", "segments": []}', "newer than this gpudiag"),
-    (b'{"schema": "other/1", "segments": []}', "expected schema"),
-    (b'{"segments": [], "device_traces": [[{"action": "alloc", "addr": "x", "size": 1}]]}', r"device_traces\[0\]\[0\]"),
-    (b'{"segments": [{"address": 1}]}', "total_size"),
-    (b'[1, 2]', "expected a memory snapshot"),
-    (b'not json at all', "neither"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        (b'{"segments": 3}', "'segments' to be a list"),
+        (b'{"schema": "gpudiag.snapshot/9", "segments": []}', "newer than this gpudiag"),
+        (b'{"schema": "other/1", "segments": []}', "expected schema"),
+        (
+            b'{"segments": [], "device_traces": [[{"action": "alloc", "addr": "x", "size": 1}]]}',
+            r"device_traces\[0\]\[0\]",
+        ),
+        (b'{"segments": [{"address": 1}]}', "total_size"),
+        (b"[1, 2]", "expected a memory snapshot"),
+        (b"not json at all", "neither"),
+    ],
+)
 def test_malformed_json_snapshots_are_input_errors(tmp_path, text, match):
     path = tmp_path / "fake_bad.json"
     path.write_bytes(text)
@@ -161,8 +180,13 @@ def test_cli_exits_2_without_traceback(tmp_path, name):
         path.write_bytes(fake_os_system_pickles(marker)["reduce_protocol2"])
     else:
         path = BAD / name
-    proc = subprocess.run([sys.executable, "-m", "diagnose", "report", str(path), "-o", str(tmp_path / "r.html")],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "diagnose", "report", str(path), "-o", str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert str(path) in proc.stderr + proc.stdout

@@ -1,4 +1,5 @@
 """The planted problems of each H200 capture are found; the fixed run is not flagged."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,7 +30,11 @@ def test_churn_fragmentation_at_peak():
     assert ev["reserved_unused_at_peak_pct"] == pytest.approx(100 * (8264876032 - 5635085312) / 8264876032)
     assert ev["peak_reserved_bytes"] == 8264876032 and ev["peak_allocated_bytes"] == 5635085312
     assert ev["fragmented_growth_bytes"] == pytest.approx(5.65 * 2**30, rel=0.01)
-    assert ev["largest_free_block_before_worst_growth_bytes"] < ev["request_at_worst_growth_bytes"] <= ev["free_before_worst_growth_bytes"]
+    assert (
+        ev["largest_free_block_before_worst_growth_bytes"]
+        < ev["request_at_worst_growth_bytes"]
+        <= ev["free_before_worst_growth_bytes"]
+    )
     segs = [s for s in f.subjects if s.kind == "segment"]
     locs = [s.name for s in f.subjects if s.kind == "location"]
     assert len(segs) == 10 and all(s.name.startswith("0x") for s in segs)
@@ -88,16 +93,34 @@ def test_churn_finding_on_a_trace_that_frees_segments_every_step():
     entries, stats = [], []
     for step in range(8):
         t = step * 100
-        entries += [("segment_alloc", base, seg, t), ("alloc", base, seg, t + 1), ("free_requested", base, seg, t + 2),
-                    ("free_completed", base, seg, t + 3), ("segment_free", base, seg, t + 4)]
+        entries += [
+            ("segment_alloc", base, seg, t),
+            ("alloc", base, seg, t + 1),
+            ("free_requested", base, seg, t + 2),
+            ("free_completed", base, seg, t + 3),
+            ("segment_free", base, seg, t + 4),
+        ]
         stats.append({"step": step, "t_ns": (t + 50) * 1000.0})
-    snap = snapshot_from_dict({"segments": [], "device_traces": [[{"action": a, "addr": ad, "size": s, "time_us": t}
-                                                                   for a, ad, s, t in entries]]}, "fake_churn")
+    snap = snapshot_from_dict(
+        {
+            "segments": [],
+            "device_traces": [[{"action": a, "addr": ad, "size": s, "time_us": t} for a, ad, s, t in entries]],
+        },
+        "fake_churn",
+    )
     profile = fake_profile()
     profile.snapshots[0] = snap
-    profile.memory_stats[0] = pd.DataFrame({"rank": 0, "step": [s["step"] for s in stats], "t_ns": [s["t_ns"] for s in stats],
-                                            "framework": "torch", "allocated_bytes": 0.0, "reserved_bytes": 0.0,
-                                            "requested_bytes": 0.0})
+    profile.memory_stats[0] = pd.DataFrame(
+        {
+            "rank": 0,
+            "step": [s["step"] for s in stats],
+            "t_ns": [s["t_ns"] for s in stats],
+            "framework": "torch",
+            "allocated_bytes": 0.0,
+            "reserved_bytes": 0.0,
+            "requested_bytes": 0.0,
+        }
+    )
     th = Thresholds().with_overrides({"memory": {"min_reserved_bytes": 0}})
     result = fragmentation.analyze(profile, th)
     f = _one(result, "fragmentation.churn")

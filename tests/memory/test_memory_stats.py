@@ -1,4 +1,5 @@
 """memory_stats JSONL → one row per step, torch and JAX keys under unit names."""
+
 from __future__ import annotations
 
 import gzip
@@ -56,13 +57,17 @@ def test_bad_line_in_the_middle_is_an_error(tmp_path):
         read_memory_stats(path)
 
 
-@pytest.mark.parametrize("text,match", [
-    ("", "empty"), ('{"kind": "step", "step": 1}\n', "no memory_stats records"),
-    ('{"kind": "memory_stats", "step": 1, "t_ns": 1, "stats": 5}\n', "stats"),
-    ('{"kind": "memory_stats", "step": "x", "t_ns": 1, "stats": {}}\n', "step"),
-    ('{"kind": "memory_stats", "step": 1, "t_ns": 1, "stats": {"bytes_in_use": "lots"}}\n', "must be a number"),
-    ('{"kind": "memory_stats", "step": 1, "t_ns": 1, "framework": "tf", "stats": {}}\n', "framework"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("", "empty"),
+        ('{"kind": "step", "step": 1}\n', "no memory_stats records"),
+        ('{"kind": "memory_stats", "step": 1, "t_ns": 1, "stats": 5}\n', "stats"),
+        ('{"kind": "memory_stats", "step": "x", "t_ns": 1, "stats": {}}\n', "step"),
+        ('{"kind": "memory_stats", "step": 1, "t_ns": 1, "stats": {"bytes_in_use": "lots"}}\n', "must be a number"),
+        ('{"kind": "memory_stats", "step": 1, "t_ns": 1, "framework": "tf", "stats": {}}\n', "framework"),
+    ],
+)
 def test_bad_records(tmp_path, text, match):
     path = tmp_path / "fake.stats.jsonl"
     path.write_text(text)
@@ -72,7 +77,13 @@ def test_bad_records(tmp_path, text, match):
 
 def test_missing_keys_are_nan(tmp_path):
     path = tmp_path / "fake.stats.jsonl"
-    path.write_text('{"kind": "memory_stats", "rank": 1, "step": 4, "t_ns": 10, "framework": "torch", '
-                    '"stats": {"allocated_bytes.all.current": 512}}\n')
+    path.write_text(
+        '{"kind": "memory_stats", "rank": 1, "step": 4, "t_ns": 10, "framework": "torch", '
+        '"stats": {"allocated_bytes.all.current": 512}}\n'
+    )
     df = read_memory_stats(path)
-    assert df["allocated_bytes"].tolist() == [512.0] and np.isnan(df["reserved_bytes"].iloc[0]) and df["rank"].tolist() == [1]
+    assert (
+        df["allocated_bytes"].tolist() == [512.0]
+        and np.isnan(df["reserved_bytes"].iloc[0])
+        and df["rank"].tolist() == [1]
+    )

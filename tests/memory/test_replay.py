@@ -1,4 +1,5 @@
 """Replay vs the allocator's own numbers: the snapshot per segment (exact) and memory_stats per step."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,9 @@ from tests.memory.conftest import SCENARIOS, scenario_result, snapshot_path
 from tests.paths import shared
 
 PEAKS = {  # printed by the capture scripts (torch.cuda.max_memory_reserved / max_memory_allocated)
-    "churn": (8264876032, 5635085312), "expandable": (6524239872, 5634036736), "ring": (8264876032, 5635085312),
+    "churn": (8264876032, 5635085312),
+    "expandable": (6524239872, 5634036736),
+    "ring": (8264876032, 5635085312),
     "oom": (4278190080, 4278190080),
 }
 
@@ -68,7 +71,9 @@ def test_oom_entries_keep_the_state_then():
     assert ooms["request_bytes"].tolist() == [5242880, 268435456]
     second = ooms.iloc[1]
     assert second["reserved_bytes"] == 4278190080 and second["allocated_bytes"] == 1069547520
-    assert second["largest_free_pool_bytes"] == 15 * 2**20  # three freed 5 MiB blocks merged, one live block pins each segment
+    assert (
+        second["largest_free_pool_bytes"] == 15 * 2**20
+    )  # three freed 5 MiB blocks merged, one live block pins each segment
     first = ooms.iloc[0]
     assert first["cached_free_bytes"] < first["request_bytes"]
 
@@ -93,18 +98,42 @@ def test_round_size_follows_torch():
 def test_fake_tiny_trace_split_and_merge():
     """Hand-made: a 2 MiB small segment, two 512 B blocks, free both: they merge back into one free block."""
     base = 1 << 30
-    entries = [("segment_alloc", base, 2 << 20), ("alloc", base, 100), ("alloc", base + 512, 600),
-               ("free_requested", base, 100), ("free_completed", base, 100)]
-    snap = snapshot_from_dict({"segments": [{"address": base, "total_size": 2 << 20, "allocated_size": 1024,
-                                             "active_size": 1024, "requested_size": 600, "segment_type": "small",
-                                             "blocks": []}],
-                               "device_traces": [[{"action": a, "addr": ad, "size": s, "time_us": i}
-                                                  for i, (a, ad, s) in enumerate(entries)]]}, "fake")
+    entries = [
+        ("segment_alloc", base, 2 << 20),
+        ("alloc", base, 100),
+        ("alloc", base + 512, 600),
+        ("free_requested", base, 100),
+        ("free_completed", base, 100),
+    ]
+    snap = snapshot_from_dict(
+        {
+            "segments": [
+                {
+                    "address": base,
+                    "total_size": 2 << 20,
+                    "allocated_size": 1024,
+                    "active_size": 1024,
+                    "requested_size": 600,
+                    "segment_type": "small",
+                    "blocks": [],
+                }
+            ],
+            "device_traces": [
+                [{"action": a, "addr": ad, "size": s, "time_us": i} for i, (a, ad, s) in enumerate(entries)]
+            ],
+        },
+        "fake",
+    )
     r = replay(snap, sample_at=np.arange(5))
     assert r.timeline["allocated_bytes"].tolist() == [0, 512, 1536, 1024, 1024]
     assert r.timeline["requested_bytes"].tolist() == [0, 100, 700, 600, 600]
-    assert r.samples["largest_free_small_bytes"].tolist() == [2 << 20, (2 << 20) - 512, (2 << 20) - 1536,
-                                                             (2 << 20) - 1536, (2 << 20) - 1536]
+    assert r.samples["largest_free_small_bytes"].tolist() == [
+        2 << 20,
+        (2 << 20) - 512,
+        (2 << 20) - 1536,
+        (2 << 20) - 1536,
+        (2 << 20) - 1536,
+    ]
     assert r.timeline["free_small_bytes"].iloc[-1] == (2 << 20) - 1024
     assert external_fragmentation_pct([512], [1024]).tolist() == [50.0]
     assert agreement(r, snap)["agrees"].all()
@@ -113,13 +142,26 @@ def test_fake_tiny_trace_split_and_merge():
 def test_fake_snapshot_listing_one_segment_twice_is_compared_not_crashed():
     """Hand-made bad input: the snapshot lists the same segment address twice (seen while fuzzing)."""
     base = 1 << 30
-    segment = {"address": base, "total_size": 2 << 20, "allocated_size": 512, "active_size": 512,
-               "requested_size": 100, "segment_type": "small", "blocks": []}
+    segment = {
+        "address": base,
+        "total_size": 2 << 20,
+        "allocated_size": 512,
+        "active_size": 512,
+        "requested_size": 100,
+        "segment_type": "small",
+        "blocks": [],
+    }
     entries = [("segment_alloc", base, 2 << 20), ("alloc", base, 100)]
-    snap = snapshot_from_dict({"segments": [segment, dict(segment)],
-                               "device_traces": [[{"action": a, "addr": ad, "size": s, "time_us": i}
-                                                  for i, (a, ad, s) in enumerate(entries)]]}, "fake")
+    snap = snapshot_from_dict(
+        {
+            "segments": [segment, dict(segment)],
+            "device_traces": [
+                [{"action": a, "addr": ad, "size": s, "time_us": i} for i, (a, ad, s) in enumerate(entries)]
+            ],
+        },
+        "fake",
+    )
     a = agreement(replay(snap), snap)
     assert len(a) == 1
-    assert a["snapshot_total_size_bytes"].iloc[0] == 2 * (2 << 20)   # both listings counted
-    assert not a["agrees"].iloc[0]                                    # and the mismatch is shown
+    assert a["snapshot_total_size_bytes"].iloc[0] == 2 * (2 << 20)  # both listings counted
+    assert not a["agrees"].iloc[0]  # and the mismatch is shown

@@ -1,4 +1,5 @@
 """The fragmentation section: draws the analyzer's tables, escapes user text, renders offline in Chromium."""
+
 from __future__ import annotations
 
 import re
@@ -27,15 +28,23 @@ def test_section_has_the_figures_and_tables():
 
 def test_user_text_is_escaped():
     result = scenario_result("oom")
-    result = Result(analyzer="fragmentation", tables=dict(result.tables), meta=dict(result.meta, warnings=["</p><script>x</script>"]))
+    result = Result(
+        analyzer="fragmentation",
+        tables=dict(result.tables),
+        meta=dict(result.meta, warnings=["</p><script>x</script>"]),
+    )
     html = section.render(result)
     assert "<script>x</script>" not in html and "&lt;script&gt;" in html
 
 
 def test_report_renders_offline_in_chromium(tmp_path):
     results = {"fragmentation": scenario_result("churn")}
-    analysis = Analysis(results=results, findings=list(results["fragmentation"].findings),
-                        summary=dict(results["fragmentation"].summary), source={"paths": ["fixtures/memory/churn"]})
+    analysis = Analysis(
+        results=results,
+        findings=list(results["fragmentation"].findings),
+        summary=dict(results["fragmentation"].summary),
+        source={"paths": ["fixtures/memory/churn"]},
+    )
     out = tmp_path / "report.html"
     out.write_text(render_html(analysis))
     assert out.stat().st_size < 10 * 2**20

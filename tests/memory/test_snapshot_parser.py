@@ -1,4 +1,5 @@
 """Snapshot parser on real H200 captures: tables, frames, both file forms, several devices."""
+
 from __future__ import annotations
 
 import gzip
@@ -24,7 +25,12 @@ from tests.paths import shared
 COUNTS = {  # scenario: (entries, segments, blocks, action counts)
     "churn": (4026, 42, 105, {"alloc": 1369, "free_requested": 1310, "free_completed": 1310, "segment_alloc": 37}),
     "expandable": (4027, 2, 92, {"alloc": 1369, "free_requested": 1310, "free_completed": 1310, "segment_map": 38}),
-    "oom": (2246, 204, 408, {"alloc": 816, "free_requested": 612, "free_completed": 612, "segment_alloc": 204, "oom": 2}),
+    "oom": (
+        2246,
+        204,
+        408,
+        {"alloc": 816, "free_requested": 612, "free_completed": 612, "segment_alloc": 204, "oom": 2},
+    ),
     "ring": (3000, 42, 105, {"alloc": 1009, "free_requested": 993, "free_completed": 994, "segment_alloc": 4}),
 }
 
@@ -35,8 +41,12 @@ def test_tables_and_counts(scenario):
     entries, segments, blocks, actions = COUNTS[scenario]
     assert len(snap.trace) == entries and len(snap.segments) == segments and len(snap.blocks) == blocks
     assert snap.trace["action"].value_counts().to_dict() == actions
-    for df, schema in ((snap.trace, TRACE_SCHEMA), (snap.segments, SEGMENTS_SCHEMA), (snap.blocks, BLOCKS_SCHEMA),
-                       (snap.stacks, STACKS_SCHEMA)):
+    for df, schema in (
+        (snap.trace, TRACE_SCHEMA),
+        (snap.segments, SEGMENTS_SCHEMA),
+        (snap.blocks, BLOCKS_SCHEMA),
+        (snap.stacks, STACKS_SCHEMA),
+    ):
         assert missing_columns(df, schema) == []
     assert snap.devices == [0]
     assert snap.metadata["format"] == "torch-pickle"
@@ -90,8 +100,11 @@ def test_several_devices(tmp_path):
     churn, oom = _raw("churn"), _raw("oom")
     for seg in oom["segments"]:
         seg["device"] = 1
-    both = {"segments": churn["segments"] + oom["segments"], "device_traces": [churn["device_traces"][0], oom["device_traces"][0]],
-            "allocator_settings": churn["allocator_settings"]}
+    both = {
+        "segments": churn["segments"] + oom["segments"],
+        "device_traces": [churn["device_traces"][0], oom["device_traces"][0]],
+        "allocator_settings": churn["allocator_settings"],
+    }
     snap = snapshot_from_dict(both, "fake_two_devices")
     assert snap.devices == [0, 1]
     assert len(snap.trace_for(1)) == 2246 and len(snap.segments_for(1)) == 204

@@ -3,6 +3,7 @@
 The files are hand-made (fixtures/bad/ncu_*, see fixtures/bad/ncu_README.md) or made here from
 the real fixtures (cut, gzipped); none is a capture in its own right.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -30,14 +31,17 @@ def refused(path, *words):
     return msg
 
 
-@pytest.mark.parametrize("name, words", [
-    ("ncu_empty.csv", ["is empty"]),
-    ("ncu_header_only.csv", ["no kernel rows"]),
-    ("ncu_nvidia_smi.csv", ["not an Nsight Compute export", "timestamp"]),
-    ("ncu_other_tool.csv", ["not an Nsight Compute export", "Time(%)"]),
-    ("ncu_no_kernels_stdout.csv", ["no kernel was profiled", "No kernels were profiled"]),
-    ("ncu_garbage.ncu-rep", ["binary"]),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("ncu_empty.csv", ["is empty"]),
+        ("ncu_header_only.csv", ["no kernel rows"]),
+        ("ncu_nvidia_smi.csv", ["not an Nsight Compute export", "timestamp"]),
+        ("ncu_other_tool.csv", ["not an Nsight Compute export", "Time(%)"]),
+        ("ncu_no_kernels_stdout.csv", ["no kernel was profiled", "No kernels were profiled"]),
+        ("ncu_garbage.ncu-rep", ["binary"]),
+    ],
+)
 def test_bad_fixture_is_refused(name, words):
     refused(BAD / name, *words)
 
@@ -53,7 +57,7 @@ def test_missing_l2_metric_is_not_an_error():
     df = read_ncu(BAD / "ncu_missing_l2_metric.csv")
     assert len(df) == 2
     assert df["l2_hit_pct"].isna().all()
-    assert df["dur_ns"].tolist() == [1535328.0, 1534336.0]   # "1.535328", "1.534336" ms
+    assert df["dur_ns"].tolist() == [1535328.0, 1534336.0]  # "1.535328", "1.534336" ms
     assert df["kernel_short"].eq("cunn_SoftMaxForward").all()
     assert list(df.columns[: len(KERNELS_SCHEMA.columns)]) == list(KERNELS_SCHEMA.columns)
 
@@ -76,8 +80,8 @@ def test_bad_fixture_cut_short_reads_its_whole_rows(name, launches):
 def test_a_cut_short_copy_of_a_real_page_keeps_the_launches_before_the_cut(tmp_path):
     data = (SMALL_GRID / "raw.csv").read_bytes()
     full = read_ncu(SMALL_GRID / "raw.csv")
-    second_row = data.rindex(b'\n"1","')   # where launch 1 (the last of two) starts
-    for keep in (len(data) - 1 - 3, (second_row + len(data)) // 2):   # inside the last field, mid-row
+    second_row = data.rindex(b'\n"1","')  # where launch 1 (the last of two) starts
+    for keep in (len(data) - 1 - 3, (second_row + len(data)) // 2):  # inside the last field, mid-row
         p = tmp_path / f"cut_{keep}.csv"
         p.write_bytes(data[:keep])
         df = read_ncu(p)

@@ -3,6 +3,7 @@
 Each scenario was exported as raw (human units), raw (base units), details and .ncu-rep: the four
 must agree on what the analyzers read. Numbers were read off the CSV files.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,10 +25,14 @@ DETAILS = {"tiny_kernels": "details.csv.gz"}
 
 
 def forms(scenario):
-    out = {"raw": NCU / scenario / "raw.csv", "raw_base": NCU / scenario / "raw_base.csv",
-           "details": NCU / scenario / DETAILS.get(scenario, "details.csv")}
+    out = {
+        "raw": NCU / scenario / "raw.csv",
+        "raw_base": NCU / scenario / "raw_base.csv",
+        "details": NCU / scenario / DETAILS.get(scenario, "details.csv"),
+    }
     try:
         import ncu_report  # noqa: F401
+
         out["report"] = NCU / scenario / "report.ncu-rep.gz"
     except ImportError:
         pass
@@ -81,7 +86,9 @@ def test_two_processes_on_stdout():
     assert len(df) == 50
     assert df["process_id"].value_counts().to_dict() == {1725.0: 48, 1692.0: 2}
     assert df.groupby("process_id")["kernel_short"].first().to_dict() == {
-        1692.0: "cunn_SoftMaxForward", 1725.0: "vectorized_elementwise_kernel"}
+        1692.0: "cunn_SoftMaxForward",
+        1725.0: "vectorized_elementwise_kernel",
+    }
     assert df["launch_id"].tolist() == list(range(50))
     assert df.loc[0, "dur_ns"] == 1533728.0
     # 182.07 % on a 2 µs kernel: kept in the metric column, not a hit rate

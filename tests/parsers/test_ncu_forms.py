@@ -4,6 +4,7 @@ The same 40 launches exported four ways (raw page in human units, raw page in ba
 details page, .ncu-rep) must give the same standard columns; the stdout capture (20 launches,
 ncu's lines interleaved) must read too. Numbers below were read off the CSV files by hand.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -64,7 +65,7 @@ def test_raw_human_units_come_out_in_base_units(raw):
     first = raw.iloc[0]
     assert first["kernel_short"] == "nll_loss_forward_reduce_cuda_kernel_2d"
     assert first["kernel_name"].startswith("void at::<unnamed>::nll_loss_forward_reduce_cuda_kernel_2d<float")
-    assert first["dur_ns"] == 3296.0                      # "3.296000" us
+    assert first["dur_ns"] == 3296.0  # "3.296000" us
     assert first["l2_hit_pct"] == pytest.approx(44.228994)
     assert (first["grid_x"], first["grid_y"], first["grid_z"]) == (1, 1, 1)
     assert (first["block_x"], first["block_y"], first["block_z"]) == (32, 1, 1)
@@ -75,12 +76,12 @@ def test_raw_human_units_come_out_in_base_units(raw):
     assert first["process_id"] == 483 and first["process_name"] == "python3.12"
     assert first["context"] == 1 and first["stream"] == 7 and first["device"] == 0
     # other metrics keep their own column, in base units, named "<metric> [<unit>]"
-    assert first["dram__bytes.sum.per_second [byte/s]"] == pytest.approx(0.002641e12)   # "0.002641" Tbyte/s
+    assert first["dram__bytes.sum.per_second [byte/s]"] == pytest.approx(0.002641e12)  # "0.002641" Tbyte/s
     assert first["launch__persisting_l2_cache_size [byte]"] == pytest.approx(11_796_480)  # "11.796480" Mbyte
     assert first["gpc__cycles_elapsed.avg.per_second [Hz]"] == pytest.approx(1.947057e9)  # "1.947057" Ghz
     assert first["device__attribute_display_name"] == "NVIDIA H200"
-    assert np.isnan(first["derived__local_spilling_requests_pct [%]"])                  # "no data"
-    assert first["device__attribute_l2_cache_size"] == 62_914_560                      # "62,914,560"
+    assert np.isnan(first["derived__local_spilling_requests_pct [%]"])  # "no data"
+    assert first["device__attribute_l2_cache_size"] == 62_914_560  # "62,914,560"
     sixth = raw.iloc[5]
     assert sixth["kernel_short"] == "Kernel2" and sixth["grid_z"] == 3 and sixth["dur_ns"] == 4064.0
     assert sixth["registers_per_thread"] == 76 and sixth["shared_mem_per_block_bytes"] == 21504.0
@@ -108,13 +109,34 @@ def test_report_and_raw_csv_agree(report, raw, raw_base):
     extern_c = ~raw["kernel_name"].str.startswith("void ")  # demangled C++ names start with their return type
     assert extern_c.sum() == 5
     assert (mangled.str.startswith("_Z") == ~extern_c).all()
-    for col in ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "grid_size", "block_size",
-                "dur_ns", "registers_per_thread", "shared_mem_per_block_bytes", "context", "stream", "device",
-                "occupancy_limit_registers", "occupancy_limit_warps", "theoretical_occupancy_pct"]:
+    for col in [
+        "grid_x",
+        "grid_y",
+        "grid_z",
+        "block_x",
+        "block_y",
+        "block_z",
+        "grid_size",
+        "block_size",
+        "dur_ns",
+        "registers_per_thread",
+        "shared_mem_per_block_bytes",
+        "context",
+        "stream",
+        "device",
+        "occupancy_limit_registers",
+        "occupancy_limit_warps",
+        "theoretical_occupancy_pct",
+    ]:
         np.testing.assert_array_equal(report[col].to_numpy(), raw[col].to_numpy(), err_msg=col)
-    for col in ["l2_hit_pct", "achieved_occupancy_pct", "dram_throughput_pct", "memory_throughput_pct",
-                "sm_throughput_pct"]:
-        np.testing.assert_allclose(report[col], raw[col], atol=5e-7, rtol=0, err_msg=col)    # 6 decimals
+    for col in [
+        "l2_hit_pct",
+        "achieved_occupancy_pct",
+        "dram_throughput_pct",
+        "memory_throughput_pct",
+        "sm_throughput_pct",
+    ]:
+        np.testing.assert_allclose(report[col], raw[col], atol=5e-7, rtol=0, err_msg=col)  # 6 decimals
         np.testing.assert_allclose(report[col], raw_base[col], atol=0.005, rtol=0, err_msg=col)  # 2 decimals
     np.testing.assert_allclose(report["waves_per_sm"], raw["waves_per_sm"], atol=0.005, rtol=0)
     # the same metric columns: the report is read in the CSV's base units
@@ -123,11 +145,12 @@ def test_report_and_raw_csv_agree(report, raw, raw_base):
 
 
 def test_report_metric_columns_match_the_base_page(report, raw_base):
-    for col in report.columns[len(STANDARD):]:
+    for col in report.columns[len(STANDARD) :]:
         a, b = report[col], raw_base[col]
         if a.dtype == object or b.dtype == object:
             assert a.fillna("").astype(str).tolist() == b.fillna("").astype(str).tolist() or col.startswith(
-                ("launch__func", "device__attribute")), col
+                ("launch__func", "device__attribute")
+            ), col
             continue
         np.testing.assert_allclose(a, b, rtol=0.005, atol=0.0051, err_msg=col)
 
@@ -137,8 +160,14 @@ def test_details_labels_map_to_the_standard_columns(details, raw):
     np.testing.assert_allclose(details["dur_ns"], raw["dur_ns"], atol=5.0, rtol=0)  # "3.30" us
     np.testing.assert_allclose(details["l2_hit_pct"], raw["l2_hit_pct"], atol=0.005, rtol=0)
     np.testing.assert_allclose(details["achieved_occupancy_pct"], raw["achieved_occupancy_pct"], atol=0.005)
-    for col in ["grid_size", "block_size", "registers_per_thread", "occupancy_limit_blocks", "sm_count",
-                "theoretical_occupancy_pct"]:
+    for col in [
+        "grid_size",
+        "block_size",
+        "registers_per_thread",
+        "occupancy_limit_blocks",
+        "sm_count",
+        "theoretical_occupancy_pct",
+    ]:
         np.testing.assert_array_equal(details[col].to_numpy(), raw[col].to_numpy(), err_msg=col)
     # driver + dynamic + static shared memory, each printed to 2 decimals of a Kbyte
     np.testing.assert_allclose(details["shared_mem_per_block_bytes"], raw["shared_mem_per_block_bytes"], atol=10)
@@ -152,7 +181,7 @@ def test_stdout_capture_with_ncu_lines_interleaved():
     assert len(df) == 20
     assert_schema(df)
     assert df["process_id"].eq(1050).all()
-    assert df.loc[0, "dur_ns"] == 3040.0 and df.loc[1, "dur_ns"] == 1760.0   # "1,760" ns
+    assert df.loc[0, "dur_ns"] == 3040.0 and df.loc[1, "dur_ns"] == 1760.0  # "1,760" ns
     assert df.loc[4, "grid_size"] == 2 and df.loc[4, "block_size"] == 128
     assert df.loc[1, "achieved_occupancy_pct"] == 5.93
     assert any("skipped 4 non-CSV lines" in w for w in df.attrs["warnings"])

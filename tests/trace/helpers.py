@@ -1,4 +1,5 @@
 """Shared helpers of the trace tests: fixture paths and a Profile around one trace."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -22,5 +23,10 @@ def profile_of(*paths, sync_records: dict | None = None) -> Profile:
         t = read_trace(p)
         traces[t.rank if t.rank is not None else i] = t
     # kernels/nvml given so Profile does not import the ncu/nvml parsers these tests do not need
-    return Profile(sources=[str(p) for p in paths], kernels=pd.DataFrame(), nvml=pd.DataFrame(), traces=traces,
-                   sync_records=sync_records or {})
+    return Profile(
+        sources=[str(p) for p in paths],
+        kernels=pd.DataFrame(),
+        nvml=pd.DataFrame(),
+        traces=traces,
+        sync_records=sync_records or {},
+    )

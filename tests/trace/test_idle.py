@@ -5,6 +5,7 @@ pandas 3.1.1, default ``TraceAnalysis(trace_dir=...)`` i.e. the last ProfilerSte
 ``get_temporal_breakdown()`` and ``get_idle_time_breakdown(ranks=[r])`` with HTA's default
 consecutive_kernel_delay=30 µs), on 2026-12-02, one trace per folder as ``rank-0.json.gz``.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -24,25 +25,35 @@ HTA_TEMPORAL = {
 # trace → {stream: {category: idle_time_ratio}} from HTA's get_idle_time_breakdown (ratios rounded to 2 places)
 HTA_STREAMS = {
     "event_sync": {7: {"host_wait": 1.0, "other": 0.0}},
-    "sampled_rank0": {23: {"host_wait": 1.0, "kernel_wait": 0.0, "other": 0.0},
-                      84: {"host_wait": 1.0, "kernel_wait": 0.0, "other": 0.0},
-                      25: {"kernel_wait": 0.0, "other": 1.0},
-                      7: {"host_wait": 0.45, "kernel_wait": 0.0, "other": 0.55}},
-    "sampled_rank1": {23: {"host_wait": 1.0, "kernel_wait": 0.0, "other": 0.0},
-                      25: {"kernel_wait": 0.0, "other": 1.0},
-                      7: {"host_wait": 0.36, "kernel_wait": 0.0, "other": 0.64},
-                      84: {"host_wait": 0.92, "other": 0.08}},
+    "sampled_rank0": {
+        23: {"host_wait": 1.0, "kernel_wait": 0.0, "other": 0.0},
+        84: {"host_wait": 1.0, "kernel_wait": 0.0, "other": 0.0},
+        25: {"kernel_wait": 0.0, "other": 1.0},
+        7: {"host_wait": 0.45, "kernel_wait": 0.0, "other": 0.55},
+    },
+    "sampled_rank1": {
+        23: {"host_wait": 1.0, "kernel_wait": 0.0, "other": 0.0},
+        25: {"kernel_wait": 0.0, "other": 1.0},
+        7: {"host_wait": 0.36, "kernel_wait": 0.0, "other": 0.64},
+        84: {"host_wait": 0.92, "other": 0.08},
+    },
     "nccl": {7: {"host_wait": 0.99, "kernel_wait": 0.01, "other": 0.0}, 40: {"host_wait": 1.0, "other": 0.0}},
-    "convnet": {7: {"host_wait": 1.0, "kernel_wait": 0.0, "other": 0.0}, 30: {"host_wait": 1.0, "other": 0.0},
-                13: {"host_wait": 1.0, "other": 0.0}},
+    "convnet": {
+        7: {"host_wait": 1.0, "kernel_wait": 0.0, "other": 0.0},
+        30: {"host_wait": 1.0, "other": 0.0},
+        13: {"host_wait": 1.0, "other": 0.0},
+    },
 }
 
 
 def _path(name):
-    return {"event_sync": lambda: EVENT_SYNC, "sampled_rank0": lambda: SAMPLED_RANK0,
-            "sampled_rank1": lambda: shared("hta", "trace_filter_sampled_rank-1.json.gz"),
-            "nccl": lambda: shared("hta", "nccl_parser_config_nccl_data.json.gz"),
-            "convnet": lambda: shared("torch", "convnet.trace.json.gz")}[name]()
+    return {
+        "event_sync": lambda: EVENT_SYNC,
+        "sampled_rank0": lambda: SAMPLED_RANK0,
+        "sampled_rank1": lambda: shared("hta", "trace_filter_sampled_rank-1.json.gz"),
+        "nccl": lambda: shared("hta", "nccl_parser_config_nccl_data.json.gz"),
+        "convnet": lambda: shared("torch", "convnet.trace.json.gz"),
+    }[name]()
 
 
 @pytest.mark.parametrize("name", sorted(HTA_TEMPORAL))
@@ -56,7 +67,10 @@ def test_temporal_and_stream_breakdown_agree_with_hta(name):
     assert s["gpu_idle_pct"] + s["gpu_compute_pct"] + s["gpu_non_compute_pct"] == pytest.approx(100.0)
     for stream, cats in HTA_STREAMS[name].items():
         for cat, ratio in cats.items():
-            assert s.get(f"gpu_idle_stream{stream}_{cat}_pct", 0.0) == pytest.approx(100 * ratio, abs=2.0), (stream, cat)
+            assert s.get(f"gpu_idle_stream{stream}_{cat}_pct", 0.0) == pytest.approx(100 * ratio, abs=2.0), (
+                stream,
+                cat,
+            )
 
 
 def test_exact_numbers_on_sampled_trace():

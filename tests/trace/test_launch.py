@@ -1,4 +1,5 @@
 """launch analyzer: kernels per step, kernels shorter than their launch, queues, the ops to fuse."""
+
 from __future__ import annotations
 
 import pytest
@@ -47,6 +48,9 @@ def test_sync_planted_capture():
 
 
 def test_no_launch_links_or_no_gpu():
-    assert [f.id for f in launch.analyze(profile_of(BAD / "trace_fake_cpu_only.json")).findings] == ["launch.not_measured"]
-    assert [f.id for f in launch.analyze(profile_of(TRACE / "jax" / "perfetto_trace.json.gz")).findings] == \
-        ["launch.not_measured"]
+    assert [f.id for f in launch.analyze(profile_of(BAD / "trace_fake_cpu_only.json")).findings] == [
+        "launch.not_measured"
+    ]
+    assert [f.id for f in launch.analyze(profile_of(TRACE / "jax" / "perfetto_trace.json.gz")).findings] == [
+        "launch.not_measured"
+    ]

@@ -3,6 +3,7 @@
 The real export is fixtures/trace/nsys/nsight-2025.5.2.sqlite (see its PROVENANCE.md). Inputs made here are
 hand-made: copies of it with rows added (named *_fake_*), or broken files, for what the capture does not hold.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -29,15 +30,20 @@ KERNEL = "add_one(const float *, float *, int)"
 
 
 def gpudiag(*args):
-    return subprocess.run([sys.executable, "-m", "diagnose", *map(str, args)], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose", *map(str, args)], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_real_export_tables_and_links():
     t = read_nsys_sqlite(NSYS)
     assert t.format == "nsys-sqlite" and t.rank is None and t.path == str(NSYS)
-    for df, schema in ((t.gpu, GPU_SCHEMA), (t.runtime, RUNTIME_SCHEMA), (t.cuda_sync, CUDA_SYNC_SCHEMA),
-                       (t.annotations, ANNOTATION_SCHEMA)):
+    for df, schema in (
+        (t.gpu, GPU_SCHEMA),
+        (t.runtime, RUNTIME_SCHEMA),
+        (t.cuda_sync, CUDA_SYNC_SCHEMA),
+        (t.annotations, ANNOTATION_SCHEMA),
+    ):
         assert not missing_columns(df, schema)
     assert len(t.cpu_ops) == 0 and len(t.python) == 0 and len(t.annotations) == 0  # nsys has neither; no NVTX used
     # 3 kernel launches, 1 HtoD copy, 2 launches of a 1-kernel CUDA graph (--cuda-graph-trace=graph)
@@ -77,7 +83,9 @@ def test_real_export_tables_and_links():
     assert t.runtime.loc[t.runtime["name"] == "cudaMemcpyAsync", "memcpy_kind"].tolist() == ["HtoD"]
     # CUPTI's sync records of those two calls (the file's own enum labels them)
     assert t.cuda_sync["correlation"].tolist() == [135, 143] and t.cuda_sync["dur_ns"].tolist() == [1885, 4319]
-    assert set(t.runtime.loc[t.runtime["correlation"].isin([135, 143]), "name"].astype(str)) == {"cudaStreamSynchronize"}
+    assert set(t.runtime.loc[t.runtime["correlation"].isin([135, 143]), "name"].astype(str)) == {
+        "cudaStreamSynchronize"
+    }
 
     props = t.device_properties.iloc[0]
     assert props["name"] == "NVIDIA GeForce RTX 3060" and props["id"] == 0 and props["numSms"] == 28
@@ -85,7 +93,9 @@ def test_real_export_tables_and_links():
     assert t.metadata["nsys_version"] == "2025.5.2.266" and t.metadata["driver_version"] == "595.84"
     assert t.metadata["header"]["baseTimeNanoseconds"] == 1785620044423518993
     assert t.metadata["process_names"] == {945961: "/tmp/flameox-nsight-smoke"}
-    assert len(t.warnings) == 3 and t.warnings[0].startswith("Nsight Systems warning: Installed CUDA driver version (13.2)")
+    assert len(t.warnings) == 3 and t.warnings[0].startswith(
+        "Nsight Systems warning: Installed CUDA driver version (13.2)"
+    )
 
 
 def test_registry_detects_the_export_and_its_gzip(tmp_path):
@@ -132,20 +142,25 @@ def _fake_copy(tmp_path, name: str) -> str:
 def test_nvtx_ranges_are_annotations_and_profiler_steps(tmp_path):
     path = _fake_copy(tmp_path, "nsys_fake_nvtx.sqlite")
     con = sqlite3.connect(path)
-    con.execute("CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, "
-                "rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, "
-                "endGlobalTid INTEGER, textId INTEGER, domainId INTEGER)")
+    con.execute(
+        "CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, "
+        "rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, "
+        "endGlobalTid INTEGER, textId INTEGER, domainId INTEGER)"
+    )
     tid = 297345569681193  # the main thread of the profiled process
     con.execute("INSERT INTO StringIds VALUES (90001, 'ProfilerStep#2')")
-    con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, textId, domainId) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)", [
-                        (339100000, None, 75, "train", tid, None, 1),  # the domain's create event
-                        (339200000, 339330000, 59, "ProfilerStep#1", tid, None, 1),  # copy + 3 kernels
-                        (339330500, 339420000, 59, None, tid, 90001, 1),  # the 2 graph launches
-                        (339340000, 339350000, 60, "capture", tid, None, 0),  # a start/end range
-                        (339360000, None, 59, "never ended", tid, None, 0),
-                        (339370000, None, 34, "a mark", tid, None, 0),
-                    ])
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, textId, domainId) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (339100000, None, 75, "train", tid, None, 1),  # the domain's create event
+            (339200000, 339330000, 59, "ProfilerStep#1", tid, None, 1),  # copy + 3 kernels
+            (339330500, 339420000, 59, None, tid, 90001, 1),  # the 2 graph launches
+            (339340000, 339350000, 60, "capture", tid, None, 0),  # a start/end range
+            (339360000, None, 59, "never ended", tid, None, 0),
+            (339370000, None, 34, "a mark", tid, None, 0),
+        ],
+    )
     con.execute("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', 'RANK=\"3\"')")
     con.commit()
     con.close()
@@ -167,14 +182,20 @@ def test_two_processes_keep_their_correlation_ids_apart(tmp_path):
     path = _fake_copy(tmp_path, "nsys_fake_two_processes.sqlite")
     other_pid = 945962
     con = sqlite3.connect(path)
-    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL "
-                "WHERE correlationId = 129")
-    con.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = {other_pid << 24}, start = start + 100, "
-                f"end = end + 100 WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
-    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME "
-                "WHERE correlationId = 129")
-    con.execute(f"UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = {(other_pid << 24) | other_pid}, "
-                f"start = start + 50 WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_RUNTIME)")
+    con.execute(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId = 129"
+    )
+    con.execute(
+        f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = {other_pid << 24}, start = start + 100, "
+        f"end = end + 100 WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+    )
+    con.execute(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId = 129"
+    )
+    con.execute(
+        f"UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = {(other_pid << 24) | other_pid}, "
+        f"start = start + 50 WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_RUNTIME)"
+    )
     con.commit()
     con.close()
     t = read_nsys_sqlite(path)
@@ -190,27 +211,37 @@ def _broken_inputs(tmp_path) -> dict[str, bytes | None]:
     con = sqlite3.connect(f"file:{NSYS}?mode=ro", uri=True)
     root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'").fetchone()[0]
     con.close()
-    corrupt[(root - 1) * 4096:root * 4096] = b"\xff" * 4096  # the kernel table's page
+    corrupt[(root - 1) * 4096 : root * 4096] = b"\xff" * 4096  # the kernel table's page
     view = tmp_path / "nsys_fake_view.sqlite"
     con = sqlite3.connect(view)  # a view that would never end if it were queried
     con.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
-    con.execute("CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL "
-                "SELECT x + 1 FROM r) SELECT x AS start FROM r")
+    con.execute(
+        "CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL "
+        "SELECT x + 1 FROM r) SELECT x AS start FROM r"
+    )
     con.commit()
     con.close()
-    return {"nsys_fake_empty.sqlite": b"", "nsys_fake_text.sqlite": b"not a database\n",
-            "nsys_fake_corrupt_page.sqlite": bytes(corrupt), "nsys_fake_truncated.sqlite.gz": gzip.compress(real)[:30000],
-            "nsys_fake_header_cut.sqlite": real[:60], "nsys_fake_view.sqlite": None}
+    return {
+        "nsys_fake_empty.sqlite": b"",
+        "nsys_fake_text.sqlite": b"not a database\n",
+        "nsys_fake_corrupt_page.sqlite": bytes(corrupt),
+        "nsys_fake_truncated.sqlite.gz": gzip.compress(real)[:30000],
+        "nsys_fake_header_cut.sqlite": real[:60],
+        "nsys_fake_view.sqlite": None,
+    }
 
 
-@pytest.mark.parametrize("name, says", [
-    ("nsys_fake_empty.sqlite", "is empty"),
-    ("nsys_fake_text.sqlite", "is not an SQLite database"),
-    ("nsys_fake_corrupt_page.sqlite", "is a damaged or truncated SQLite database"),
-    ("nsys_fake_truncated.sqlite.gz", "the gzip stream ends early"),
-    ("nsys_fake_header_cut.sqlite", "is cut off inside its SQLite header (60 of 100 bytes)"),
-    ("nsys_fake_view.sqlite", "not an Nsight Systems export"),
-])
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("nsys_fake_empty.sqlite", "is empty"),
+        ("nsys_fake_text.sqlite", "is not an SQLite database"),
+        ("nsys_fake_corrupt_page.sqlite", "is a damaged or truncated SQLite database"),
+        ("nsys_fake_truncated.sqlite.gz", "the gzip stream ends early"),
+        ("nsys_fake_header_cut.sqlite", "is cut off inside its SQLite header (60 of 100 bytes)"),
+        ("nsys_fake_view.sqlite", "not an Nsight Systems export"),
+    ],
+)
 def test_reader_refuses_broken_input_naming_the_file(tmp_path, name, says):
     data = _broken_inputs(tmp_path)[name]
     path = tmp_path / name
@@ -221,12 +252,15 @@ def test_reader_refuses_broken_input_naming_the_file(tmp_path, name, says):
     assert says in str(e.value) and str(e.value).startswith(str(path))
 
 
-@pytest.mark.parametrize("name, says", [
-    ("nsys_fake_not_nsys.sqlite", "found tables: samples"),
-    ("nsys_fake_missing_columns.sqlite", "lacks the column(s) streamId, demangledName"),
-    ("nsys_truncated.sqlite", "is truncated: 65,536 bytes of the 528,384 its SQLite header declares"),
-    ("nsys_header_only.sqlite", "is truncated: 100 bytes of the 528,384"),
-])
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("nsys_fake_not_nsys.sqlite", "found tables: samples"),
+        ("nsys_fake_missing_columns.sqlite", "lacks the column(s) streamId, demangledName"),
+        ("nsys_truncated.sqlite", "is truncated: 65,536 bytes of the 528,384 its SQLite header declares"),
+        ("nsys_header_only.sqlite", "is truncated: 100 bytes of the 528,384"),
+    ],
+)
 def test_bad_fixtures_are_refused(name, says):
     with pytest.raises(InputError) as e:
         read_nsys_sqlite(BAD / name)
@@ -265,9 +299,9 @@ def test_mutated_exports_read_or_raise_input_error(tmp_path):
                 b[rng.randrange(len(b))] = rng.randrange(256)
         elif how == "page":
             p = rng.randrange(len(b) // 4096)
-            b[p * 4096:(p + 1) * 4096] = rng.randbytes(4096)
+            b[p * 4096 : (p + 1) * 4096] = rng.randbytes(4096)
         else:
-            del b[rng.randrange(len(b)):]
+            del b[rng.randrange(len(b)) :]
         path.write_bytes(bytes(b))
         try:
             read_nsys_sqlite(path)

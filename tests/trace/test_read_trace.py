@@ -1,4 +1,5 @@
 """parsers.trace on real Kineto traces: schema, exact counts, links between tables, and bad input."""
+
 from __future__ import annotations
 
 import gzip
@@ -35,8 +36,9 @@ def test_event_sync_trace_tables_and_links():
     assert t.cpu_ops["name"].iloc[int(op["top_index"])] == "aten::is_nonzero"
     launched = t.gpu[t.gpu["runtime_index"] >= 0]
     assert len(launched) == 5
-    assert (t.runtime["name"].iloc[launched["runtime_index"]].astype(str).isin(
-        ["cudaLaunchKernel", "cudaMemcpyAsync"])).all()
+    assert (
+        t.runtime["name"].iloc[launched["runtime_index"]].astype(str).isin(["cudaLaunchKernel", "cudaMemcpyAsync"])
+    ).all()
     assert t.gpu["ts_ns"].iloc[0] == 1707417525512145000 and t.gpu["dur_ns"].iloc[0] == 1000
 
 
@@ -94,10 +96,13 @@ def test_jax_perfetto_layout():
     assert t.runtime["name"].astype(str).tolist() == ["cuLaunchKernel"]
 
 
-@pytest.mark.parametrize("name, expect", [
-    ("trace_truncated.json.gz", "gzip stream ends early"),
-    ("trace_not_a_trace.json", "expected a chrome trace"),
-])
+@pytest.mark.parametrize(
+    "name, expect",
+    [
+        ("trace_truncated.json.gz", "gzip stream ends early"),
+        ("trace_not_a_trace.json", "expected a chrome trace"),
+    ],
+)
 def test_bad_files_raise_input_error(name, expect):
     with pytest.raises(InputError, match=expect):
         read_trace(BAD / name)

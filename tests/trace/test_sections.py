@@ -1,4 +1,5 @@
 """Report sections sync / idle / launch: draw what the analyzers computed, and cope with empty results."""
+
 from __future__ import annotations
 
 from diagnose.analysis import analyze
@@ -25,7 +26,7 @@ def test_planted_report_has_table_bars_and_timeline():
     html_idle = idle_section.render(a.results["idle"])
     assert html_idle.count("idle: held by syncs") == 1 and "GPU time per step" in html_idle
     page = render_html(a)
-    assert "<script src=\"http" not in page and "sync.host_sync" in page
+    assert '<script src="http' not in page and "sync.host_sync" in page
 
 
 def test_sync_free_report():

@@ -1,4 +1,5 @@
 """sync analyzer on the H200 captures with planted syncs, the sync-free one, and HTA's event-sync trace."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -28,8 +29,12 @@ def test_every_planted_sync_is_found_at_its_function():
         assert loc.loc[where, "function"] == function and loc.loc[where, "op"] == op
         assert not loc.loc[where, "line_exact"]
     # 4 analysed steps (the 5th is left out, as HTA does): .cpu() twice per step, the others once
-    assert loc["count_per_step"].to_dict() == {"sync_planted.py:20": 2.0, "sync_planted.py:54": 1.0,
-                                               "sync_planted.py:32": 1.0, "sync_planted.py:25": 1.0}
+    assert loc["count_per_step"].to_dict() == {
+        "sync_planted.py:20": 2.0,
+        "sync_planted.py:54": 1.0,
+        "sync_planted.py:32": 1.0,
+        "sync_planted.py:25": 1.0,
+    }
     assert loc.loc["sync_planted.py:32", "blocked_ms_per_step"] == pytest.approx(3.05, abs=0.05)
     assert loc.loc["sync_planted.py:20", "gpu_idle_ms_per_step"] == pytest.approx(0.240, abs=0.005)
     assert result.summary["sync_count_per_step"] == 5.0
@@ -61,9 +66,20 @@ def fake_sync_records(trace_path, offset_ns: int = 300_000) -> pd.DataFrame:
     rows = []
     for c in calls.itertuples():
         line = by_function[c.function]
-        rows.append({"rank": 0, "step": int(c.step), "t_ns": int(c.ts_ns) + base + offset_ns, "dur_ns": int(c.blocked_ns),
-                     "op": c.op, "file": "/abs/examples/sync_planted.py", "line": line, "function": c.function,
-                     "location": f"/abs/examples/sync_planted.py:{line}", "stack": []})
+        rows.append(
+            {
+                "rank": 0,
+                "step": int(c.step),
+                "t_ns": int(c.ts_ns) + base + offset_ns,
+                "dur_ns": int(c.blocked_ns),
+                "op": c.op,
+                "file": "/abs/examples/sync_planted.py",
+                "line": line,
+                "function": c.function,
+                "location": f"/abs/examples/sync_planted.py:{line}",
+                "stack": [],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -85,7 +101,9 @@ def test_records_without_trace_list_blocked_time():
     result = sync.analyze(p)
     loc = result.tables["locations"].set_index("location")
     assert len(loc) == 4 and loc["gpu_idle_ms"].isna().all()
-    assert loc.loc["/abs/examples/sync_planted.py:38", "blocked_ms"] == pytest.approx(15.37, abs=0.05)  # all 5 steps: the records are not trimmed
+    assert loc.loc["/abs/examples/sync_planted.py:38", "blocked_ms"] == pytest.approx(
+        15.37, abs=0.05
+    )  # all 5 steps: the records are not trimmed
 
 
 def test_event_sync_trace_ops_and_kinds():

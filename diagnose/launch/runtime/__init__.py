@@ -29,6 +29,7 @@ written here: for a module not yet loaded, Python imports it through ``__import_
 then imports the top package, ``diagnose``. Where ``diagnose.launch`` is already imported
 (the parent, ``with diagnose.profile()``), every import is a plain one.
 """
+
 from __future__ import annotations
 
 import importlib.util

@@ -10,6 +10,7 @@ Everything waits for the first step boundary (``start``): a process that never s
 (torchrun's launcher, a DataLoader worker) writes nothing. The per-step path is steps.Steps,
 which calls the parts it was wired to directly; the Runtime is not on it.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,12 @@ from diagnose.launch.event_log import JsonlAppender
 from diagnose.launch.runtime.faults import Faults
 from diagnose.launch.runtime.steps import Steps
 
-_ARTIFACTS = {"events": "events/rank{rank}.jsonl", "stats": "memory/rank{rank}.stats.jsonl",
-              "snapshot": "memory/rank{rank}.snapshot.json.gz", "trace": "trace/rank{rank}.json.gz"}
+_ARTIFACTS = {
+    "events": "events/rank{rank}.jsonl",
+    "stats": "memory/rank{rank}.stats.jsonl",
+    "snapshot": "memory/rank{rank}.snapshot.json.gz",
+    "trace": "trace/rank{rank}.json.gz",
+}
 
 
 class Runtime:
@@ -60,8 +65,9 @@ class Runtime:
         if relative not in self.expected:
             self.expected.add(relative)
             if self.events is not None and self.events.opened:
-                self.events.append({"kind": "run", "event": "expect", "rank": self.rank, "artifact": relative,
-                                    "t_ns": time.time_ns()})
+                self.events.append(
+                    {"kind": "run", "event": "expect", "rank": self.rank, "artifact": relative, "t_ns": time.time_ns()}
+                )
 
     # ---- the start
     def on_torch_imported(self, torch) -> None:
@@ -107,13 +113,26 @@ class Runtime:
         self.rank = 0 if self.rank is None else self.rank
         self.events = JsonlAppender(self.in_run_dir(self.artifact("events")))
         try:
-            self.events.append({"kind": "run", "event": "start", "rank": self.rank, "world_size": self.world_size,
-                                "pid": self.pid, "framework": self.framework, "mode": self.config.mode,
-                                "cuda": self.cuda, "versions": _framework_versions(torch, jax),
-                                "t_ns": time.time_ns()})
+            self.events.append(
+                {
+                    "kind": "run",
+                    "event": "start",
+                    "rank": self.rank,
+                    "world_size": self.world_size,
+                    "pid": self.pid,
+                    "framework": self.framework,
+                    "mode": self.config.mode,
+                    "cuda": self.cuda,
+                    "versions": _framework_versions(torch, jax),
+                    "t_ns": time.time_ns(),
+                }
+            )
         except FileExistsError:
-            self.faults.log_once("rank-taken", f"another process already records rank {self.rank} in this run "
-                                               f"folder; this process (pid {self.pid}) records nothing")
+            self.faults.log_once(
+                "rank-taken",
+                f"another process already records rank {self.rank} in this run "
+                f"folder; this process (pid {self.pid}) records nothing",
+            )
             self.disabled = True
             return False
         self.expect(self.artifact("events"))
@@ -129,9 +148,12 @@ class Runtime:
         memory = steps.memory = self._memory_capture()
         gpu = self.cuda or _jax_on_gpu(jax)
         if not gpu:
-            self.faults.log_once("no-gpu", f"no GPU in use in this process (rank {self.rank}, "
-                                           f"{self.framework or 'no framework'}); recording host step times only: "
-                                           "no GPU time, memory stats or allocator history")
+            self.faults.log_once(
+                "no-gpu",
+                f"no GPU in use in this process (rank {self.rank}, "
+                f"{self.framework or 'no framework'}); recording host step times only: "
+                "no GPU time, memory stats or allocator history",
+            )
         else:
             memory.open_stats()
         if memory.history_on:
@@ -185,9 +207,17 @@ class Runtime:
                 if memory is not None and memory.history_on and not memory.snapshot_written:
                     memory.take_snapshot()
                 steps.drain(block_s=2.0 if reason == "exit" else 0.0)
-                self.events.append({"kind": "run", "event": "end", "rank": self.rank, "reason": reason,
-                                    "steps": steps.recorded, "written": sorted(self.written),
-                                    "t_ns": time.time_ns()})
+                self.events.append(
+                    {
+                        "kind": "run",
+                        "event": "end",
+                        "rank": self.rank,
+                        "reason": reason,
+                        "steps": steps.recorded,
+                        "written": sorted(self.written),
+                        "t_ns": time.time_ns(),
+                    }
+                )
             except Exception as e:
                 self.faults.internal_error("flush", e)
             finally:

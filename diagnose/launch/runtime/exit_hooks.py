@@ -6,6 +6,7 @@ atexit, so a handler flushes first and then does what was there before: calls th
 user's handler, or restores the default and re-sends the signal so the process still
 dies of it (exit status 128+N, as without gpudiag). An ignored signal stays ignored.
 """
+
 from __future__ import annotations
 
 import atexit

@@ -6,6 +6,7 @@ disk (or a file-size limit) stops all writing in this process at once. A whole-f
 (trace, snapshot) that could not be written is logged and reported, and the run goes on.
 Training always goes on. The parent learns of each fault through fault_reports' socket.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,11 @@ class Faults:
         if is_disk_full(error):
             self.disk_full(error)
             return
-        self.log_once("internal-error", f"internal error in the bootstrap ({where}: {type(error).__name__}: {error}); "
-                                        "instrumentation is off for the rest of this run, training goes on")
+        self.log_once(
+            "internal-error",
+            f"internal error in the bootstrap ({where}: {type(error).__name__}: {error}); "
+            "instrumentation is off for the rest of this run, training goes on",
+        )
         self._runtime.switch_off(write_nothing=False)
 
     def disk_full(self, error: OSError) -> None:
@@ -57,8 +61,11 @@ class Faults:
         reason = describe_error(error)
         step = runtime.steps.current_step
         at = f" at step {step}" if step is not None else ""
-        self.log_once("disk-full", f"{reason} writing {artifact or 'the run folder'}{at}; gpudiag writes nothing "
-                                   f"more in this process (rank {runtime.rank}), training goes on")
+        self.log_once(
+            "disk-full",
+            f"{reason} writing {artifact or 'the run folder'}{at}; gpudiag writes nothing "
+            f"more in this process (rank {runtime.rank}), training goes on",
+        )
         self._report("disk-full", artifact, reason)
         runtime.switch_off(write_nothing=True)
 
@@ -69,15 +76,25 @@ class Faults:
             self.disk_full(error)
             return
         probe = disk_probe(self._runtime.config.run_dir)
-        reason = (f"{what} not written, probably disk full: {probe} (the export said {type(error).__name__}: "
-                  f"{error})" if probe else f"{what} not written ({type(error).__name__}: {error})")
+        reason = (
+            f"{what} not written, probably disk full: {probe} (the export said {type(error).__name__}: {error})"
+            if probe
+            else f"{what} not written ({type(error).__name__}: {error})"
+        )
         self.log_once(relative, reason)
         self._report("write-failed", relative, reason)
 
     def _report(self, kind: str, artifact: str | None, error: str) -> None:
         runtime = self._runtime
-        fault = {"kind": kind, "rank": runtime.rank, "pid": runtime.pid, "artifact": artifact, "error": error,
-                 "step": runtime.steps.current_step, "t_ns": time.time_ns()}
+        fault = {
+            "kind": kind,
+            "rank": runtime.rank,
+            "pid": runtime.pid,
+            "artifact": artifact,
+            "error": error,
+            "step": runtime.steps.current_step,
+            "t_ns": time.time_ns(),
+        }
         self.reported.append(fault)
         send(fault)
 

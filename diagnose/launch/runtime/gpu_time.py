@@ -9,6 +9,7 @@ cost at most GPU_TIME_BUDGET_PCT of a step's host time; every step when they cos
 Each choice is written as a ``{"kind": "run", "event": "gpu-time-every", ...}`` record, which
 is where the analyzers read the budget from.
 """
+
 from __future__ import annotations
 
 import collections
@@ -57,10 +58,19 @@ class GpuTime:
             return
         event_ns, host_ns = _median(self.event_ns), _median(self.host_ns)
         self.every = every
-        self._events.append({"kind": "run", "event": "gpu-time-every", "rank": self._rank, "from_step": step + 1,
-                             "every": self.every, "event_us": round(event_ns / 1e3, 3),
-                             "step_host_ms": round(host_ns / 1e6, 6), "budget_pct": GPU_TIME_BUDGET_PCT,
-                             "t_ns": time.time_ns()})
+        self._events.append(
+            {
+                "kind": "run",
+                "event": "gpu-time-every",
+                "rank": self._rank,
+                "from_step": step + 1,
+                "every": self.every,
+                "event_us": round(event_ns / 1e3, 3),
+                "step_host_ms": round(host_ns / 1e6, 6),
+                "budget_pct": GPU_TIME_BUDGET_PCT,
+                "t_ns": time.time_ns(),
+            }
+        )
 
 
 def gpu_time_every(event_ns, host_ns, current: int) -> int | None:

@@ -4,6 +4,7 @@ The runtime starts before the user's script runs, and must not import torch itse
 and it may not be used). A meta path finder sees the script's own ``import torch``, lets the
 real loader run it, then calls the callback with the module and takes itself off the path.
 """
+
 from __future__ import annotations
 
 import importlib.util

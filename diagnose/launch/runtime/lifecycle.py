@@ -1,5 +1,6 @@
 """This process's one Runtime: started by the sitecustomize (install_from_env) or ``with diagnose.profile()``
 (install / uninstall), found by ``active()``, and marked by ``diagnose.step()`` (step)."""
+
 from __future__ import annotations
 
 import os

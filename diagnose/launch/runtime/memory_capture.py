@@ -8,6 +8,7 @@ written as ``torch.cuda.memory._snapshot()`` in JSON with ``"schema": "gpudiag.s
 and switched off, so steady-state steps do not pay for it either. ``MemoryCapture`` is the
 runtime's part that does all three; the functions below it are the framework calls.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -80,8 +81,12 @@ class MemoryCapture:
 
     def snapshot_due(self, finished: int) -> bool:
         """True when the history is on and step ``finished`` is the snapshot step (or past it)."""
-        return (self.history_on and not self.snapshot_written and self._snapshot_step is not None
-                and finished >= self._snapshot_step)
+        return (
+            self.history_on
+            and not self.snapshot_written
+            and self._snapshot_step is not None
+            and finished >= self._snapshot_step
+        )
 
     def take_snapshot(self) -> None:
         """Write the snapshot and stop the history (a failed write is the runtime's fault to report)."""
@@ -114,8 +119,15 @@ class MemoryCapture:
 
 
 def torch_memory_stats_record(torch, rank: int, step: int) -> dict:
-    return {"kind": "memory_stats", "rank": rank, "step": step, "t_ns": time.time_ns(), "framework": "torch",
-            "device": torch.cuda.current_device(), "stats": torch.cuda.memory_stats()}
+    return {
+        "kind": "memory_stats",
+        "rank": rank,
+        "step": step,
+        "t_ns": time.time_ns(),
+        "framework": "torch",
+        "device": torch.cuda.current_device(),
+        "stats": torch.cuda.memory_stats(),
+    }
 
 
 def jax_memory_stats_record(jax, rank: int, step: int) -> dict | None:
@@ -125,8 +137,15 @@ def jax_memory_stats_record(jax, rank: int, step: int) -> dict | None:
     stats = devices[0].memory_stats()
     if stats is None:  # CPU devices report nothing
         return None
-    return {"kind": "memory_stats", "rank": rank, "step": step, "t_ns": time.time_ns(), "framework": "jax",
-            "device": devices[0].id, "stats": dict(stats)}
+    return {
+        "kind": "memory_stats",
+        "rank": rank,
+        "step": step,
+        "t_ns": time.time_ns(),
+        "framework": "jax",
+        "device": devices[0].id,
+        "stats": dict(stats),
+    }
 
 
 def start_allocator_history(torch, max_entries: int) -> None:

@@ -13,6 +13,7 @@ In light mode the ranges are pushed only when an NVTX tool may be listening (``t
 without one the NVTX library drops every range, and the four calls a step cost 9 µs of a 2.3 ms step
 on the H200 host (2026-12-03, tools/overhead_sources.py). Under ncu they are the window: always on.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -26,8 +27,13 @@ import time
 # names at its first call, as Nsight Systems and Nsight Compute set it for what they launch; or a preloaded
 # library provides the injection symbol (LD_PRELOAD); newer NVTX also asks the CUDA driver, which a tool
 # enters through CUDA_INJECTION64_PATH. NSYS_PROFILING_SESSION_ID marks a process Nsight Systems launched.
-TOOL_ENV = ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH", "CUDA_INJECTION64_PATH", "LD_PRELOAD",
-            "NSYS_PROFILING_SESSION_ID")
+TOOL_ENV = (
+    "NVTX_INJECTION64_PATH",
+    "NVTX_INJECTION32_PATH",
+    "CUDA_INJECTION64_PATH",
+    "LD_PRELOAD",
+    "NSYS_PROFILING_SESSION_ID",
+)
 
 
 def tool_may_listen(environ=None) -> bool:
@@ -45,13 +51,30 @@ def open_for_steps(config, events, rank: int, log_once):
     if listening:
         backend = open_backend(allow_torch_import=ncu)
         if backend is None and ncu:
-            log_once("no-nvtx", "no NVTX library found (torch CUDA, the nvtx package or libnvToolsExt); "
-                                "steps carry no NVTX ranges, so ncu's step window cannot match: "
-                                "use --launch-skip/--launch-count")
-    why = ("no NVTX tool in the environment (" + ", ".join(TOOL_ENV) + " unset)" if not listening
-           else "no NVTX library found" if backend is None else None)
-    events.append({"kind": "run", "event": "nvtx", "rank": rank, "ranges": backend is not None,
-                   "backend": getattr(backend, "name", None), "why_not": why, "t_ns": time.time_ns()})
+            log_once(
+                "no-nvtx",
+                "no NVTX library found (torch CUDA, the nvtx package or libnvToolsExt); "
+                "steps carry no NVTX ranges, so ncu's step window cannot match: "
+                "use --launch-skip/--launch-count",
+            )
+    why = (
+        "no NVTX tool in the environment (" + ", ".join(TOOL_ENV) + " unset)"
+        if not listening
+        else "no NVTX library found"
+        if backend is None
+        else None
+    )
+    events.append(
+        {
+            "kind": "run",
+            "event": "nvtx",
+            "rank": rank,
+            "ranges": backend is not None,
+            "backend": getattr(backend, "name", None),
+            "why_not": why,
+            "t_ns": time.time_ns(),
+        }
+    )
     return backend
 
 

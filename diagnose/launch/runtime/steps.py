@@ -9,6 +9,7 @@ known, in one write. The boundary calls the other parts directly (GPU time, NVTX
 trace window, memory stats), each one attribute away, None when off: it was tuned to a few
 µs a step (docs/measurements/h200-2026-12-03-interleaved.md, tools/boundary_breakdown.py).
 """
+
 from __future__ import annotations
 
 import collections
@@ -60,8 +61,9 @@ class Steps:
             optimizer_module = importlib.import_module("torch.optim.optimizer")
             self.optimizer_hook_handle = optimizer_module.register_optimizer_step_post_hook(self.on_optimizer_step)
         except Exception as e:
-            self._runtime.faults.log_once("no-optimizer-hook",
-                                          f"cannot hook torch optimizers ({e}); mark steps with diagnose.step()")
+            self._runtime.faults.log_once(
+                "no-optimizer-hook", f"cannot hook torch optimizers ({e}); mark steps with diagnose.step()"
+            )
 
     def unhook_optimizers(self) -> None:
         if self.optimizer_hook_handle is not None:
@@ -124,13 +126,23 @@ class Steps:
             host_ns = perf_ns - self._perf_ns
             if gpu is not None and finished > 0 and not self._instrumented:
                 gpu.host_ns.append(host_ns)
-            self._pending.append((finished, self._wall_ns, host_ns / 1e6, self._event,
-                                  event if self._event is not None else None, self._source,
-                                  self._instrumented, self._overhead_ns))
+            self._pending.append(
+                (
+                    finished,
+                    self._wall_ns,
+                    host_ns / 1e6,
+                    self._event,
+                    event if self._event is not None else None,
+                    self._source,
+                    self._instrumented,
+                    self._overhead_ns,
+                )
+            )
             # only the window's close and the snapshot are heavy; most steps have neither left to do
             window = self.window
-            heavy = ((window is not None and window.profiler is not None) or self.memory.history_on) and \
-                self._after_step(finished)
+            heavy = (
+                (window is not None and window.profiler is not None) or self.memory.history_on
+            ) and self._after_step(finished)
         else:
             heavy = False
         self.current_step = step
@@ -201,23 +213,58 @@ class Steps:
 
 
 _STEP_SOURCES = ("optimizer", "marker")
-_STEP_FORMAT = ('{"kind":"step","rank":%d,"step":%d,"t_start_ns":%d,"host_ms":%.6f,"gpu_ms":%s,"source":"%s",'
-                '"instrumented":%s,"overhead_us":%.3f}\n')
+_STEP_FORMAT = (
+    '{"kind":"step","rank":%d,"step":%d,"t_start_ns":%d,"host_ms":%.6f,"gpu_ms":%s,"source":"%s",'
+    '"instrumented":%s,"overhead_us":%.3f}\n'
+)
 
 
-def step_line(rank: int, step: int, t_start_ns: int, host_ms: float, gpu_ms: float | None, source: str,
-              instrumented: bool, overhead_us: float) -> bytes:
+def step_line(
+    rank: int,
+    step: int,
+    t_start_ns: int,
+    host_ms: float,
+    gpu_ms: float | None,
+    source: str,
+    instrumented: bool,
+    overhead_us: float,
+) -> bytes:
     """A step record as one JSON line: ms to 6 decimals (the ns), µs to 3. One %-format instead of the JSON
     encoder, because this runs for every training step: on the H200 host writing ~40 step records took
     440 µs with the encoder-equivalent formatting (2026-12-03), about 10 µs a step."""
-    if (source in _STEP_SOURCES and math.isfinite(host_ms) and math.isfinite(overhead_us)
-            and (gpu_ms is None or math.isfinite(gpu_ms))):
-        return (_STEP_FORMAT % (rank, step, t_start_ns, host_ms, "null" if gpu_ms is None else "%.6f" % gpu_ms,
-                                source, "true" if instrumented else "false", overhead_us)).encode()
+    if (
+        source in _STEP_SOURCES
+        and math.isfinite(host_ms)
+        and math.isfinite(overhead_us)
+        and (gpu_ms is None or math.isfinite(gpu_ms))
+    ):
+        return (
+            _STEP_FORMAT
+            % (
+                rank,
+                step,
+                t_start_ns,
+                host_ms,
+                "null" if gpu_ms is None else "%.6f" % gpu_ms,
+                source,
+                "true" if instrumented else "false",
+                overhead_us,
+            )
+        ).encode()
     # an unknown source (a string that may need escaping) or a value JSON cannot hold: the encoder
-    return encode_line({"kind": "step", "rank": rank, "step": step, "t_start_ns": t_start_ns,
-                        "host_ms": _rounded(host_ms, 6), "gpu_ms": _rounded(gpu_ms, 6), "source": source,
-                        "instrumented": instrumented, "overhead_us": _rounded(overhead_us, 3)})
+    return encode_line(
+        {
+            "kind": "step",
+            "rank": rank,
+            "step": step,
+            "t_start_ns": t_start_ns,
+            "host_ms": _rounded(host_ms, 6),
+            "gpu_ms": _rounded(gpu_ms, 6),
+            "source": source,
+            "instrumented": instrumented,
+            "overhead_us": _rounded(overhead_us, 3),
+        }
+    )
 
 
 def _rounded(value: float | None, digits: int) -> float | None:

@@ -9,6 +9,7 @@ outside torch, site-packages, the standard library and gpudiag) is the line to f
 Everything is put back as it was when the window closes, and the captured syncs become
 sync records (``sync_records``), paired with the profiler's own sync calls when they line up.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,17 +60,27 @@ def user_stack(frame) -> list[tuple[str, int, str]]:
         frame = frame.f_back
     for i, (filename, _, _) in enumerate(frames):
         if is_user_file(filename):
-            return [(os.path.abspath(f), line, fn) for f, line, fn in frames[i:i + MAX_STACK_FRAMES]]
+            return [(os.path.abspath(f), line, fn) for f, line, fn in frames[i : i + MAX_STACK_FRAMES]]
     return []
 
 
-def sync_record(rank: int, step: int, stack: list[tuple[str, int, str]], t_ns: int, op: str = "cuda_sync",
-                dur_ns: int | None = None) -> dict:
+def sync_record(
+    rank: int, step: int, stack: list[tuple[str, int, str]], t_ns: int, op: str = "cuda_sync", dur_ns: int | None = None
+) -> dict:
     """A ``{"kind": "sync"}`` record as docs/contracts.md defines it."""
     file, line, function = stack[0] if stack else (None, None, None)
-    return {"kind": "sync", "rank": rank, "step": step, "t_ns": t_ns, "dur_ns": dur_ns, "op": op,
-            "file": file, "line": line, "function": function,
-            "stack": [f"{f}:{n} {fn}" for f, n, fn in stack]}
+    return {
+        "kind": "sync",
+        "rank": rank,
+        "step": step,
+        "t_ns": t_ns,
+        "dur_ns": dur_ns,
+        "op": op,
+        "file": file,
+        "line": line,
+        "function": function,
+        "stack": [f"{f}:{n} {fn}" for f, n, fn in stack],
+    }
 
 
 def sync_records(rank: int, warned: list, profiler_syncs: list[dict], step_at):
@@ -80,12 +91,19 @@ def sync_records(rank: int, warned: list, profiler_syncs: list[dict], step_at):
         paired = len(profiler_syncs) == len(warned)
         for i, (t_ns, step, stack) in enumerate(warned):
             found = profiler_syncs[i] if paired else None
-            yield sync_record(rank, step, stack or (found["stack"] if found else []), t_ns,
-                              op=found["op"] if found else "cuda_sync", dur_ns=found["dur_ns"] if found else None)
+            yield sync_record(
+                rank,
+                step,
+                stack or (found["stack"] if found else []),
+                t_ns,
+                op=found["op"] if found else "cuda_sync",
+                dur_ns=found["dur_ns"] if found else None,
+            )
     else:
         for found in profiler_syncs:
-            yield sync_record(rank, step_at(found["t_ns"]), found["stack"], found["t_ns"], op=found["op"],
-                              dur_ns=found["dur_ns"])
+            yield sync_record(
+                rank, step_at(found["t_ns"]), found["stack"], found["t_ns"], op=found["op"], dur_ns=found["dur_ns"]
+            )
 
 
 class SyncWarningCapture:

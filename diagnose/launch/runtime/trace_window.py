@@ -7,6 +7,7 @@ and the rest of the run stays light. While it is open, sync warnings are capture
 from the profiler's own events when the two lists line up one to one. ``StepWindow`` is
 the runtime's part that opens and closes it; the classes below it drive each profiler.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,8 +45,9 @@ class StepWindow:
             if runtime.framework == "torch":
                 profiler = TorchTraceWindow(sys.modules["torch"], with_cuda=runtime.cuda)
             elif runtime.framework == "jax":
-                profiler = JaxTraceWindow(sys.modules["jax"], os.path.join(runtime.config.run_dir, "trace",
-                                                                           f"jax-rank{runtime.rank}"))
+                profiler = JaxTraceWindow(
+                    sys.modules["jax"], os.path.join(runtime.config.run_dir, "trace", f"jax-rank{runtime.rank}")
+                )
             else:
                 return
             runtime.expect(runtime.artifact("trace"))
@@ -160,7 +162,7 @@ def parse_profiler_stack(lines) -> list[tuple[str, int, str]]:
             frames.append((m.group(1), int(m.group(2)), m.group(3)))
     for i, (filename, _, _) in enumerate(frames):
         if is_user_file(filename):
-            return [(os.path.abspath(f), n, fn) for f, n, fn in frames[i:i + MAX_STACK_FRAMES]]
+            return [(os.path.abspath(f), n, fn) for f, n, fn in frames[i : i + MAX_STACK_FRAMES]]
     return []
 
 
@@ -200,8 +202,9 @@ class TorchTraceWindow:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if with_cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self._profiler = torch.profiler.profile(activities=activities, with_stack=True, record_shapes=False,
-                                                profile_memory=False)
+        self._profiler = torch.profiler.profile(
+            activities=activities, with_stack=True, record_shapes=False, profile_memory=False
+        )
         self.started_wall_ns = 0
 
     def start(self) -> None:
@@ -235,10 +238,14 @@ class TorchTraceWindow:
             aten = _outermost_aten(event)
             stack_source = aten if aten is not None and getattr(aten, "stack", None) else event
             start_us = event.time_range.start
-            out.append({"op": aten.name if aten is not None else event.name,
-                        "dur_ns": int(round((event.time_range.end - start_us) * 1000)),
-                        "t_ns": self.started_wall_ns + int(start_us * 1000),
-                        "stack": parse_profiler_stack(getattr(stack_source, "stack", None))})
+            out.append(
+                {
+                    "op": aten.name if aten is not None else event.name,
+                    "dur_ns": int(round((event.time_range.end - start_us) * 1000)),
+                    "t_ns": self.started_wall_ns + int(start_us * 1000),
+                    "stack": parse_profiler_stack(getattr(stack_source, "stack", None)),
+                }
+            )
         out.sort(key=lambda e: e["t_ns"])
         return out
 
@@ -262,11 +269,14 @@ class JaxTraceWindow:
 
     def stop_and_export(self, target_path: str) -> None:
         self.stop()
-        found = sorted(glob.glob(os.path.join(self._work_dir, "**", "*perfetto_trace.json.gz"), recursive=True),
-                       key=os.path.getmtime)
+        found = sorted(
+            glob.glob(os.path.join(self._work_dir, "**", "*perfetto_trace.json.gz"), recursive=True),
+            key=os.path.getmtime,
+        )
         if not found:
-            found = sorted(glob.glob(os.path.join(self._work_dir, "**", "*.trace.json.gz"), recursive=True),
-                           key=os.path.getmtime)
+            found = sorted(
+                glob.glob(os.path.join(self._work_dir, "**", "*.trace.json.gz"), recursive=True), key=os.path.getmtime
+            )
         if not found:
             raise RuntimeError(f"jax.profiler wrote no trace under {self._work_dir}")
         os.makedirs(os.path.dirname(target_path), exist_ok=True)

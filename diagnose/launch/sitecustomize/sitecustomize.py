@@ -9,6 +9,7 @@ the ``diagnose`` package nor anything outside the standard library (runtime/__in
 how its modules then import each other). Nothing here may raise: an error prints one line and
 the script runs uninstrumented.
 """
+
 import os
 import sys
 
@@ -46,8 +47,9 @@ def _start_bootstrap():
     name = "diagnose.launch.runtime"
     if name not in sys.modules:
         folder = os.path.join(os.path.dirname(_HERE), "runtime")
-        spec = importlib.util.spec_from_file_location(name, os.path.join(folder, "__init__.py"),
-                                                      submodule_search_locations=[folder])
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
+        )
         package = importlib.util.module_from_spec(spec)
         sys.modules[name] = package
         try:
@@ -63,5 +65,6 @@ try:
     _run_user_sitecustomize()
     _start_bootstrap()
 except Exception as _error:  # never stop the user's script
-    sys.stderr.write(f"gpudiag: bootstrap not started ({type(_error).__name__}: {_error}); "
-                     "the script runs without instrumentation\n")
+    sys.stderr.write(
+        f"gpudiag: bootstrap not started ({type(_error).__name__}: {_error}); the script runs without instrumentation\n"
+    )

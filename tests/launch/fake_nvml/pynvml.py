@@ -9,6 +9,7 @@ start-up); unset = forever. After that every device call raises NVMLError(NVML_E
 "GPU is lost", as the real library does when a GPU falls off the bus. The readings are fixed
 numbers, so the tests can assert on them.
 """
+
 import os
 import types
 
@@ -20,8 +21,11 @@ NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 0, 1
 NVML_TEMPERATURE_GPU = 0
 
 FAKE_GPU_NAME = "Fake NVML GPU (tests/launch/fake_nvml)"
-_STRINGS = {NVML_ERROR_UNINITIALIZED: "Uninitialized", NVML_ERROR_NOT_SUPPORTED: "Not Supported",
-            NVML_ERROR_GPU_IS_LOST: "GPU is lost"}
+_STRINGS = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+}
 
 
 class NVMLError(Exception):

@@ -1,4 +1,5 @@
 """Hand-made test script: end in the way argv[1] says (code N, raise, sigterm, sleep)."""
+
 import os
 import signal
 import sys

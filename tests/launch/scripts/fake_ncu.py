@@ -5,12 +5,26 @@ It parses the options gpudiag passes, runs the application, writes ==PROF== line
 --log-file as ncu does, and writes a fake report. FAKE_NCU_MODE: ok | perm | none.
 `--import REPORT --csv ...` prints a two-line CSV.
 """
+
 import os
 import subprocess
 import sys
 
-VALUED = {"--target-processes", "--clock-control", "--section", "--set", "--replay-mode", "--import-source",
-          "--nvtx-include", "--launch-count", "--launch-skip", "--kernel-name", "-o", "--log-file", "--metrics"}
+VALUED = {
+    "--target-processes",
+    "--clock-control",
+    "--section",
+    "--set",
+    "--replay-mode",
+    "--import-source",
+    "--nvtx-include",
+    "--launch-count",
+    "--launch-skip",
+    "--kernel-name",
+    "-o",
+    "--log-file",
+    "--metrics",
+}
 args = sys.argv[1:]
 if args and args[0] == "--import":
     print('"ID","Process ID","Kernel Name","gpu__time_duration.sum"')
@@ -32,8 +46,10 @@ log.write(f"==PROF== Connected to process {os.getpid()} ({sys.executable})\n")
 log.flush()
 rc = subprocess.call(app)
 if mode == "perm":
-    log.write("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
-              "Counters on the target device 0.\n")
+    log.write(
+        "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
+        "Counters on the target device 0.\n"
+    )
 elif mode == "none":
     log.write("==WARNING== No kernels were profiled.\n")
 else:

@@ -1,4 +1,5 @@
 """Hand-made test script: a loop of sleeps marked with diagnose.step(), no framework; argv: steps sleep_s."""
+
 import sys
 import time
 

@@ -1,5 +1,6 @@
 """Hand-made test script: 16 optimizer steps on the CPU (through the default trace window, steps 10-12),
 then prints which heavy modules the process holds and whether gpudiag's runtime is still on."""
+
 import json
 import sys
 
@@ -12,5 +13,13 @@ for _ in range(16):
     model(torch.ones(2, 4)).sum().backward()
     opt.step()
 runtime = sys.modules.get("diagnose.launch.runtime.lifecycle")
-print("GPUDIAG-MODULES " + json.dumps({"pandas": "pandas" in sys.modules, "diagnose": "diagnose" in sys.modules,
-                                       "active": bool(runtime and runtime.active())}))
+print(
+    "GPUDIAG-MODULES "
+    + json.dumps(
+        {
+            "pandas": "pandas" in sys.modules,
+            "diagnose": "diagnose" in sys.modules,
+            "active": bool(runtime and runtime.active()),
+        }
+    )
+)

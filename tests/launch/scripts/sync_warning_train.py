@@ -3,6 +3,7 @@
 On a CPU there is no real CUDA sync; the warning below stands in for the one
 torch.cuda.set_sync_debug_mode("warn") raises, so the capture path can be tested.
 """
+
 import sys
 import warnings
 

@@ -6,6 +6,7 @@ argv: STEPS [--exit-code N] [--kill-in-trace-export]. --kill-in-trace-export pat
 gzip.GzipFile.write (which gpudiag's trace export uses; this script uses no gzip itself) to
 write half of its first chunk and SIGKILL the process: a kill in the middle of writing the trace.
 """
+
 import argparse
 import gzip
 import os
