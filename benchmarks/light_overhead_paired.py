@@ -141,7 +141,7 @@ def run_block(kind: str, step, n: int, skip: int, work: Path, index: int) -> tup
     if kind == "profiler":
         import torch
 
-        from diagnose.launch.runtime.trace_window import TorchTraceWindow
+        from diagnose.launch.runtime.profilers import TorchTraceWindow
 
         window = TorchTraceWindow(torch, with_cuda=torch.cuda.is_available())
         window.start()

@@ -14,7 +14,7 @@ import types
 import pytest
 
 from diagnose.launch import ncu as ncu_mode
-from diagnose.launch.runtime import trace_window
+from diagnose.launch.runtime import profilers
 
 
 def _fake_torch(cuda_version):
@@ -27,27 +27,27 @@ def no_teardown_env(monkeypatch):
 
 
 def test_teardown_is_asked_for_while_the_profiler_stops(no_teardown_env):
-    with trace_window._cupti_teardown_on_stop(_fake_torch("13.0")):
+    with profilers._cupti_teardown_on_stop(_fake_torch("13.0")):
         assert os.environ["TEARDOWN_CUPTI"] == "1"
     assert "TEARDOWN_CUPTI" not in os.environ
 
 
 def test_teardown_env_restored_when_stop_raises(no_teardown_env):
     with pytest.raises(RuntimeError):
-        with trace_window._cupti_teardown_on_stop(_fake_torch("12.6")):
+        with profilers._cupti_teardown_on_stop(_fake_torch("12.6")):
             raise RuntimeError("profiler stop failed")
     assert "TEARDOWN_CUPTI" not in os.environ
 
 
 @pytest.mark.parametrize("cuda", ["12.4", "11.8", None, "rocm"])
 def test_no_teardown_where_torch_keeps_cupti(no_teardown_env, cuda):
-    with trace_window._cupti_teardown_on_stop(_fake_torch(cuda)):
+    with profilers._cupti_teardown_on_stop(_fake_torch(cuda)):
         assert "TEARDOWN_CUPTI" not in os.environ
 
 
 def test_users_own_teardown_setting_wins(monkeypatch):
     monkeypatch.setenv("TEARDOWN_CUPTI", "0")
-    with trace_window._cupti_teardown_on_stop(_fake_torch("13.0")):
+    with profilers._cupti_teardown_on_stop(_fake_torch("13.0")):
         assert os.environ["TEARDOWN_CUPTI"] == "0"
     assert os.environ["TEARDOWN_CUPTI"] == "0"
 

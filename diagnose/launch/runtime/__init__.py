@@ -9,6 +9,7 @@ One module per concern, wired by one coordinator:
     gpu_time.py        CUDA-event GPU time per step, and k when only one step in k is timed
     nvtx_ranges.py     an NVTX range per step, when a tool can receive it (always under ncu)
     trace_window.py    the profiler window of a few steps
+    profilers.py       torch.profiler / jax.profiler driven by the window (imported when it opens)
     sync_capture.py    synchronizing calls inside the window, as sync records
     memory_capture.py  memory_stats records, the allocator history and its snapshot
     faults.py          internal errors, a full disk, an artifact not written: logged once, runtime off

@@ -52,7 +52,7 @@ class Steps:
         self.gpu = None  # gpu_time.GpuTime, with CUDA
         self.nvtx = None  # an nvtx_ranges backend
         self._nvtx_handle = None
-        self.window = None  # trace_window.ProfilerWindow until it has closed
+        self.window = None  # trace_window.StepWindow until it has closed
         self.memory = None  # memory_capture.MemoryCapture
 
     # ---- where boundaries come from

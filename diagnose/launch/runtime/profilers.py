@@ -1,0 +1,182 @@
+"""The profilers a trace window drives: torch.profiler and jax.profiler, each stopped, exported to
+trace/rank<N>.json.gz (gzipped, written whole or not at all) and asked for its synchronizing calls.
+
+Imported only when a window opens (:mod:`trace_window`), so a run without one, and every step before
+it, never pays for these imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import gzip
+import os
+import re
+import shutil
+import time
+
+SYNC_RUNTIME_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+_STACK_LINE = re.compile(r"^(.*)\((\d+)\): (.*)$")
+
+
+def _write_gzip_atomically(source_path: str, target_path: str) -> None:
+    os.makedirs(os.path.dirname(target_path), exist_ok=True)
+    tmp = f"{target_path}.{os.getpid()}.tmp"
+    try:
+        with open(source_path, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(tmp, target_path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _outermost_aten(event):
+    op = None
+    node = event
+    while node is not None:
+        if node.name.startswith("aten::"):
+            op = node
+        node = getattr(node, "cpu_parent", None)
+    return op
+
+
+def parse_profiler_stack(lines) -> list[tuple[str, int, str]]:
+    """FunctionEvent.stack ("file.py(19): main", innermost first) → user frames from the innermost user one."""
+    from diagnose.launch.runtime.sync_capture import MAX_STACK_FRAMES, is_user_file
+
+    frames = []
+    for text in lines or []:
+        m = _STACK_LINE.match(text.strip())
+        if m:
+            frames.append((m.group(1), int(m.group(2)), m.group(3)))
+    for i, (filename, _, _) in enumerate(frames):
+        if is_user_file(filename):
+            return [(os.path.abspath(f), n, fn) for f, n, fn in frames[i : i + MAX_STACK_FRAMES]]
+    return []
+
+
+CUPTI_TEARDOWN_MIN_CUDA = (12, 6)
+
+
+@contextlib.contextmanager
+def _cupti_teardown_on_stop(torch):
+    """Let Kineto detach CUPTI when the window closes, so steps after it run at full speed.
+
+    Kineto leaves CUPTI attached after ``profiler.stop()`` unless ``TEARDOWN_CUPTI=1`` is set when
+    it tears down (read at that moment); CUPTI's callbacks then slow every later launch
+    (pytorch/pytorch#144455). A value the user set is left alone; with CUDA older than 12.6 torch
+    itself keeps CUPTI attached (teardown there can hang with CUDA graphs), so we do too.
+    """
+    if "TEARDOWN_CUPTI" in os.environ or not _cuda_at_least(torch, CUPTI_TEARDOWN_MIN_CUDA):
+        yield
+        return
+    os.environ["TEARDOWN_CUPTI"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("TEARDOWN_CUPTI", None)
+
+
+def _cuda_at_least(torch, version: tuple[int, int]) -> bool:
+    text = getattr(getattr(torch, "version", None), "cuda", None)
+    try:
+        return tuple(int(part) for part in str(text).split(".")[:2]) >= version
+    except ValueError:
+        return False
+
+
+class TorchTraceWindow:
+    def __init__(self, torch, with_cuda: bool):
+        self._torch = torch
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if with_cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._profiler = torch.profiler.profile(
+            activities=activities, with_stack=True, record_shapes=False, profile_memory=False
+        )
+        self.started_wall_ns = 0
+
+    def start(self) -> None:
+        self.started_wall_ns = time.time_ns()
+        self._profiler.start()
+
+    def stop(self) -> None:
+        """Stop tracing and write nothing (the disk is full, or the run is ending badly)."""
+        with _cupti_teardown_on_stop(self._torch):
+            self._profiler.stop()
+
+    def stop_and_export(self, target_path: str) -> None:
+        self.stop()
+        os.makedirs(os.path.dirname(target_path), exist_ok=True)
+        tmp_json = f"{target_path}.{os.getpid()}.json.tmp"
+        try:
+            self._profiler.export_chrome_trace(tmp_json)
+            _write_gzip_atomically(tmp_json, target_path)
+        finally:
+            # torch's exporter writes through its own "<path>.tmp" and leaves it behind when it fails
+            for leftover in (tmp_json, tmp_json + ".tmp"):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
+
+    def sync_events(self) -> list[dict]:
+        """The profiler's synchronizing runtime calls, in time order: op, wait, stack, wall time."""
+        out = []
+        for event in self._profiler.events():
+            if event.name not in SYNC_RUNTIME_CALLS:
+                continue
+            aten = _outermost_aten(event)
+            stack_source = aten if aten is not None and getattr(aten, "stack", None) else event
+            start_us = event.time_range.start
+            out.append(
+                {
+                    "op": aten.name if aten is not None else event.name,
+                    "dur_ns": int(round((event.time_range.end - start_us) * 1000)),
+                    "t_ns": self.started_wall_ns + int(start_us * 1000),
+                    "stack": parse_profiler_stack(getattr(stack_source, "stack", None)),
+                }
+            )
+        out.sort(key=lambda e: e["t_ns"])
+        return out
+
+
+class JaxTraceWindow:
+    """jax.profiler with a perfetto trace; the trace lands in trace/rank<N>.json.gz."""
+
+    def __init__(self, jax, work_dir: str):
+        self._jax = jax
+        self._work_dir = work_dir
+        self.started_wall_ns = 0
+
+    def start(self) -> None:
+        os.makedirs(self._work_dir, exist_ok=True)
+        self.started_wall_ns = time.time_ns()
+        self._jax.profiler.start_trace(self._work_dir, create_perfetto_trace=True)
+
+    def stop(self) -> None:
+        """Stop tracing; the trace stays in the work folder and is not copied into the run."""
+        self._jax.profiler.stop_trace()
+
+    def stop_and_export(self, target_path: str) -> None:
+        self.stop()
+        found = sorted(
+            glob.glob(os.path.join(self._work_dir, "**", "*perfetto_trace.json.gz"), recursive=True),
+            key=os.path.getmtime,
+        )
+        if not found:
+            found = sorted(
+                glob.glob(os.path.join(self._work_dir, "**", "*.trace.json.gz"), recursive=True), key=os.path.getmtime
+            )
+        if not found:
+            raise RuntimeError(f"jax.profiler wrote no trace under {self._work_dir}")
+        os.makedirs(os.path.dirname(target_path), exist_ok=True)
+        tmp = f"{target_path}.{os.getpid()}.tmp"
+        try:
+            shutil.copyfile(found[-1], tmp)
+            os.replace(tmp, target_path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def sync_events(self) -> list[dict]:
+        return []
