@@ -20,12 +20,14 @@ class Profile:
     sources: list[str] = field(default_factory=list)  # the files that were read
     manifest: dict[str, Any] = field(default_factory=dict)  # run manifest (empty for a single artifact)
     kernels: pd.DataFrame | None = None  # ncu: one row per profiled kernel launch (parsers.ncu_kernels.KERNELS_SCHEMA)
+    ncu_rules: pd.DataFrame | None = None  # ncu's own rule results per launch (parsers.ncu_kernels.RULES_SCHEMA)
     traces: dict[int, Any] = field(default_factory=dict)  # rank → parsers.trace.Trace
     snapshots: dict[int, Any] = field(default_factory=dict)  # rank → parsers.snapshot.MemorySnapshot
     memory_stats: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → per-step allocator stats
     step_events: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → per-step CUDA-event timings
     sync_records: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → exact-line sync records
     nvml: pd.DataFrame | None = None  # NVML samples
+    launch_starts: pd.DataFrame | None = None  # under --ncu: when each launch's profiling began (unix ns)
     warnings: list[str] = field(default_factory=list)  # what could not be read, said in the report
 
     def __post_init__(self) -> None:
@@ -33,16 +35,30 @@ class Profile:
             from parsers.ncu_kernels import KERNELS_SCHEMA
 
             self.kernels = KERNELS_SCHEMA.empty()
+        if self.ncu_rules is None:
+            from parsers.ncu_kernels import RULES_SCHEMA
+
+            self.ncu_rules = RULES_SCHEMA.empty()
         if self.nvml is None:
             from parsers.nvml import NVML_SCHEMA
 
             self.nvml = NVML_SCHEMA.empty()
+        if self.launch_starts is None:
+            from parsers.ncu_launch_starts import LAUNCH_STARTS_SCHEMA
+
+            self.launch_starts = LAUNCH_STARTS_SCHEMA.empty()
 
     def add(self, table: str, value: Any, rank: int) -> None:
         """Put what a reader read (``parsers.reader.Reader.read``) into the table it declares; ``rank`` is the
         one the file's name gives, used where the content does not say."""
         if table == tables.KERNELS:
-            self.kernels = value if not len(self.kernels) else pd.concat([self.kernels, value], ignore_index=True)
+            # the ncu readers give (kernels, rules); a bare kernels frame (a caller's own) is taken too
+            kernels, rules = value if isinstance(value, tuple) else (value, None)
+            self.kernels = kernels if not len(self.kernels) else pd.concat([self.kernels, kernels], ignore_index=True)
+            if rules is not None and len(rules):
+                self.ncu_rules = (
+                    rules if not len(self.ncu_rules) else pd.concat([self.ncu_rules, rules], ignore_index=True)
+                )
         elif table == tables.TRACES:
             self.traces[value.rank if value.rank is not None else rank] = value
         elif table == tables.SNAPSHOTS:
@@ -56,6 +72,8 @@ class Profile:
                 self.sync_records[rank] = syncs
         elif table == tables.NVML:
             self.nvml = value
+        elif table == tables.LAUNCH_STARTS:
+            self.launch_starts = value
         else:
             raise ValueError(f"a Profile has no table {table!r}")
 

@@ -30,6 +30,16 @@ class L2:
     critical_pct: float = 62.0
     dram_bound_pct: float = 60.0  # DRAM throughput % of peak above which a low-hit kernel is DRAM-bound
     min_kernel_share: float = 0.005  # ignore kernels under 0.5 % of GPU time
+    # global-load sectors requested (at L1, or at L2) per DRAM sector read: the data's reuse. At or under
+    # streaming_max each byte is read about once (a streaming kernel: 1.0 on the H200 captures), so its
+    # misses are compulsory and no cache or tile removes them; at reuse_min or more the same bytes are
+    # asked for again and again (a naive GEMM: 1023 at L1, 126 at L2), which tiling can serve.
+    streaming_max: float = 1.5
+    reuse_min: float = 4.0
+    # a kernel limited by the L1/TEX load path (its SOL breakdown's top unit at speed_of_light.bound_pct or
+    # more) whose global loads have that reuse misses it in registers and shared memory even when L2 hits;
+    # it is flagged unless shared-memory wavefronts already carry this share of the L1 data pipe (a tiled kernel)
+    shared_wavefront_share_max: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,9 @@ class Occupancy:
     critical_gap_pts: float = 30.0
     min_kernel_share: float = 0.005
     critical_kernel_share: float = 0.1  # a gap over critical_gap_pts is critical only on a kernel this heavy
+    # a kernel whose SOL limiter (diagnose.kernel_limiter) is at this % of peak or more already runs at that
+    # unit's speed: more resident warps would not make it faster, so its gap is info and costs nothing
+    saturated_unit_pct: float = 80.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,38 @@ class SpeedOfLight:
     latency_pct: float = 40.0
     min_kernel_share: float = 0.005
     warning_kernel_share: float = 0.05  # a latency-bound kernel under this share of GPU time is info
+
+
+@dataclass(frozen=True)
+class MemoryAccess:
+    """Uncoalesced global accesses: sectors fetched beyond what the accesses need.
+
+    ncu's SourceCounters count, per instruction, the L2 sectors a warp's global accesses touch and the
+    ideal for their size (``memory_l2_theoretical_sectors_global(_ideal)``); the difference is
+    ``derived__memory_l2_theoretical_sectors_global_excessive``. A kernel is flagged when the excess is
+    ``excess_share_pct`` or more of its sectors (a third more traffic than needed: at 25 % one sector in
+    four carries nothing the warp asked for; the H200 captures' offenders sit at 78 %, coalesced kernels
+    at 0) and it has ``min_kernel_share`` of GPU time. Severity follows the GPU time the fix could give back
+    (share × excess share × memory throughput / 100): ``warning_loss_share`` (1 %) and
+    ``critical_loss_share`` (5 %) of all profiled GPU time; under them the subject is info.
+    """
+
+    excess_share_pct: float = 25.0
+    min_kernel_share: float = 0.005
+    warning_loss_share: float = 0.01
+    critical_loss_share: float = 0.05
+
+
+@dataclass(frozen=True)
+class NcuRules:
+    """ncu's own rule results beside gpudiag's verdicts.
+
+    A rule of ncu whose estimated speedup is under ``min_speedup_pct`` is listed in the rules table but
+    not counted as a disagreement with gpudiag: ncu fires its uncoalescing rule on any excess sector
+    (2 % of one kernel's traffic on the H200 capture, a 1 % speedup), which is no verdict to argue with.
+    """
+
+    min_speedup_pct: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -192,6 +237,8 @@ class Thresholds:
     launch_config: LaunchConfig = field(default_factory=LaunchConfig)
     tiny_kernels: TinyKernels = field(default_factory=TinyKernels)
     speed_of_light: SpeedOfLight = field(default_factory=SpeedOfLight)
+    memory_access: MemoryAccess = field(default_factory=MemoryAccess)
+    ncu_rules: NcuRules = field(default_factory=NcuRules)
     memory: Memory = field(default_factory=Memory)
     sync: Sync = field(default_factory=Sync)
     utilization: Utilization = field(default_factory=Utilization)

@@ -28,7 +28,7 @@ import pandas as pd
 
 from parsers.errors import InputError
 from parsers.limits import human_bytes, limit, open_input
-from parsers.ncu_kernels import ID_COLUMNS, STANDARD_METRICS, finish, parse_dims
+from parsers.ncu_kernels import ID_COLUMNS, RULES_SCHEMA, STANDARD_METRICS, finish, finish_rules, parse_dims
 from parsers.ncu_units import column_name, to_base
 from parsers.reader import KERNELS, TEXT, Reader, head_text, is_json
 
@@ -529,6 +529,45 @@ def _details(path, text: str, header: list[str]) -> pd.DataFrame:
     return pd.concat([out, wide.reset_index(drop=True)], axis=1)
 
 
+def read_ncu_csv_tables(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The registry's read: (kernels table, rules table :data:`RULES_SCHEMA`).
+
+    Only a details page carries rules: the header is looked at first (its first CSV line, read on its
+    own), so a raw page, which can be hundreds of MB, is parsed once.
+    """
+    kernels = read_ncu_csv(path)
+    if not has_rule_columns(path):
+        return kernels, RULES_SCHEMA.empty()
+    try:
+        rules = read_ncu_rules(path)
+    except KeyError as e:
+        raise InputError(path, f"has ncu's rule columns but no {e} column: a damaged details page?") from None
+    return kernels, finish_rules(rules)
+
+
+def has_rule_columns(path: str | os.PathLike) -> bool:
+    """Whether the CSV's header (its first line that starts with a quote: ncu's stdout has log lines and the
+    program's output before it) holds ncu's rule columns. Reads up to the header line only."""
+    try:
+        with open_input(path, lines=True) as f:
+            buf = b""
+            while len(buf) < MAX_BYTES:
+                piece = f.read(1 << 16)
+                if not piece:
+                    break
+                buf += piece
+                start = 0
+                while (end := buf.find(b"\n", start)) >= 0:
+                    line = buf[start:end].lstrip(b"\xef\xbb\xbf")
+                    if line.startswith(b'"'):
+                        return b'"Rule Name"' in line
+                    start = end + 1
+                buf = buf[start:]
+            return buf.lstrip(b"\xef\xbb\xbf").startswith(b'"') and b'"Rule Name"' in buf
+    except (OSError, EOFError, zlib.error, InputError):
+        return False
+
+
 def is_ncu_csv(head: bytes) -> bool:
     """A CSV page of ncu (its ID columns), or ncu's stdout (its ``==PROF==`` lines)."""
     if is_json(head):
@@ -537,12 +576,13 @@ def is_ncu_csv(head: bytes) -> bool:
     return '"ID","Process ID"' in text or "==PROF==" in text or '"Kernel Name"' in text
 
 
+# read: (kernels, rules), as the events reader gives (steps, syncs); Profile.add puts each in its table
 READERS = (
     Reader(
         "ncu-csv",
         KERNELS,
         is_ncu_csv,
-        read_ncu_csv,
+        read_ncu_csv_tables,
         "an ncu CSV export (--csv --page raw or details, or ncu's stdout)",
         (TEXT,),
     ),

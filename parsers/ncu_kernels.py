@@ -56,9 +56,21 @@ KERNELS_SCHEMA = Schema(
         "waves_per_sm": F64,
         "sm_count": F64,
         "dram_bytes": F64,
+        "sol_breakdown_sm": STR,
+        "sol_breakdown_memory": STR,
+        "global_excess_sources": STR,
     },
     {
         "launch_id": "ncu's ID of the launch in the report",
+        "sol_breakdown_sm": "the metrics sm__throughput is the highest of (comma-separated; .ncu-rep only, the CSV "
+        "pages do not export the lists)",
+        "sol_breakdown_memory": "the same for gpu__compute_memory_throughput",
+        "global_excess_sources": "JSON: the source lines whose global accesses fetch the most sectors beyond the ideal "
+        "(derived__memory_l2_theoretical_sectors_global_excessive per instruction, SourceCounters), "
+        '{"lines": [{"file", "line", "access", "excess_sectors", "sectors", "sass"}, ...] (most first, at most '
+        'EXCESS_SOURCES_MAX), "excess_by_access": {"load": n, "store": n, ...}}; "[]"-like empty lists when measured '
+        "and none is excessive; None without per-instruction data (CSV pages, no SourceCounters). file/line are "
+        "None for code built without -lineinfo (the SASS instruction still says which)",
         "grid_size": "blocks in the grid",
         "block_size": "threads per block",
         "kernel_short": "function base name (no namespace, templates, args)",
@@ -83,10 +95,21 @@ RULES_SCHEMA = Schema(
         "section": "section the rule belongs to: its identifier ('SpeedOfLight') as the details page prints it",
         "rule": "rule identifier ('SOLBottleneck', 'AchievedOccupancy')",
         "type": "OPT / WRN / INF / ERR",
-        "speedup_type": "'local' (share of this kernel's time) or 'global' (of the whole run)",
+        "speedup_type": "'global' (the estimate is a share of this launch's duration) or 'local' (a gain in "
+        "the efficiency of the unit the rule is about, not a time)",
         "estimated_speedup_pct": "ncu's estimated speedup, %",
     },
 )
+EXCESS_SOURCES_MAX = 5  # source lines kept per launch in global_excess_sources
+
+
+def finish_rules(rules: pd.DataFrame) -> pd.DataFrame:
+    """A reader's rule rows (``rule_name``/``rule_type`` as the readers name them) → :data:`RULES_SCHEMA`."""
+    rules = rules.rename(columns={"rule_name": "rule", "rule_type": "type"})
+    names = rules["kernel_name"].astype(object) if "kernel_name" in rules else pd.Series([], dtype=object)
+    rules["kernel_short"] = names.map({n: short_name(n) for n in pd.unique(names)})
+    return conform(rules, RULES_SCHEMA)
+
 
 # standard column ← raw metric names, first present wins (values already in base units)
 STANDARD_METRICS = {

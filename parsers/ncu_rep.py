@@ -10,10 +10,12 @@ a context with zero ranges: that is an error, not an empty result.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import tempfile
+import warnings
 import zlib
 
 import numpy as np
@@ -21,7 +23,7 @@ import pandas as pd
 
 from parsers.errors import InputError
 from parsers.limits import open_input
-from parsers.ncu_kernels import STANDARD_METRICS, finish
+from parsers.ncu_kernels import EXCESS_SOURCES_MAX, STANDARD_METRICS, finish, finish_rules
 from parsers.ncu_units import column_name, to_base
 from parsers.reader import BINARY, KERNELS, Reader
 
@@ -32,6 +34,11 @@ NEEDS_PACKAGE = (
 
 
 MAGIC = b"NVR\x00"
+# the SOL breakdown lists a report stores (the CSV pages do not export them) → their kernels-table column
+BREAKDOWN_LISTS = {
+    "breakdown:sm__throughput.avg.pct_of_peak_sustained_elapsed": "sol_breakdown_sm",
+    "breakdown:gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": "sol_breakdown_memory",
+}
 
 
 def is_ncu_rep(head: bytes) -> bool:
@@ -55,6 +62,50 @@ def read_ncu_rep(path: str | os.PathLike) -> pd.DataFrame:
 def read_ncu_rep_rules(path: str | os.PathLike) -> pd.DataFrame:
     """The rule results ncu stored with each launch, as the details page prints them."""
     ncu_report = _ncu_report(path)
+    rows = []
+    with _plain_file(path) as plain:
+        for launch_id, action in _actions(ncu_report, path, plain):
+            rows.extend(_action_rules(ncu_report, launch_id, action))
+    return pd.DataFrame(rows)
+
+
+def read_ncu_rep_tables(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The registry's read: (kernels table, rules table :data:`RULES_SCHEMA`) from one pass over the report."""
+    ncu_report = _ncu_report(path)
+    rows, rules, failed = [], [], 0
+    with _plain_file(path) as plain:
+        for launch_id, action in _actions(ncu_report, path, plain):
+            row = _action_row(ncu_report, action)
+            row["launch_id"] = float(launch_id)
+            rows.append(row)
+            try:
+                rules.extend(_action_rules(ncu_report, launch_id, action))
+            except Exception:  # the rules are secondary: a launch whose results ncu_report cannot give keeps its row
+                failed += 1
+    if not rows:
+        raise InputError(path, "is an Nsight Compute report with no profiled kernel launches")
+    if failed:
+        warnings.warn(
+            f"{path}: ncu_report could not give the rule results of {failed} of {len(rows)} launches", stacklevel=2
+        )
+    return finish(pd.DataFrame(rows), path), finish_rules(pd.DataFrame(rules, columns=RULES_COLUMNS))
+
+
+RULES_COLUMNS = [
+    "launch_id",
+    "kernel_name",
+    "section",
+    "rule_name",
+    "rule_type",
+    "description",
+    "speedup_type",
+    "estimated_speedup_pct",
+]
+
+
+def _action_rules(ncu_report, launch_id: int, action) -> list[dict]:
+    """The rules that fired on one launch (a rule that did not fire has no message: the details page has no row
+    for it either)."""
     types = {
         ncu_report.MsgType_OPTIMIZATION: "OPT",
         ncu_report.MsgType_WARNING: "WRN",
@@ -63,28 +114,26 @@ def read_ncu_rep_rules(path: str | os.PathLike) -> pd.DataFrame:
         ncu_report.MsgType_NONE: "",
     }
     speedups = {ncu_report.SpeedupType_LOCAL: "local", ncu_report.SpeedupType_GLOBAL: "global"}
+    name = action.name(ncu_report.IAction.NameBase_DEMANGLED)
     rows = []
-    with _plain_file(path) as plain:
-        for launch_id, action in _actions(ncu_report, path, plain):
-            name = action.name(ncu_report.IAction.NameBase_DEMANGLED)
-            for rule in action.rule_results_as_dicts() or []:
-                msg = rule.get("rule_message") or {}
-                if not msg.get("message"):
-                    continue  # a rule that did not fire: the details page has no row for it either
-                speed = rule.get("speedup_estimation") or {}
-                rows.append(
-                    {
-                        "launch_id": float(launch_id),
-                        "kernel_name": name,
-                        "section": rule.get("section_identifier"),
-                        "rule_name": rule.get("rule_identifier"),
-                        "rule_type": types.get(msg.get("type"), str(msg.get("type"))),
-                        "description": plain_rule_text(msg["message"]),
-                        "speedup_type": speedups.get(speed.get("type")) if speed else None,
-                        "estimated_speedup_pct": float(speed["speedup"]) if "speedup" in speed else np.nan,
-                    }
-                )
-    return pd.DataFrame(rows)
+    for rule in action.rule_results_as_dicts() or []:
+        msg = rule.get("rule_message") or {}
+        if not msg.get("message"):
+            continue
+        speed = rule.get("speedup_estimation") or {}
+        rows.append(
+            {
+                "launch_id": float(launch_id),
+                "kernel_name": name,
+                "section": rule.get("section_identifier"),
+                "rule_name": rule.get("rule_identifier"),
+                "rule_type": types.get(msg.get("type"), str(msg.get("type"))),
+                "description": plain_rule_text(msg["message"]),
+                "speedup_type": speedups.get(speed.get("type")) if speed else None,
+                "estimated_speedup_pct": float(speed["speedup"]) if "speedup" in speed else np.nan,
+            }
+        )
+    return rows
 
 
 _MARKUP = re.compile(r"@(section|url|metric|table|image):([^@]*)@")
@@ -187,7 +236,10 @@ def _action_row(ncu_report, action) -> dict:
     row: dict = {}
     metrics: dict = {}
     for name in action.metric_names():
-        if name.startswith("breakdown:"):  # per-unit breakdowns the CSV pages do not export either
+        if name.startswith("breakdown:"):  # the per-unit lists behind the SOL summary: kept whole, not as metrics
+            if name in BREAKDOWN_LISTS:
+                m = action.metric_by_name(name)
+                row[BREAKDOWN_LISTS[name]] = (m.as_string() or None) if m is not None and m.has_value() else None
             continue
         m = action.metric_by_name(name)
         if m is None:
@@ -228,9 +280,92 @@ def _action_row(ncu_report, action) -> dict:
     major, minor = get("device__attribute_compute_capability_major"), get("device__attribute_compute_capability_minor")
     row["cc"] = f"{int(major)}.{int(minor)}" if not (np.isnan(major) or np.isnan(minor)) else None
     row["nvtx_range"] = _nvtx(action)
+    row["global_excess_sources"] = excess_sources(action)
     for name, (value, base) in metrics.items():
         row[column_name(name, base)] = value
     return row
+
+
+EXCESS_METRIC = "derived__memory_l2_theoretical_sectors_global_excessive"
+SECTORS_METRIC = "memory_l2_theoretical_sectors_global"
+_OPCODE = re.compile(r"^\s*(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def access_of(sass: str) -> str:
+    """What a SASS memory instruction does: load (LDG, LD, LDGSTS), store (STG, ST), atomic, reduction, or other."""
+    m = _OPCODE.match(sass or "")
+    op = m.group(1) if m else ""
+    if op.startswith("ATOM"):
+        return "atomic"
+    if op.startswith("RED"):
+        return "reduction"
+    if op.startswith("LD"):
+        return "load"
+    if op.startswith("ST"):
+        return "store"
+    return "other"
+
+
+def _instances(metric) -> dict[int, float]:
+    """An instanced (per-instruction) metric as {PC: value}; empty when it has no correlation ids."""
+    if metric is None or not metric.has_correlation_ids():
+        return {}
+    ids = metric.correlation_ids()
+    out = {}
+    for i in range(metric.num_instances()):
+        out[int(ids.as_uint64(i))] = float(metric.as_double(i))  # as_double converts integer instances too
+    return out
+
+
+def excess_sources(action) -> str | None:
+    """The source lines with the most excessive global sectors (ncu's SourceCounters, per instruction), as the
+    JSON of ``global_excess_sources`` (parsers.ncu_kernels); None when the report has no per-instruction data.
+
+    Instructions are grouped by file:line (by instruction where the code has no line info); a line's
+    ``access`` is what its instructions with excess sectors do (``load``, ``store``, ``load+store``, …).
+    """
+    try:
+        excess = _instances(action.metric_by_name(EXCESS_METRIC))
+        if not excess:
+            return None
+        sectors = _instances(action.metric_by_name(SECTORS_METRIC))
+        lines: dict[tuple, dict] = {}
+        by_access: dict[str, float] = {}
+        for pc, value in excess.items():
+            if not value > 0:
+                continue
+            sass = (action.sass_by_pc(pc) or "").strip()
+            access = access_of(sass)
+            by_access[access] = by_access.get(access, 0.0) + value
+            info = action.source_info(pc)
+            key = (info.file_name(), int(info.line())) if info is not None else (None, pc)
+            entry = lines.setdefault(
+                key,
+                {
+                    "file": key[0],
+                    "line": key[1] if info is not None else None,
+                    "access": set(),
+                    "excess_sectors": 0.0,
+                    "sectors": 0.0,
+                    "sass": sass,
+                    "_top": -1.0,
+                },
+            )
+            entry["access"].add(access)
+            entry["excess_sectors"] += value
+            entry["sectors"] += sectors.get(pc, np.nan)
+            if value > entry["_top"]:
+                entry["sass"], entry["_top"] = sass, value
+        top = sorted(lines.values(), key=lambda e: (-e["excess_sectors"], str(e["file"]), e["line"] or 0))
+        out = []
+        for e in top[:EXCESS_SOURCES_MAX]:
+            e.pop("_top")
+            e["access"] = "+".join(sorted(e["access"]))
+            e["sectors"] = None if np.isnan(e["sectors"]) else e["sectors"]
+            out.append(e)
+        return json.dumps({"lines": out, "excess_by_access": by_access}, sort_keys=True)
+    except Exception:  # the per-instruction API varies between ncu_report versions: the column is optional
+        return None
 
 
 def _nvtx(action) -> str | None:
@@ -248,4 +383,7 @@ def _nvtx(action) -> str | None:
         return None
 
 
-READERS = (Reader("ncu-rep", KERNELS, is_ncu_rep, read_ncu_rep, "an Nsight Compute report (.ncu-rep)", (BINARY,)),)
+# read: (kernels, rules), as the events reader gives (steps, syncs); Profile.add puts each in its table
+READERS = (
+    Reader("ncu-rep", KERNELS, is_ncu_rep, read_ncu_rep_tables, "an Nsight Compute report (.ncu-rep)", (BINARY,)),
+)

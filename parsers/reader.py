@@ -21,14 +21,15 @@ from typing import Any
 SNIFF_BYTES = 64 * 1024
 
 # The tables a reader can fill, and the type of what its ``read`` returns for each.
-KERNELS = "kernels"  # pandas frame, one row per profiled kernel launch (parsers.ncu_kernels.KERNELS_SCHEMA); appended
+KERNELS = "kernels"  # (kernels, rules) frames of ncu (parsers.ncu_kernels KERNELS_SCHEMA, RULES_SCHEMA); appended
 TRACES = "traces"  # parsers.trace.Trace, one per rank (its own ``rank`` when it knows it)
 SNAPSHOTS = "snapshots"  # parsers.snapshot.MemorySnapshot, one per rank
 MEMORY_STATS = "memory_stats"  # pandas frame of allocator stats (parsers.memory_stats), one per rank
 EVENTS = "events"  # (steps, syncs) frames of parsers.events, one pair per rank
 NVML = "nvml"  # pandas frame of NVML samples (parsers.nvml), one per run
 FINDINGS = "findings"  # a findings JSON (parsers.findings_json): what `gpudiag check` reads back, not a run's table
-TABLES = (KERNELS, TRACES, SNAPSHOTS, MEMORY_STATS, EVENTS, NVML, FINDINGS)
+LAUNCH_STARTS = "launch_starts"  # pandas frame: when ncu began profiling each launch (parsers.ncu_launch_starts)
+TABLES = (KERNELS, TRACES, SNAPSHOTS, MEMORY_STATS, EVENTS, NVML, FINDINGS, LAUNCH_STARTS)
 
 # what a format's bytes look like, for the message when no reader recognises a file
 JSON = "json"

@@ -26,6 +26,7 @@ READER_MODULES = (
     "parsers.snapshot",  # after the trace: a trace's metadata may hold snapshot-like keys
     "parsers.ncu_csv",  # before the other text formats: ncu's stdout holds the script's own lines too
     "parsers.nvml",
+    "parsers.ncu_launch_starts",
     "parsers.events",
     "parsers.memory_stats",
     "parsers.nsys_sqlite",  # takes any SQLite file (and says when it is not an nsys export)

@@ -9,6 +9,7 @@ Layout (DESIGN.md, docs/run-folder.md)::
     trace/rank<N>.json.gz              profiler trace window
     nvml.csv                           NVML samples
     ncu/report.ncu-rep, ncu/raw.csv    under --ncu (ncu/ncu.log is ncu's console)
+    ncu/launch_starts.csv              under --ncu: when each profiled launch started (from ncu's log)
 
 The launcher (diagnose/launch) writes it through these names; the loader (diagnose/load.py) reads it
 through :func:`artifact_paths`. Temporary files (``*.tmp``) are what a killed writer left behind;
@@ -32,6 +33,9 @@ NVML_CSV = "nvml.csv"
 NCU_REPORT = "ncu/report.ncu-rep"
 NCU_RAW_CSV = "ncu/raw.csv"
 NCU_LOG = "ncu/ncu.log"
+NCU_LAUNCH_STARTS = (
+    "ncu/launch_starts.csv"  # when each launch's profiling started, from ncu's log (parsers.ncu_launch_starts)
+)
 NCU_PARTIAL_REPORT = "ncu/report.partial.ncu-rep"  # what a killed ncu left: kept, never read as the report
 ARTIFACT_PATTERNS = (
     "events/rank*.jsonl",
@@ -41,6 +45,7 @@ ARTIFACT_PATTERNS = (
     NVML_CSV,
     NCU_REPORT,
     NCU_RAW_CSV,
+    NCU_LAUNCH_STARTS,
 )
 # what the loader reads, per rank, in this order (a trace may also be a plain .json someone put there)
 RANK_PATTERNS = ("trace/rank*.json*", "memory/rank*.snapshot.*", "memory/rank*.stats.jsonl", "events/rank*.jsonl")
@@ -96,8 +101,9 @@ def artifact_paths(folder: str | os.PathLike) -> list[Path]:
         paths.append(ncu_rep)  # gives the clear "install ncu-report" error
     for pattern in RANK_PATTERNS:
         paths.extend(sorted(folder.glob(pattern)))
-    if (folder / NVML_CSV).exists():
-        paths.append(folder / NVML_CSV)
+    for single in (NCU_LAUNCH_STARTS, NVML_CSV):
+        if (folder / single).exists():
+            paths.append(folder / single)
     return [p for p in paths if not is_temporary(p)]
 
 

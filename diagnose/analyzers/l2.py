@@ -1,21 +1,35 @@
-"""L2 hit rate: kernels whose working set does not stay in L2.
+"""L2 hit rate: kernels whose working set does not stay in L2, split by why.
 
 From ncu's ``lts__t_sector_hit_rate.pct`` per launch, aggregated per kernel
 (duration-weighted). A low hit rate costs most where a kernel is also heavy, so
-kernels are ranked by GPU time × miss rate; whether the kernel is DRAM-bound
-decides the advice: a working set that thrashes L2 (DRAM busy) or scattered,
-latency-bound access (DRAM not busy, sectors fetched and not reused).
+kernels are ranked by GPU time × miss rate. Why the rate is low decides what helps, and
+is read from the data's reuse: global-load sectors requested per DRAM sector read
+(``reuse_l1`` at L1, ``reuse_l2`` at L2; thresholds ``l2.streaming_max`` / ``reuse_min``):
 
-Cost estimate: a miss costs a DRAM access, so if a kernel's time follows its
-misses, raising its hit rate from h to the warning band w removes (w - h) / (100 - h)
-of them; that fraction of the kernel's time is the estimate (an upper bound,
-reached when the kernel is bound by that traffic). Kernels under ``min_kernel_share``
-of GPU time, or shorter than ``tiny_kernels.max_dur_us`` on average (a few KB touched:
-their hit rate is cold misses), are shown but not flagged. Nor are kernels that keep the
-SMs busy (SM throughput at the speed-of-light bound) while DRAM is not saturated: their
-misses are not what limits them. On the H200, cuBLAS's Hopper GEMMs (nvjet) run at ~72 %
-L2 hit from N=2048 to 8192 at 73–93 % SM throughput (fixtures/ncu/matmul_tiled; capture 2). Launches where ncu reported no
-hit rate (or a rate over 100 %, which the parser turns into NaN) are skipped.
+- **compulsory** (``l2.compulsory_misses``, info): each byte is read about once — a streaming
+  kernel. Its misses are the first touch of each byte; caching or tiling cannot remove them,
+  and a streaming kernel at DRAM peak already runs at the memory system's speed. What helps is
+  moving fewer bytes: fusing passes, lower precision.
+- **reuse missed** (``l2.reuse_missed``): the same bytes are asked for many times and miss
+  anyway: tile, reorder, stage in shared memory. Its severity is the band's, and its cost the
+  time a hit rate at the warning band would save. A kernel limited by the L1/TEX load path
+  (diagnose.kernel_limiter) whose global loads have that reuse is flagged here too, whatever
+  its L2 band: it re-reads operands from cache instead of keeping them in registers or shared
+  memory (a naive GEMM on a GPU whose L2 holds its matrices). Its cost is the time down to the
+  next limit off that path; its severity follows its share of GPU time.
+- otherwise (``l2.low_hit_rate``): scattered access, or the reuse metrics were not collected;
+  whether the kernel is DRAM-bound decides the advice (a working set that thrashes L2, or
+  scattered latency-bound access).
+
+The band (85 / 62 %) is shown for every kernel. A ``gpudiag profile --ncu`` run also gives the
+timeline of each profiled launch's hit rate with the allocator's segment events
+(diagnose.allocator_timeline): whether low-hit launches follow new segments. Kernels under ``min_kernel_share`` of GPU time,
+or shorter than ``tiny_kernels.max_dur_us`` on average (a few KB touched: their hit rate is
+cold misses), are shown but not flagged. Nor are kernels that keep the SMs busy (SM throughput
+at the speed-of-light bound) while DRAM is not saturated: their misses are not what limits them.
+On the H200, cuBLAS's Hopper GEMMs (nvjet) run at ~72 % L2 hit from N=2048 to 8192 at 73–93 %
+SM throughput (fixtures/ncu/matmul_tiled; capture 2). Launches where ncu reported no hit rate
+(or a rate over 100 %, which the parser turns into NaN) are skipped.
 """
 
 from __future__ import annotations
@@ -23,7 +37,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose.findings import Evidence, Finding, Result, Subject, not_measured
+from diagnose.allocator_timeline import allocator_timeline, hit_after_new_segment
+from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.kernel_limiter import kernel_limiters, path_of
 from diagnose.kernel_stats import (
     band,
     kernel_subject_name,
@@ -32,6 +48,7 @@ from diagnose.kernel_stats import (
     most_common,
     names_list,
     per_kernel,
+    per_kernel_sum,
     slim,
     total_gpu_time_ns,
     weighted_mean,
@@ -42,7 +59,21 @@ ORDER = 10
 SECTION = "section-l2"
 HEATMAP_MAX_KERNELS = 40
 HEATMAP_MAX_COLUMNS = 400
-METRICS = ["l2_hit_pct", "l2_read_hit_pct", "l2_write_hit_pct", "dram_throughput_pct", "sm_throughput_pct"]
+METRICS = [
+    "l2_hit_pct",
+    "l2_read_hit_pct",
+    "l2_write_hit_pct",
+    "dram_throughput_pct",
+    "sm_throughput_pct",
+    "memory_throughput_pct",
+]
+# global-load sectors at L1 and at L2, DRAM sectors read, and the L1 data pipe's wavefronts (all / shared memory)
+L1_GLOBAL_LOAD_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum [sector]"
+L2_READ_SECTORS_FROM_L1 = "lts__t_sectors_srcunit_tex_op_read.sum [sector]"
+DRAM_READ_SECTORS = "dram__sectors_read.sum [sector]"
+LSU_PIPE_PCT = "l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed [%]"
+LSU_SHARED_PIPE_PCT = "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed [%]"
+COMPULSORY, REUSE_MISSED, OTHER = "compulsory", "reuse missed", "scattered or unknown"
 HOW_TO_MEASURE = (
     "Collect it with ncu's MemoryWorkloadAnalysis section (`ncu --section MemoryWorkloadAnalysis`) "
     "or the metric alone (`ncu --metrics lts__t_sector_hit_rate.pct`); `gpudiag profile --ncu` "
@@ -54,6 +85,18 @@ REC_DRAM_BOUND = (
     "neighbouring threads touch neighbouring rows, fuse passes that re-read the same tensor, keep "
     "hot data resident with an L2 access policy window (cudaAccessPolicyWindow, persisting L2), "
     "and move fewer bytes (bf16/fp8, smaller tables)"
+)
+REC_REUSE = (
+    "the same bytes are requested many times and fetched again instead of being reused: tile or block the "
+    "loop so each value loaded feeds many operations (stage tiles in shared memory and registers; for a "
+    "GEMM-like loop a 32×32 tile cuts global loads about 32×), reorder the loops so a block reuses what it "
+    "just loaded, and keep hot data resident with an L2 access policy window (persisting L2)"
+)
+REC_COMPULSORY = (
+    "each byte is read about once, so these misses are compulsory: no cache, tile or L2 policy removes "
+    "them, and at DRAM peak the kernel already runs at the memory system's speed. Move fewer bytes: fuse "
+    "it with the kernels that produce or consume the same tensors (one pass instead of several), use "
+    "lower precision (bf16/fp8), or skip work"
 )
 REC_LATENCY = (
     "latency-bound scattered access, DRAM not saturated: each access fetches sectors that are not "
@@ -79,6 +122,11 @@ def analyze(profile, th) -> Result:
     stats["dram_bound"] = stats["dram_throughput_pct"] >= t.dram_bound_pct
     stats["compute_saturated"] = (stats["sm_throughput_pct"] >= th.speed_of_light.bound_pct) & ~stats["dram_bound"]
     stats["band"] = [(_band_label(band(h, t.warning_pct, t.critical_pct))) for h in stats["l2_hit_pct"]]
+    limiters = kernel_limiters(kernels, stats)
+    for c in ("limiter_unit", "limiter_pct", "next_unit", "next_pct"):
+        stats[c] = limiters[c].to_numpy()
+    stats = stats.join(reuse(kernels, stats))
+    stats["cause"] = [cause_of(r1, r2, t) for r1, r2 in zip(stats["reuse_l1"], stats["reuse_l2"])]
     stats = stats.sort_values(
         ["miss_cost_ns", "kernel"], ascending=[False, True], na_position="last", kind="stable"
     ).reset_index(drop=True)
@@ -88,26 +136,88 @@ def analyze(profile, th) -> Result:
         {
             "warning_pct": t.warning_pct,
             "critical_pct": t.critical_pct,
+            "streaming_max": t.streaming_max,
+            "reuse_min": t.reuse_min,
             "heatmap_bin_size": int(result.tables["heatmap"].attrs.get("bin_size", 1)),
             "heatmap_kernels_shown": int(result.tables["heatmap"]["kernel"].nunique()),
             "kernels": int(len(stats)),
         }
     )
 
+    snapshot = profile.snapshots.get(0, next(iter(profile.snapshots.values()), None))
+    timeline = allocator_timeline(kernels, profile.launch_starts, snapshot)
+    if timeline:
+        result.tables["timeline_launches"] = timeline["launches"]
+        result.tables["timeline_segments"] = timeline["segments"]
+        result.meta.update(hit_after_new_segment(timeline["launches"]))
+
     total = total_gpu_time_ns(kernels)
     measured = stats[stats["l2_hit_pct"].notna()]
     below = measured[measured["l2_hit_pct"] < t.warning_pct]
     result.summary["l2_hit_time_weighted_pct"] = weighted_mean(kernels["l2_hit_pct"], kernels["dur_ns"])
     result.summary["l2_low_hit_gpu_time_share"] = float(below["gpu_time_ns"].sum() / total) if total > 0 else 0.0
+    heavy = (stats["share"] >= t.min_kernel_share) & (stats["mean_dur_ns"] >= th.tiny_kernels.max_dur_us * 1000.0)
     # launch-bound micro-kernels touch a few KB: their hit rate is cold misses, and tiny_kernels reports them
-    low = below[
-        (below["share"] >= t.min_kernel_share)
-        & (below["mean_dur_ns"] >= th.tiny_kernels.max_dur_us * 1000.0)
-        & ~below["compute_saturated"].astype(bool)
-    ]
-    if len(low):
-        result.findings.append(_low_hit_finding(low, t))
+    low = below[heavy.loc[below.index] & ~below["compute_saturated"].astype(bool)]
+    compulsory = low[low["cause"] == COMPULSORY]
+    reused = low[low["cause"] == REUSE_MISSED]
+    other = low[low["cause"] == OTHER]
+    l1_reuse = stats[heavy & (stats["band"] == "ok") & l1_reuse_missed(stats, t, th.speed_of_light.bound_pct)]
+    if len(other):
+        result.findings.append(_low_hit_finding(other, t))
+    if len(reused) or len(l1_reuse):
+        result.findings.append(_reuse_finding(reused, l1_reuse, t, th.speed_of_light))
+    if len(compulsory):
+        result.findings.append(_compulsory_finding(compulsory, t))
     return result
+
+
+def reuse(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel (aligned with ``stats``): global-load sectors requested at L1 and at L2 per DRAM sector read,
+    and the share of the L1 data pipe's wavefronts that are shared-memory ones; NaN where not collected."""
+
+    def summed(column: str) -> pd.Series:
+        if column not in kernels.columns:
+            return pd.Series(np.nan, index=stats.index)
+        values = pd.to_numeric(kernels[column], errors="coerce")
+        return per_kernel_sum(kernels, values, stats)
+
+    dram = summed(DRAM_READ_SECTORS).where(lambda d: d > 0)
+    pipe = per_kernel(kernels, [LSU_PIPE_PCT, LSU_SHARED_PIPE_PCT]).set_index("kernel_name")
+    pipe = pipe.reindex(stats["kernel_name"]).reset_index(drop=True).set_axis(stats.index)
+    return pd.DataFrame(
+        {
+            "reuse_l1": summed(L1_GLOBAL_LOAD_SECTORS) / dram,
+            "reuse_l2": summed(L2_READ_SECTORS_FROM_L1) / dram,
+            "shared_wavefront_share": (pipe[LSU_SHARED_PIPE_PCT] / pipe[LSU_PIPE_PCT].where(lambda v: v > 0)).clip(
+                upper=1.0
+            ),
+        },
+        index=stats.index,
+    )
+
+
+def cause_of(reuse_l1: float, reuse_l2: float, t) -> str:
+    """Why a kernel misses: compulsory (each byte read about once), reuse missed, or neither / not measured."""
+    known = [r for r in (reuse_l1, reuse_l2) if r is not None and np.isfinite(r)]
+    if not known:
+        return OTHER
+    if max(known) <= t.streaming_max:
+        return COMPULSORY
+    if max(known) >= t.reuse_min:
+        return REUSE_MISSED
+    return OTHER
+
+
+def l1_reuse_missed(stats: pd.DataFrame, t, bound_pct: float) -> pd.Series:
+    """Kernels limited by the L1/TEX load path whose global loads re-read their data (see the module docstring)."""
+    shared = stats["shared_wavefront_share"].fillna(0.0)
+    return (
+        (stats["limiter_unit"].map(path_of) == "load/store path")
+        & (stats["limiter_pct"] >= bound_pct)
+        & (stats["reuse_l1"] >= t.reuse_min)
+        & (shared < t.shared_wavefront_share_max)
+    )
 
 
 def _band_label(sev) -> str:
@@ -120,35 +230,29 @@ def recovered_share(hit_pct: pd.Series, target_pct: float) -> pd.Series:
     return ((target_pct - hit_pct).clip(lower=0.0) / miss).clip(upper=1.0)
 
 
-def _low_hit_finding(low: pd.DataFrame, t) -> Finding:
-    low = low.copy()
-    low["est_loss_share"] = low["share"] * recovered_share(low["l2_hit_pct"], t.warning_pct)
-    subjects = []
-    for _, row in low.iterrows():
-        figures = launches_figure(row)
-        figures.update(
-            {
-                "l2_hit_pct": row["l2_hit_pct"],
-                "miss_cost_ns": row["miss_cost_ns"],
-                "dram_throughput_pct": row["dram_throughput_pct"],
-                "dram_bound": bool(row["dram_bound"]),
-                "est_loss_share": row["est_loss_share"],
-            }
-        )
-        for m in ("l2_read_hit_pct", "l2_write_hit_pct"):
-            if not np.isnan(row[m]):
-                figures[m] = row[m]
-        subjects.append(
-            Subject("kernel", kernel_subject_name(row), band(row["l2_hit_pct"], t.warning_pct, t.critical_pct), figures)
-        )
-    worst = max(s.severity for s in subjects)
-    top = low.iloc[0]  # the largest time × miss rate
-    share = float(low["share"].sum())
-    n = len(low)
-    title = (
-        f"{n} kernel{'s' if n != 1 else ''} below {t.warning_pct:g} % L2 hit rate take {100 * share:.1f} % "
-        f"of GPU time; costliest: {top['kernel']} at {top['l2_hit_pct']:.1f} % hit"
+def _subject(row: pd.Series, t, severity: Severity | None) -> Subject:
+    figures = launches_figure(row)
+    figures.update(
+        {
+            "l2_hit_pct": row["l2_hit_pct"],
+            "band": row["band"],
+            "cause": row["cause"],
+            "limiter_unit": row["limiter_unit"],
+            "limiter_pct": row["limiter_pct"],
+            "miss_cost_ns": row["miss_cost_ns"],
+            "dram_throughput_pct": row["dram_throughput_pct"],
+            "dram_bound": bool(row["dram_bound"]),
+            "est_loss_share": row["est_loss_share"],
+        }
     )
+    for m in ("l2_read_hit_pct", "l2_write_hit_pct", "reuse_l1", "reuse_l2"):
+        if not pd.isna(row[m]):
+            figures[m] = row[m]
+    return Subject("kernel", kernel_subject_name(row), severity, figures)
+
+
+def _hit_evidence(rows: pd.DataFrame, t) -> list[Evidence]:
+    top = rows.iloc[0]
     evidence = [
         Evidence(
             "lts__t_sector_hit_rate.pct",
@@ -158,11 +262,10 @@ def _low_hit_finding(low: pd.DataFrame, t) -> Finding:
         ),
         Evidence(
             "l2_hit_time_weighted_pct (flagged kernels)",
-            weighted_mean(low["l2_hit_pct"], low["gpu_time_ns"]),
+            weighted_mean(rows["l2_hit_pct"], rows["gpu_time_ns"]),
             "%",
             t.warning_pct,
         ),
-        Evidence("l2_low_hit_gpu_time_share", share, "share"),
     ]
     if not np.isnan(top["dram_throughput_pct"]):
         evidence.append(
@@ -173,6 +276,23 @@ def _low_hit_finding(low: pd.DataFrame, t) -> Finding:
                 t.dram_bound_pct,
             )
         )
+    return evidence
+
+
+def _low_hit_finding(low: pd.DataFrame, t) -> Finding:
+    low = low.copy()
+    low["est_loss_share"] = low["share"] * recovered_share(low["l2_hit_pct"], t.warning_pct)
+    subjects = [_subject(row, t, band(row["l2_hit_pct"], t.warning_pct, t.critical_pct)) for _, row in low.iterrows()]
+    worst = max(s.severity for s in subjects)
+    top = low.iloc[0]  # the largest time × miss rate
+    share = float(low["share"].sum())
+    n = len(low)
+    title = (
+        f"{n} kernel{'s' if n != 1 else ''} below {t.warning_pct:g} % L2 hit rate take {100 * share:.1f} % "
+        f"of GPU time; costliest: {top['kernel']} at {top['l2_hit_pct']:.1f} % hit"
+    )
+    evidence = _hit_evidence(low, t)
+    evidence.insert(2, Evidence("l2_low_hit_gpu_time_share", share, "share"))
     bound, scattered = low[low["dram_bound"]], low[~low["dram_bound"]]
     parts = []
     if len(bound):
@@ -188,6 +308,99 @@ def _low_hit_finding(low: pd.DataFrame, t) -> Finding:
         subjects=tuple(subjects),
         evidence=tuple(evidence),
         cost_share=float(min(1.0, low["est_loss_share"].sum())),
+        recommendation=" ".join(parts),
+        section=SECTION,
+    )
+
+
+def _reuse_finding(at_l2: pd.DataFrame, at_l1: pd.DataFrame, t, sol) -> Finding:
+    """Kernels whose data has reuse they miss: low-band ones (severity from the band, cost: the hits the
+    warning band would add) and L1-load-path-bound ones in the ok band (severity from their share of GPU time,
+    cost: the time down to their next limit off that path)."""
+    at_l2 = at_l2.assign(est_loss_share=at_l2["share"] * recovered_share(at_l2["l2_hit_pct"], t.warning_pct))
+    next_ratio = (at_l1["next_pct"] / at_l1["limiter_pct"]).fillna(1.0).clip(upper=1.0)
+    at_l1 = at_l1.assign(est_loss_share=at_l1["share"] * (1.0 - next_ratio))
+    subjects = [_subject(r, t, band(r["l2_hit_pct"], t.warning_pct, t.critical_pct)) for _, r in at_l2.iterrows()]
+    subjects += [
+        _subject(r, t, Severity.WARNING if r["share"] >= sol.warning_kernel_share else Severity.INFO)
+        for _, r in at_l1.iterrows()
+    ]
+    rows = pd.concat([at_l2, at_l1]).sort_values(["est_loss_share", "kernel"], ascending=[False, True], kind="stable")
+    top = rows.iloc[0]
+    share = float(rows["share"].sum())
+    reuse_text = "; ".join(
+        f"{r['kernel']} asks for each byte ~{_reuse_of(r):,.0f}× per DRAM read"
+        + (
+            f" and is limited by {r['limiter_unit']} at {r['limiter_pct']:.0f} % of peak"
+            if r["limiter_pct"] == r["limiter_pct"]
+            else ""
+        )
+        for _, r in rows.head(3).iterrows()
+    )
+    evidence = [
+        Evidence(
+            "reuse (global-load sectors requested per DRAM sector read)", float(_reuse_of(top)), "ratio", t.reuse_min
+        ),
+        Evidence("lts__t_sector_hit_rate.pct", float(top["l2_hit_pct"]), "%", t.warning_pct),
+    ]
+    if top["limiter_pct"] == top["limiter_pct"]:
+        evidence.append(Evidence(f"limiter: {top['limiter_unit']}", float(top["limiter_pct"]), "%", sol.bound_pct))
+    return Finding(
+        id="l2.reuse_missed",
+        analyzer=NAME,
+        severity=max(s.severity for s in subjects),
+        title=(
+            f"{len(rows)} kernel{'s' if len(rows) != 1 else ''} ({100 * share:.1f} % of GPU time) re-read the same "
+            f"data instead of reusing it; costliest: {top['kernel']} (each byte requested "
+            f"~{_reuse_of(top):,.0f}× per DRAM read, L2 hit {top['l2_hit_pct']:.1f} %)"
+        ),
+        subjects=tuple(subjects),
+        evidence=tuple(evidence),
+        cost_share=float(min(1.0, rows["est_loss_share"].sum())),
+        recommendation=f"{reuse_text}: {REC_REUSE}.",
+        section=SECTION,
+    )
+
+
+def _reuse_of(row: pd.Series) -> float:
+    values = [v for v in (row["reuse_l1"], row["reuse_l2"]) if v == v]
+    return max(values) if values else float("nan")
+
+
+def _compulsory_finding(rows: pd.DataFrame, t) -> Finding:
+    """Streaming kernels: info, no cost a cache could recover (their band is still shown)."""
+    rows = rows.assign(est_loss_share=0.0)
+    subjects = [_subject(r, t, Severity.INFO) for _, r in rows.iterrows()]
+    top = rows.iloc[0]
+    at_peak = rows[rows["dram_bound"]]
+    share = float(rows["share"].sum())
+    parts = []
+    if len(at_peak):
+        parts.append(
+            f"{names_list(at_peak)} {'is' if len(at_peak) == 1 else 'are'} DRAM-bound "
+            f"(≥ {t.dram_bound_pct:g} % of peak; {top['kernel']} at {top['dram_throughput_pct']:.0f} %)."
+        )
+    parts.append(f"{REC_COMPULSORY}.")
+    return Finding(
+        id="l2.compulsory_misses",
+        analyzer=NAME,
+        severity=Severity.INFO,
+        title=(
+            f"{len(rows)} streaming kernel{'s' if len(rows) != 1 else ''} ({100 * share:.1f} % of GPU time) read "
+            f"each byte about once: their L2 misses are compulsory ({top['kernel']}: {top['l2_hit_pct']:.1f} % hit, "
+            f"{_reuse_of(top):.2f} sectors requested per DRAM sector)"
+        ),
+        subjects=tuple(subjects),
+        evidence=tuple(_hit_evidence(rows, t))
+        + (
+            Evidence(
+                "reuse (global-load sectors requested per DRAM sector read)",
+                float(_reuse_of(top)),
+                "ratio",
+                t.streaming_max,
+            ),
+        ),
+        cost_share=None,
         recommendation=" ".join(parts),
         section=SECTION,
     )

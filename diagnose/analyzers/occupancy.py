@@ -14,7 +14,10 @@ warp-specialised GEMMs run one large block per SM by design, so a low theoretica
 occupancy alone is not flagged; the limiter is shown so the advice fits.
 
 Cost estimate: a latency-bound kernel's time goes with its resident warps, so filling
-the slots would save ``gap / theoretical`` of its time (an upper bound).
+the slots would save ``gap / theoretical`` of its time (an upper bound). A kernel whose SOL
+limiter (diagnose.kernel_limiter) is already at ``saturated_unit_pct`` of that unit's peak —
+a streaming kernel at DRAM peak — would not run faster with more warps: its gap is shown as
+info, with no cost.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
+from diagnose.kernel_limiter import kernel_limiters
 from diagnose.kernel_stats import kernel_subject_name, launches_figure, most_common, per_kernel
 
 NAME = "occupancy"
@@ -66,9 +70,14 @@ def analyze(profile, th) -> Result:
             "shared_mem_per_block_bytes",
             "waves_per_sm",
             "sm_count",
+            "sm_throughput_pct",
+            "memory_throughput_pct",
             *LIMITS.values(),
         ],
     )
+    units = kernel_limiters(kernels, stats)
+    stats["sol_limiter_unit"] = units["limiter_unit"].to_numpy()
+    stats["sol_limiter_pct"] = units["limiter_pct"].to_numpy()
     for col in ("grid_size", "block_size"):
         stats[col] = most_common(kernels, col, stats)
     stats["limiter"] = [limiter(row) for _, row in stats[list(LIMITS.values())].iterrows()]
@@ -115,15 +124,18 @@ def grid_ceiling_pct(stats: pd.DataFrame) -> pd.Series:
 
 def _gap_finding(gap: pd.DataFrame, t) -> Finding:
     gap = gap.copy()
+    saturated = (gap["sol_limiter_pct"] >= t.saturated_unit_pct).to_numpy()
     gap["est_loss_share"] = gap["share"] * (gap["gap_pts"] / gap["theoretical_occupancy_pct"].replace(0, np.nan))
+    gap.loc[saturated, "est_loss_share"] = 0.0
     gap = gap.sort_values(["est_loss_share", "kernel"], ascending=[False, True], kind="stable")
     subjects = []
     for _, r in gap.iterrows():
-        sev = (
-            Severity.CRITICAL
-            if r["gap_pts"] > t.critical_gap_pts and r["share"] >= t.critical_kernel_share
-            else Severity.WARNING
-        )
+        if r["sol_limiter_pct"] >= t.saturated_unit_pct:
+            sev = Severity.INFO  # already at a unit's peak: more warps would not help
+        elif r["gap_pts"] > t.critical_gap_pts and r["share"] >= t.critical_kernel_share:
+            sev = Severity.CRITICAL
+        else:
+            sev = Severity.WARNING
         f = launches_figure(r)
         f.update(
             {
@@ -131,6 +143,8 @@ def _gap_finding(gap: pd.DataFrame, t) -> Finding:
                 "theoretical_occupancy_pct": r["theoretical_occupancy_pct"],
                 "gap_pts": r["gap_pts"],
                 "limiter": r["limiter"],
+                "sol_limiter_unit": r["sol_limiter_unit"],
+                "sol_limiter_pct": r["sol_limiter_pct"],
                 "blocks_per_sm": r["blocks_per_sm"],
                 "registers_per_thread": r["registers_per_thread"],
                 "shared_mem_per_block_bytes": r["shared_mem_per_block_bytes"],
@@ -146,6 +160,16 @@ def _gap_finding(gap: pd.DataFrame, t) -> Finding:
             if part not in limiters:
                 limiters.append(part)
     rec = GAP_ADVICE
+    at_peak = gap[gap["sol_limiter_pct"] >= t.saturated_unit_pct]
+    if len(at_peak):
+        rec += (
+            f" Not worth it for {', '.join(at_peak['kernel'].head(3))}: "
+            + "; ".join(
+                f"{r['kernel']} is at {r['sol_limiter_pct']:.0f} % of its {r['sol_limiter_unit']} peak"
+                for _, r in at_peak.head(3).iterrows()
+            )
+            + ", so more resident warps would not make it faster."
+        )
     if limiters:
         per = "; ".join(f"{name.replace('_', ' ')} ({_kernels_with(gap, name)}): {ADVICE[name]}" for name in limiters)
         rec += f" Theoretical occupancy itself is bounded by the limiter of each kernel — {per}."

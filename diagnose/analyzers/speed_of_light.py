@@ -1,7 +1,10 @@
-"""Speed of light: is each kernel bound by memory, by compute, or by neither (latency)?
+"""Speed of light: is each kernel bound by memory, by compute, or by neither (latency), and by which unit?
 
 ncu's SOL section gives SM throughput and memory throughput (the busiest of L1, L2
-and DRAM; DRAM throughput when only that was collected) as % of peak. A kernel at
+and DRAM; DRAM throughput when only that was collected) as % of peak. Each kernel's
+limiter, the unit of its SOL breakdown nearest peak (diagnose.kernel_limiter: the L1/TEX
+load path, DRAM, the FMA pipe …) and the next limit off that unit's path, is in the table
+and in every finding. A kernel at
 ``bound_pct`` or more on one is bound by it; a kernel under ``latency_pct`` on both is
 latency-bound — it neither moves nor computes at the rate the GPU can, for want of
 parallelism or because of dependent accesses — which is where the largest wins hide.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.kernel_limiter import kernel_limiters
 from diagnose.kernel_stats import kernel_subject_name, launches_figure, names_list, per_kernel
 
 NAME = "speed_of_light"
@@ -61,6 +65,9 @@ def analyze(profile, th) -> Result:
         for s, m in zip(stats["sm_throughput_pct"], stats["memory_throughput_pct"])
     ]
     stats["peak_unit_pct"] = stats[["sm_throughput_pct", "memory_throughput_pct"]].max(axis=1)
+    limiters = kernel_limiters(kernels, stats)
+    for c in ("limiter_unit", "limiter_pct", "limiter_metric", "limiter_source", "next_unit", "next_pct"):
+        stats[c] = limiters[c].to_numpy()
     result.tables["kernels"] = stats
     result.meta.update({"bound_pct": t.bound_pct, "latency_pct": t.latency_pct})
     by_class = stats.groupby("bound")["share"].sum()
@@ -84,6 +91,8 @@ def _latency_finding(lat, t) -> Finding:
             {
                 "sm_throughput_pct": r["sm_throughput_pct"],
                 "memory_throughput_pct": r["memory_throughput_pct"],
+                "limiter_unit": r["limiter_unit"],
+                "limiter_pct": r["limiter_pct"],
                 "est_loss_share": r["est_loss_share"],
             }
         )
@@ -98,7 +107,8 @@ def _latency_finding(lat, t) -> Finding:
         title=(
             f"{len(lat)} kernel{'s' if len(lat) != 1 else ''} ({100 * share:.1f} % of GPU time) reach under "
             f"{t.latency_pct:g} % of both compute and memory peak; heaviest: {top['kernel']} "
-            f"(SM {top['sm_throughput_pct']:.0f} %, memory {top['memory_throughput_pct']:.0f} %)"
+            f"(SM {top['sm_throughput_pct']:.0f} %, memory {top['memory_throughput_pct']:.0f} %"
+            + (f"; busiest unit {top['limiter_unit']} at {top['limiter_pct']:.0f} %)" if top["limiter_unit"] else ")")
         ),
         subjects=tuple(subjects),
         evidence=(

@@ -53,13 +53,13 @@ class ProfileOptions:
             raise TypeError(f"nvtx must be True, False or 'always', not {self.nvtx!r}")
 
     def child_config(self, run_dir: str) -> ChildConfig:
-        if self.ncu is not None:  # under ncu: step marks only, no other profiler
+        if self.ncu is not None:  # under ncu: step marks and the allocator history, no profiler
             return ChildConfig(
                 run_dir=run_dir,
                 mode="ncu",
                 trace_steps=0,
                 snapshot_at="exit",
-                history_max_entries=0,
+                history_max_entries=self.history_max_entries,
                 memory_stats_interval_ms=self.memory_stats_interval_ms,
                 gpu_time_every=self.gpu_time_every,
                 sync_debug=False,
@@ -301,8 +301,10 @@ class _NcuMode:
         log = self._follower.stop()
         if killed_by:
             faults.append(_ncu_killed(self.options, folder, log, killed_by))
-        else:
-            notes += _finish_ncu(self.options, self.ncu_path, folder, log, tail, time.time_ns() - start_ns)
+            return
+        notes += _finish_ncu(self.options, self.ncu_path, folder, log, tail, time.time_ns() - start_ns)
+        if log.launch_starts and (folder / run_folder.NCU_REPORT).exists():
+            _write_launch_starts(folder, log.launch_starts, faults)
 
 
 def _close_run(
@@ -396,6 +398,19 @@ def _ncu_killed(options: ProfileOptions, folder: Path, log, signal_name: str) ->
         "partial_report": partial,
         "t_ns": time.time_ns(),
     }
+
+
+def _write_launch_starts(folder: Path, starts: list[tuple[int, str, int]], faults: list) -> None:
+    """ncu/launch_starts.csv: when each launch's profiling began, for the L2 × allocator timeline."""
+    from diagnose._io import atomic_write_text
+    from parsers.ncu_launch_starts import format_launch_starts
+
+    try:
+        atomic_write_text(folder / run_folder.NCU_LAUNCH_STARTS, format_launch_starts(starts))
+    except OSError as e:
+        faults.append(
+            {"kind": "write-failed", "artifact": run_folder.NCU_LAUNCH_STARTS, "error": fault_reports.describe_error(e)}
+        )
 
 
 def _finish_ncu(

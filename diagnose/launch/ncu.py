@@ -1,8 +1,10 @@
 """Nsight Compute mode: the ncu command line, its progress, its errors, and the CSV export.
 
-Defaults are chosen so a training job finishes in minutes: four sections (speed of
-light, memory workload incl. L2, occupancy, launch statistics: 11 replay passes per
-kernel on an H200, where ``--set full`` needs 38), ``--clock-control none`` (the GPU keeps
+Defaults are chosen so a training job finishes in minutes: five sections (speed of
+light, memory workload incl. L2, occupancy, launch statistics, source counters) and six
+metrics (global load/store sectors, requests, bytes used per sector): 14 replay passes per
+kernel on an H200, where ``--set full`` needs 38 (the four sections alone 11, with
+SourceCounters 13; docs/profile.md), ``--clock-control none`` (the GPU keeps
 the clocks training sees), kernel replay, no source import, and a bounded window: the
 kernels of one training step, found through the NVTX start/end range the bootstrap opens
 per step (``gpudiag.step_<K>``), capped at ``--ncu-max-launches``. ``--launch-skip`` /
@@ -25,13 +27,36 @@ from pathlib import Path
 from diagnose.launch.child_config import nvtx_range_name
 from parsers.errors import InputError
 
-DEFAULT_SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats")
+# SourceCounters: each global access's excess sectors and its source line (memory_access); no --import-source
+# needed for file:line, which comes from the kernel's line info
+DEFAULT_SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "SourceCounters")
+# loads vs stores on the CSV page too (the .ncu-rep also has it per instruction): one more pass; the section that
+# holds them (MemoryWorkloadAnalysis_Tables) would cost 21 (34 passes instead of 13, H200, 2026-12-04)
+DEFAULT_METRICS = tuple(
+    f"{m}_{d}.{s}"
+    for d in ("ld", "st")
+    for m, s in (
+        ("l1tex__t_sectors_pipe_lsu_mem_global_op", "sum"),
+        ("l1tex__t_requests_pipe_lsu_mem_global_op", "sum"),
+        ("smsp__sass_average_data_bytes_per_sector_mem_global_op", "ratio"),
+    )
+) + (
+    # the data's reuse (l2: global-load sectors at L1 and at L2 per DRAM sector read) and whether the L1 data
+    # pipe carries shared-memory traffic (a tiled kernel)
+    "dram__sectors_read.sum",
+    "lts__t_sectors_srcunit_tex_op_read.sum",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed",
+)
 DEFAULT_STEP = 5
 DEFAULT_MAX_LAUNCHES = 100
 REPLAY_MODES = ("kernel", "application")
 CLOCK_CONTROLS = ("none", "base")
 PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
 _PROFILING_LINE = re.compile(r'==PROF== Profiling "([^"]*)"')
+# the start of a launch's line: ``==PROF== Profiling "Kernel2" - 3 (4/100): `` with a launch count, else
+# ``==PROF== Profiling "Kernel2" - 3: `` (ncu prints the progress after it)
+_PROFILING_START = re.compile(r'==PROF== Profiling "([^"]*)" - (\d+)(?: \(|:)')
+LOG_POLL_S = 0.02  # how often the log is read: a launch takes ncu 50 ms or more, so its start is timed to ~20 ms
 
 
 @dataclass(frozen=True)
@@ -39,6 +64,7 @@ class NcuOptions:
     ncu_path: str | None = None
     full_set: bool = False
     sections: tuple[str, ...] = DEFAULT_SECTIONS
+    metrics: tuple[str, ...] = DEFAULT_METRICS  # added to the sections (not to --set full, which has them)
     replay_mode: str = "kernel"
     clock_control: str = "none"
     step: int | None = None  # None: DEFAULT_STEP unless a launch window is given
@@ -139,6 +165,8 @@ def build_command(ncu: str, options: NcuOptions, run_dir: str | os.PathLike, use
     else:
         for section in options.sections:
             cmd += ["--section", section]
+        if options.metrics:
+            cmd += ["--metrics", ",".join(options.metrics)]
     cmd += ["--replay-mode", options.replay_mode, "--import-source", "no"]
     if options.window_kind == "launches":
         if options.launch_skip:
@@ -171,6 +199,17 @@ class NcuLog:
     warnings: list[str] = field(default_factory=list)
     permission_denied: bool = False
     no_kernels: bool = False
+    # (ncu's launch ID, kernel name as ncu prints it, unix ns when the follower first saw the launch start)
+    launch_starts: list[tuple[int, str, int]] = field(default_factory=list)
+
+    def saw_start(self, text: str, t_ns: int) -> None:
+        """Note the launches whose ``Profiling`` line starts in ``text`` (a whole line or the unfinished last one)."""
+        seen = {i for i, _, _ in self.launch_starts[-4:]}
+        for m in _PROFILING_START.finditer(text):
+            launch = int(m.group(2))
+            if launch not in seen:
+                self.launch_starts.append((launch, m.group(1), t_ns))
+                seen.add(launch)
 
     def feed(self, line: str) -> str | None:
         """Take one log line; return it when the user should see it now."""
@@ -196,7 +235,9 @@ class NcuLog:
 
 
 class LogFollower:
-    """Tails ncu/ncu.log while ncu runs: echoes errors, prints launches profiled every ``interval_s``."""
+    """Tails ncu/ncu.log while ncu runs: echoes errors, prints launches profiled every ``interval_s``, and
+    notes when each launch's profiling started (ncu writes no wall-clock time of a launch; these put the
+    profiled launches on the allocator history's clock, docs/profile.md)."""
 
     def __init__(self, path: str | os.PathLike, echo, interval_s: float = 10.0):
         self.path = Path(path)
@@ -221,6 +262,8 @@ class LogFollower:
         except OSError:
             return
         self._buffer += chunk
+        if chunk:
+            self.log.saw_start(self._buffer, time.time_ns())
         *lines, self._buffer = self._buffer.split("\n")
         for line in lines:
             shown = self.log.feed(line)
@@ -229,7 +272,7 @@ class LogFollower:
 
     def _run(self) -> None:
         last_print = time.monotonic()
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(LOG_POLL_S):
             self._read()
             if time.monotonic() - last_print >= self._interval_s and self.log.launches != self._reported:
                 last_print = time.monotonic()

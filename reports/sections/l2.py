@@ -20,6 +20,11 @@ TABLE_COLUMNS = [
     "share",
     "l2_hit_pct",
     "band",
+    "cause",
+    "reuse_l1",
+    "reuse_l2",
+    "limiter_unit",
+    "limiter_pct",
     "l2_read_hit_pct",
     "l2_write_hit_pct",
     "dram_throughput_pct",
@@ -38,14 +43,18 @@ def render(result) -> str:
     cells = result.tables.get("heatmap")
     if cells is not None and len(cells):
         parts.append(_heatmap(cells, result.meta))
+    launches = result.tables.get("timeline_launches")
+    if launches is not None and len(launches):
+        parts.append(_timeline(launches, result.tables.get("timeline_segments"), result.meta))
     table = result.tables.get("kernels")
     if table is not None and len(table):
         cols = [c for c in TABLE_COLUMNS if c in table.columns]
         parts.append(
             "<h3>Kernels by GPU time × miss rate</h3><p class='muted'>miss_cost_ns = GPU time × "
-            "(1 − hit rate); click a column to sort.</p><div class='scroll'>"
-            + table_html(table[cols], "l2-kernels")
-            + "</div>"
+            "(1 − hit rate); reuse_l1 / reuse_l2 = global-load sectors requested at L1 / L2 per DRAM sector "
+            f"read: at or under {result.meta.get('streaming_max', 1.5):g} each byte is read about once (compulsory "
+            f"misses), at {result.meta.get('reuse_min', 4):g} or more the data is re-read (reuse missed); click a "
+            "column to sort.</p><div class='scroll'>" + table_html(table[cols], "l2-kernels") + "</div>"
         )
     return "\n".join(parts) or EMPTY
 
@@ -106,3 +115,85 @@ def _heatmap(cells, meta) -> str:
 
 def _pct(v) -> str:
     return "–" if v != v else f"{v:.1f} %"
+
+
+def _timeline(launches, segments, meta) -> str:
+    """Each profiled launch's L2 hit rate and the allocator's segment events on one clock (seconds since the
+    first profiled launch); the bytes reserved after each segment event on the right axis."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    for new, name, symbol in ((False, "launch", "circle"), (True, "launch right after a new segment", "diamond")):
+        rows = launches[launches["after_new_segment"] == new]
+        if not len(rows):
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=rows["t_s"],
+                y=rows["l2_hit_pct"],
+                mode="markers",
+                name=name,
+                marker=dict(symbol=symbol, size=9, color=rows["l2_hit_pct"], colorscale="RdYlGn", cmin=0, cmax=100),
+                text=[html.escape(str(k)) for k in rows["kernel"]],
+                customdata=rows[["launch_id", "dur_ns"]].to_numpy(),
+                hovertemplate="%{text}<br>launch %{customdata[0]}, %{x:.3f} s<br>L2 hit %{y:.1f} %"
+                "<br>duration %{customdata[1]:,.0f} ns<extra></extra>",
+            ),
+            secondary_y=False,
+        )
+    if segments is not None and len(segments):
+        fig.add_trace(
+            go.Scatter(
+                x=segments["t_s"],
+                y=segments["reserved_bytes"],
+                mode="lines",
+                line=dict(shape="hv", color="#555", width=1),
+                name="reserved bytes",
+                hovertemplate="%{x:.3f} s: %{y:,.0f} bytes reserved<extra></extra>",
+            ),
+            secondary_y=True,
+        )
+        for actions, name, symbol, color in (
+            (("segment_alloc", "segment_map"), "cudaMalloc (new segment)", "triangle-up", "#c0392b"),
+            (("segment_free", "segment_unmap"), "cudaFree (segment released)", "triangle-down", "#2471a3"),
+        ):
+            rows = segments[segments["action"].isin(actions)]
+            if len(rows):
+                fig.add_trace(
+                    go.Scatter(
+                        x=rows["t_s"],
+                        y=rows["reserved_bytes"],
+                        mode="markers",
+                        name=name,
+                        marker=dict(symbol=symbol, size=10, color=color),
+                        text=[html.escape(str(loc or "")) for loc in rows["location"]],
+                        customdata=rows[["size_bytes"]].to_numpy(),
+                        hovertemplate="%{x:.3f} s: "
+                        + name
+                        + " of %{customdata[0]:,.0f} bytes<br>%{text}<extra></extra>",
+                    ),
+                    secondary_y=True,
+                )
+    fig.update_layout(
+        title="L2 hit rate per profiled launch, with the allocator's segments (seconds since the first profiled launch)",
+        height=420,
+        legend=dict(orientation="h"),
+    )
+    fig.update_xaxes(title_text="seconds since the first profiled launch (under ncu's kernel replay)")
+    fig.update_yaxes(title_text="L2 hit rate %", range=[0, 105], secondary_y=False)
+    fig.update_yaxes(title_text="bytes reserved by the allocator", secondary_y=True)
+    after, other = meta.get("l2_hit_after_new_segment_pct"), meta.get("l2_hit_other_pct")
+    note = (
+        f"{meta.get('launches_after_new_segment', 0)} launches follow a new segment"
+        + (f" (L2 hit {after:.1f} %, duration-weighted)" if after is not None else "")
+        + f", {meta.get('launches_other', 0)} do not"
+        + (f" ({other:.1f} %)" if other is not None else "")
+        + ". Launch times are when ncu began profiling each launch, read from its log every 20 ms; "
+        "under kernel replay the application waits while ncu profiles, so the clock gives the order of "
+        "launches and allocations, not their unprofiled durations."
+    )
+    return (
+        "<h3>Launches and allocator segments</h3>"
+        + figure_html(fig, div_id="fig-l2-timeline")
+        + f"<p class='muted'>{html.escape(note)}</p>"
+    )

@@ -20,6 +20,8 @@ TABLE_COLUMNS = [
     "grid_ceiling_pct",
     "grid_limited",
     "limiter",
+    "sol_limiter_unit",
+    "sol_limiter_pct",
     "blocks_per_sm",
     "registers_per_thread",
     "shared_mem_per_block_bytes",

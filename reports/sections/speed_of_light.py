@@ -21,6 +21,10 @@ TABLE_COLUMNS = [
     "gpu_time_ns",
     "share",
     "bound",
+    "limiter_unit",
+    "limiter_pct",
+    "next_unit",
+    "next_pct",
     "sm_throughput_pct",
     "memory_throughput_pct",
     "dram_throughput_pct",
@@ -45,8 +49,18 @@ def render(result) -> str:
                 mode="markers",
                 name=str(cls),
                 text=[html.escape(k) for k in g["kernel"]],
-                customdata=g[["gpu_time_ns", "launches", "share"]].to_numpy(),
+                customdata=[
+                    [t, n, sh, html.escape(str(u or "–")), p]
+                    for t, n, sh, u, p in zip(
+                        g["gpu_time_ns"],
+                        g["launches"],
+                        g["share"],
+                        g.get("limiter_unit", [None] * len(g)),
+                        g.get("limiter_pct", [float("nan")] * len(g)),
+                    )
+                ],
                 hovertemplate="%{text}<br>memory %{x:.1f} % of peak<br>compute %{y:.1f} % of peak<br>"
+                "limiter %{customdata[3]} at %{customdata[4]:.1f} % of peak<br>"
                 "GPU time %{customdata[0]:,.0f} ns (%{customdata[2]:.1%}) in %{customdata[1]} launches"
                 "<extra></extra>",
                 marker=dict(
@@ -72,7 +86,9 @@ def render(result) -> str:
     cols = [c for c in TABLE_COLUMNS if c in stats.columns]
     return (
         figure_html(fig, div_id="fig-sol")
-        + f"<p class='muted'>Bound at ≥ {bound:g} % of peak on one unit; latency-bound under {latency:g} % on both.</p>"
+        + f"<p class='muted'>Bound at ≥ {bound:g} % of peak on one unit; latency-bound under {latency:g} % on both. "
+        "The limiter is the unit of ncu's SOL breakdown nearest its peak; next is the highest unit off "
+        "the limiter's path (what the kernel would reach if the limiter stopped limiting).</p>"
         + "<div class='scroll'>"
         + table_html(stats[cols], "sol-kernels")
         + "</div>"

@@ -333,9 +333,19 @@ def _ncu_run(tmp_path, name, command):
 
 
 def test_torch_ncu_default_window(tmp_path):
-    _ncu_run(
+    run, _ = _ncu_run(
         tmp_path, "torch-ncu", [sys.executable, str(EXAMPLES / "train_mlp.py"), "--steps", "12", "--device", "cuda"]
     )
+    # under --ncu the allocator history is recorded too, and each launch's start is read from ncu's log
+    assert (run / "memory" / "rank0.snapshot.json.gz").stat().st_size > 0
+    starts = (run / "ncu" / "launch_starts.csv").read_text().splitlines()
+    launches = (run / "ncu" / "raw.csv").read_text().count("\n") - 2  # less the header and units rows
+    assert len(starts) - 1 == launches, (len(starts), launches)
+    import diagnose
+
+    l2 = diagnose.analyze(diagnose.load(run)).results["l2"]
+    assert len(l2.tables["timeline_launches"]) == len(starts) - 1
+    assert l2.tables["timeline_launches"]["t_s"].is_monotonic_increasing
 
 
 def test_jax_ncu_default_window(tmp_path):

@@ -26,7 +26,21 @@ def _value(cmd, flag):
 def test_default_command_is_the_documented_one():
     cmd = _cmd()
     assert cmd[:5] == ["/x/ncu", "--target-processes", "all", "--clock-control", "none"]
-    assert _value(cmd, "--section") == ["SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats"]
+    assert _value(cmd, "--section") == [
+        "SpeedOfLight",
+        "MemoryWorkloadAnalysis",
+        "Occupancy",
+        "LaunchStats",
+        "SourceCounters",
+    ]
+    assert _value(cmd, "--metrics") == [
+        "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,"
+        "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio,"
+        "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,"
+        "smsp__sass_average_data_bytes_per_sector_mem_global_op_st.ratio,"
+        "dram__sectors_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,"
+        "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed"
+    ]
     assert "--set" not in cmd
     assert _value(cmd, "--replay-mode") == ["kernel"]
     assert _value(cmd, "--import-source") == ["no"]
@@ -58,9 +72,24 @@ def test_each_option_lands_in_the_command(kw, flag, expected):
 
 
 def test_full_set_drops_the_sections_and_launch_window_drops_nvtx():
-    assert "--section" not in _cmd(full_set=True)
+    assert "--section" not in _cmd(full_set=True) and "--metrics" not in _cmd(full_set=True)
     cmd = _cmd(launch_skip=20, launch_count=40)
     assert "--nvtx" not in cmd and "--nvtx-include" not in cmd
+
+
+def test_default_capture_has_what_memory_access_reads():
+    """SourceCounters gives the excess sectors per instruction (and their source lines); the metrics tell loads from
+    stores on the CSV page. Own sections keep the metrics unless they are emptied too."""
+    from diagnose.analyzers import memory_access
+
+    cmd = _cmd()
+    assert "SourceCounters" in _value(cmd, "--section")
+    metrics = _value(cmd, "--metrics")[0].split(",")
+    for d in ("ld", "st"):
+        assert memory_access.L1_SECTORS[d] in metrics and memory_access.L1_REQUESTS[d] in metrics
+        assert memory_access.BYTES_PER_SECTOR[d] + ".ratio" in metrics
+    assert _value(_cmd(sections=("SpeedOfLight",)), "--metrics") == _value(cmd, "--metrics")
+    assert "--metrics" not in _cmd(sections=("SpeedOfLight",), metrics=())
 
 
 def test_uncapped_step_window_and_extra_args():

@@ -41,7 +41,7 @@ class MemoryCapture:
     def record_history_from_cuda_init(self, torch) -> None:
         """Queue the history's start on torch's CUDA lazy init: it starts with CUDA's first use, never before."""
         config = self._runtime.config
-        if config.mode in ("light", "in-process") and config.history_max_entries > 0:
+        if config.history_max_entries > 0:  # every mode: under ncu it is drawn against the profiled launches
             try:
                 torch.cuda._lazy_call(self._start_history_safely)
             except Exception:

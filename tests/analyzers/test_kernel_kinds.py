@@ -1,0 +1,160 @@
+"""The kernel analyzers on a real H200 capture of kernels of known kinds (fixtures/ncu/kernel_kinds,
+examples/ncu_kernel_kinds.py): each kernel's limiter, and the L2 findings split by cause."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import diagnose
+from diagnose.kernel_limiter import BREAKDOWN_MEMORY, BREAKDOWN_SM, column_of, kernel_limiters, launch_limiters
+from diagnose.kernel_stats import per_kernel
+from diagnose.thresholds import Thresholds
+from parsers.ncu import read_ncu
+from tests.paths import REPO
+
+KINDS = REPO / "fixtures" / "ncu" / "kernel_kinds"
+RAW = KINDS / "raw.csv.gz"
+
+
+@pytest.fixture(scope="module")
+def analysis():
+    return diagnose.analyze(diagnose.load(RAW))
+
+
+def by_id(analysis):
+    return {f.id: f for f in analysis.findings}
+
+
+def test_each_kernels_limiter_is_its_sol_breakdowns_top_unit():
+    kernels = read_ncu(RAW)
+    stats = per_kernel(kernels, ["sm_throughput_pct", "memory_throughput_pct"])
+    lim = kernel_limiters(kernels, stats).assign(kernel=stats["kernel"]).set_index("kernel")
+    expected = {
+        "naive_gemm": ("L1/TEX (LSU)", 97.2, "instruction issue"),
+        "tiled_gemm": ("L1/TEX (LSU)", 91.3, "instruction issue"),
+        "stream_add": ("DRAM", 74.6, "L2"),
+        "strided_copy": ("DRAM", 78.9, "L2"),
+        "transpose_naive": ("L2 (crossbar in)", 84.3, "L1-L2 crossbar"),
+    }
+    for kernel, (unit, pct, next_unit) in expected.items():
+        row = lim.loc[kernel]
+        assert (row["limiter_unit"], round(row["limiter_pct"], 1), row["next_unit"]) == (unit, pct, next_unit), kernel
+        assert row["limiter_source"] == "ncu SOL breakdown"
+    # the naive GEMM's SM vs DRAM view (SM 65 %, DRAM 0.3 %) would call it compute-ish; its limiter is the L1 path
+    naive = stats.set_index("kernel").loc["naive_gemm"]
+    assert round(naive["sm_throughput_pct"], 1) == 64.8 and lim.loc["naive_gemm", "limiter_pct"] > 97
+
+
+def test_limiter_per_launch_is_the_argmax_of_the_catalogued_breakdown():
+    kernels = read_ncu(RAW)
+    lim = launch_limiters(kernels)
+    members = [m for m in BREAKDOWN_SM + BREAKDOWN_MEMORY if column_of(m) in kernels.columns]
+    values = kernels[[column_of(m) for m in members]].to_numpy(dtype=float)
+    assert list(lim["limiter_metric"]) == [members[i] for i in np.nanargmax(values, axis=1)]
+
+
+def report_limiters(path: str) -> tuple[list[str], list[str], bool]:
+    """(each launch's limiter metric, the highest metric of the launch's own breakdown lists, whether every launch
+    has its lists), read from a .ncu-rep (in a fresh process: see tests/analyzers/ncu_isolated.py)."""
+    rep = read_ncu(path)
+    has_lists = bool(rep["sol_breakdown_sm"].notna().all() and rep["sol_breakdown_memory"].notna().all())
+    truth = []  # without kernel_limiter: the report's lists and the launch's values only
+    for _, row in rep.iterrows():
+        listed = str(row["sol_breakdown_sm"]).split(",") + str(row["sol_breakdown_memory"]).split(",")
+        values = {m: row[column_of(m)] for m in listed if column_of(m) in rep.columns}
+        truth.append(max(values, key=values.get))
+    return list(launch_limiters(rep)["limiter_metric"]), truth, has_lists
+
+
+def test_limiter_from_the_reports_own_breakdown_lists_matches_the_csv():
+    from tests.analyzers.ncu_isolated import in_fresh_process, report_path
+
+    limiters, truth, has_lists = in_fresh_process(report_limiters, report_path())
+    assert has_lists and limiters == truth
+    assert list(launch_limiters(read_ncu(RAW))["limiter_metric"]) == truth
+
+
+def test_naive_gemm_is_reuse_missed_with_tiling_advice(analysis):
+    f = by_id(analysis)["l2.reuse_missed"]
+    subjects = {s.name: s for s in f.subjects}
+    naive = subjects["naive_gemm"]
+    assert naive.figures["cause"] == "reuse missed" and naive.figures["band"] == "ok"
+    assert naive.severity == diagnose.Severity.WARNING  # 45.7 % of GPU time; its L2 band (98.8 %) is ok on the H200
+    assert round(naive.figures["reuse_l1"]) == 1023 and round(naive.figures["reuse_l2"]) == 126
+    assert naive.figures["limiter_unit"] == "L1/TEX (LSU)"
+    assert "tile" in f.recommendation and "shared memory" in f.recommendation
+    assert "tiled_gemm" not in subjects  # its L1 data pipe carries shared-memory wavefronts (96 %): already tiled
+    assert round(f.cost_share, 3) == 0.295  # naive: 45.7 % × (1 − 37.1 / 97.2); init_curand adds 1 %
+
+
+def test_streaming_kernels_are_compulsory_not_critical_and_get_no_caching_advice(analysis):
+    got = by_id(analysis)
+    f = got["l2.compulsory_misses"]
+    assert f.severity == diagnose.Severity.INFO and f.cost_share is None
+    subjects = {s.name: s for s in f.subjects}
+    assert set(subjects) == {"stream_add", "strided_copy"}
+    assert subjects["stream_add"].figures["limiter_unit"] == "DRAM" and subjects["stream_add"].figures["dram_bound"]
+    assert round(subjects["stream_add"].figures["reuse_l1"], 2) == 1.0
+    assert "DRAM-bound" in f.recommendation and "compulsory" in f.recommendation
+    for advice in ("tile or block the loop", "persisting L2", "sort or bucket"):  # the caching advice
+        assert advice not in f.recommendation
+    assert "l2.low_hit_rate" not in got  # before the split: critical, 70 % loss, "tile ... persisting L2"
+    table = analysis.results["l2"].tables["kernels"].set_index("kernel")
+    assert table.loc["stream_add", "band"] == "critical"  # the band is still shown for every kernel
+
+
+def test_old_captures_without_reuse_metrics_keep_the_low_hit_finding():
+    a = diagnose.analyze(diagnose.load(REPO / "fixtures" / "ncu" / "l2_random_gather" / "raw.csv"))
+    f = by_id(a)["l2.low_hit_rate"]
+    assert f.severity == diagnose.Severity.CRITICAL
+    assert a.results["l2"].tables["kernels"]["cause"].iloc[0] == "scattered or unknown"
+
+
+def test_occupancy_gap_at_a_units_peak_is_info(tmp_path):
+    """fake: the kinds capture with stream_add's occupancy lowered by 30 points: it sits at 75 % of DRAM peak
+    (under saturated_unit_pct, so still a warning); with the threshold at 70 % it is info and costs nothing."""
+    from diagnose.analyzers import occupancy
+    from diagnose.profile_data import Profile
+
+    kernels = read_ncu(RAW)
+    is_stream = kernels["kernel_short"] == "stream_add"
+    kernels.loc[is_stream, "achieved_occupancy_pct"] = kernels.loc[is_stream, "theoretical_occupancy_pct"] - 30
+    profile = Profile(kernels=kernels)
+    warn = {s.name: s for f in occupancy.analyze(profile, Thresholds()).findings for s in f.subjects}
+    assert warn["stream_add"].severity == diagnose.Severity.WARNING
+    th = Thresholds().with_overrides({"occupancy": {"saturated_unit_pct": 70.0}})
+    info = {s.name: s for f in occupancy.analyze(profile, th).findings for s in f.subjects}
+    assert info["stream_add"].severity == diagnose.Severity.INFO
+    assert info["stream_add"].figures["est_loss_share"] == 0.0
+    assert info["stream_add"].figures["sol_limiter_unit"] == "DRAM"
+
+
+def test_summary_only_capture_falls_back_to_the_sol_summary():
+    """fake: no breakdown metric at all — the limiter says so rather than guessing a unit."""
+    kernels = read_ncu(RAW)
+    members = [column_of(m) for m in BREAKDOWN_SM + BREAKDOWN_MEMORY]
+    slim = kernels.drop(columns=[c for c in members if c in kernels.columns])
+    lim = launch_limiters(slim)
+    assert set(lim["limiter_source"]) == {"SOL summary only"}
+    row = lim[slim["kernel_short"].eq("naive_gemm").to_numpy()].iloc[0]
+    assert row["limiter_unit"] == "memory (no breakdown collected)" and round(row["limiter_pct"], 1) == 97.1
+    assert pd.isna(row["next_pct"])
+
+
+def test_gpudiags_own_default_ncu_capture_has_what_the_split_needs():
+    """fixtures/runs/ncu_kinds: `gpudiag profile --ncu --launch-skip 0 --launch-count 40` of the same script, with
+    gpudiag's default sections and metrics (15 replay passes per launch): the same verdicts as the full set."""
+    a = diagnose.analyze(diagnose.load(REPO / "fixtures" / "runs" / "ncu_kinds"))
+    got = by_id(a)
+    reuse = {s.name: s for s in got["l2.reuse_missed"].subjects}
+    assert reuse["naive_gemm"].severity == diagnose.Severity.WARNING and "tiled_gemm" not in reuse
+    assert round(reuse["naive_gemm"].figures["reuse_l1"]) == 1022
+    assert {s.name for s in got["l2.compulsory_misses"].subjects} == {"stream_add", "strided_copy"}
+    uncoalesced = {s.name: s for s in got["memory_access.uncoalesced"].subjects}
+    assert set(uncoalesced) == {"transpose_naive", "strided_copy"}
+    table = a.results["speed_of_light"].tables["kernels"].set_index("kernel")
+    assert (
+        table.loc["naive_gemm", "limiter_unit"] == "L1/TEX (LSU)" and table.loc["stream_add", "limiter_unit"] == "DRAM"
+    )

@@ -1,0 +1,55 @@
+"""The kernel analyzers on NVIDIA's own Nsight Compute samples (RTX A4500, ncu 2024.1): reports from another GPU
+and another ncu than ours. Their licence (NVIDIA's EULA) does not allow committing them: the tests run where they
+are present (scratch/public_ncu, or GPUDIAG_NVIDIA_NCU_SAMPLES; how to fetch them: fixtures/ncu/PROVENANCE.md)
+and skip otherwise. Each report is read in a fresh process (tests/analyzers/ncu_isolated.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.analyzers.ncu_isolated import in_fresh_process
+from tests.paths import REPO
+
+SAMPLES = Path(
+    os.environ.get("GPUDIAG_NVIDIA_NCU_SAMPLES", REPO / "scratch" / "public_ncu" / "nsight-compute-2024.1.1.4_12.4.1-2")
+)
+
+
+def verdicts(path: str) -> dict:
+    import diagnose
+
+    a = diagnose.analyze(diagnose.load(path))
+    sol = a.results["speed_of_light"].tables["kernels"].iloc[0]
+    return {
+        "limiter": (sol["limiter_unit"], round(float(sol["limiter_pct"]), 1)),
+        "findings": {f.id: f.severity.label for f in a.findings if not f.id.endswith("not_measured")},
+        "subjects": {f.id: {s.name: s.severity.label for s in f.subjects} for f in a.findings},
+    }
+
+
+def sample(name: str) -> str:
+    pytest.importorskip("ncu_report")
+    path = SAMPLES / name
+    if not path.exists():
+        pytest.skip(f"NVIDIA's sample {name} is not here (see fixtures/ncu/PROVENANCE.md)")
+    return os.fspath(path)
+
+
+def test_streaming_add_at_dram_peak_is_compulsory_and_its_occupancy_gap_is_info():
+    v = in_fresh_process(verdicts, sample("uncoalescedGlobalAccesses/addConstDouble.ncu-rep"))
+    assert v["limiter"] == ("DRAM", 90.6)
+    assert v["findings"]["l2.compulsory_misses"] == "info" and "l2.low_hit_rate" not in v["findings"]
+    assert v["subjects"]["occupancy.gap"] == {"addConstDouble": "info"}  # 26 points, but at 90.6 % of DRAM peak
+
+
+def test_fp64_sobel_is_limited_by_the_fp64_pipe():
+    v = in_fresh_process(verdicts, sample("instructionMix/sobelDouble.ncu-rep"))
+    assert v["limiter"] == ("FP64 pipe", 85.2)
+
+
+def test_tiled_transpose_with_bank_conflicts_is_limited_by_the_l1_load_path():
+    v = in_fresh_process(verdicts, sample("sharedBankConflicts/transposeCoalesced.ncu-rep"))
+    assert v["limiter"] == ("L1/TEX (LSU)", 90.2)

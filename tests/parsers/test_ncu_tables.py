@@ -1,0 +1,119 @@
+"""The ncu readers of the registry give (kernels, rules), and Profile.add puts each in its table; the report's
+per-instruction excess sectors become the kernels table's ``global_excess_sources``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pandas as pd
+import pytest
+
+import diagnose
+from parsers import ncu_csv, registry
+from parsers.errors import InputError
+from parsers.ncu import read_ncu, read_ncu_rules
+from parsers.ncu_kernels import KERNELS_SCHEMA, RULES_SCHEMA
+from parsers.ncu_rep import access_of
+from parsers.reader import KERNELS
+from tests.analyzers.ncu_isolated import in_fresh_process, read_report, read_with_broken_rules, report_path
+from tests.paths import REPO
+
+KINDS = REPO / "fixtures" / "ncu" / "kernel_kinds"
+RAW = KINDS / "raw.csv.gz"
+DETAILS = KINDS / "details.csv.gz"
+
+
+def _same_rules(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+
+
+def test_raw_page_reads_as_kernels_and_an_empty_rules_table_parsing_once(monkeypatch):
+    def no_second_parse(path):
+        raise AssertionError("a raw page was parsed again for rules")
+
+    monkeypatch.setattr(ncu_csv, "read_ncu_rules", no_second_parse)
+    reader = registry.detect(RAW)
+    assert reader.kind == "ncu-csv" and reader.table == KERNELS
+    kernels, rules = reader.read(RAW)
+    assert len(kernels) == 23 and list(kernels.columns[: len(KERNELS_SCHEMA.columns)]) == list(KERNELS_SCHEMA.columns)
+    assert list(rules.columns) == list(RULES_SCHEMA.columns) and not len(rules)
+    assert kernels["global_excess_sources"].isna().all()  # the CSV pages have no per-instruction counters
+
+
+def test_details_page_gives_its_rules_as_read_ncu_rules_does():
+    kernels, rules = registry.detect(DETAILS).read(DETAILS)
+    assert len(kernels) == 23 and len(rules) == 251
+    _same_rules(rules, read_ncu_rules(DETAILS))
+    assert rules["rule"].value_counts()["SOLBottleneck"] == 23
+
+
+def test_rule_columns_are_found_after_ncus_log_lines(tmp_path):
+    lines = gzip.decompress(DETAILS.read_bytes())
+    stdout = tmp_path / "stdout.csv"
+    stdout.write_bytes(b"==PROF== Connected to process 1\nhello from the script\n" + lines)
+    assert ncu_csv.has_rule_columns(stdout)
+    assert len(ncu_csv.read_ncu_csv_tables(stdout)[1]) == 251
+    raw = tmp_path / "raw_stdout.csv"
+    raw.write_bytes(b"==PROF== Connected to process 1\n" + gzip.decompress(RAW.read_bytes()))
+    assert not ncu_csv.has_rule_columns(raw) and not ncu_csv.has_rule_columns(tmp_path / "missing.csv")
+
+
+def test_bad_details_page_with_rule_columns_is_an_input_error(tmp_path):
+    text = gzip.decompress(DETAILS.read_bytes()).decode()
+    header, rest = text.split("\n", 1)
+    bad = tmp_path / "bad_details.csv"
+    bad.write_text(header.replace('"Rule Type"', '"Rule Kind"') + "\n" + rest)
+    with pytest.raises(InputError) as e:
+        ncu_csv.read_ncu_csv_tables(bad)
+    assert str(bad) in str(e.value) and "Rule Type" in str(e.value)
+
+
+def test_profile_add_takes_the_pair_and_a_bare_frame():
+    p = diagnose.load(DETAILS)
+    assert len(p.kernels) == 23 and len(p.ncu_rules) == 251
+    kernels, rules = registry.detect(DETAILS).read(DETAILS)
+    p.add(KERNELS, (kernels, rules), 0)
+    assert len(p.kernels) == 46 and len(p.ncu_rules) == 502
+    p.add(KERNELS, read_ncu(RAW), 0)  # a caller's own kernels frame
+    assert len(p.kernels) == 69 and len(p.ncu_rules) == 502
+    assert not diagnose.load(RAW).has("ncu_rules")
+
+
+def test_report_reads_kernels_and_rules_in_one_pass():
+    plain_kernels, plain_rules, (kernels, rules) = in_fresh_process(read_report, report_path())
+    assert len(kernels) == 23 and len(rules) == 251
+    _same_rules(rules, plain_rules)
+    pd.testing.assert_frame_equal(kernels, plain_kernels)
+    sources = kernels.set_index("launch_id")["global_excess_sources"]
+    assert sources.notna().all()  # the capture has SourceCounters for every launch
+    transpose = json.loads(sources[11.0])
+    assert transpose["excess_by_access"] == {"store": 58_720_256.0}
+    assert [(x["line"], x["access"]) for x in transpose["lines"]] == [(51, "store")]
+    curand = json.loads(sources[0.0])  # cuRAND has no line info: SASS only, five instructions kept
+    assert len(curand["lines"]) == 5 and all(x["file"] is None for x in curand["lines"])
+    assert curand["excess_by_access"] == {"load": 1_250_304.0, "store": 1_250_304.0}
+
+
+@pytest.mark.parametrize(
+    "sass, access",
+    [
+        ("LDG.E R7, desc[UR4][R6.64]", "load"),
+        ("@P0 LDG.E.128 R4, [R2.64]", "load"),
+        ("LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64]", "load"),
+        ("@!PT ST.E [R2], R5", "store"),
+        ("STG.E.64 desc[UR4][R2.64+0x8], R12", "store"),
+        ("ATOMG.E.ADD.F32.FTZ.RN.STRONG.GPU PT, R3, [R2], R5", "atomic"),
+        ("RED.E.ADD.F32.FTZ.RN.STRONG.GPU [R2.64], R5", "reduction"),
+        ("IMAD R5, R5, UR4, R2", "other"),
+        ("", "other"),
+    ],
+)
+def test_access_of_sass(sass, access):
+    assert access_of(sass) == access
+
+
+def test_report_whose_rules_cannot_be_read_keeps_its_kernels():
+    kernels, rules, said = in_fresh_process(read_with_broken_rules, report_path())
+    assert len(kernels) == 23 and not len(rules) and list(rules.columns) == list(RULES_SCHEMA.columns)
+    assert any("could not give the rule results of 23 of 23 launches" in w for w in said)
