@@ -28,7 +28,15 @@ import pandas as pd
 
 from parsers.errors import InputError
 from parsers.limits import human_bytes, limit, open_input
-from parsers.ncu_kernels import ID_COLUMNS, RULES_SCHEMA, STANDARD_METRICS, finish, finish_rules, parse_dims
+from parsers.ncu_kernels import (
+    ID_COLUMNS,
+    RULES_COLUMNS,
+    RULES_SCHEMA,
+    STANDARD_METRICS,
+    finish,
+    finish_rules,
+    parse_dims,
+)
 from parsers.ncu_units import column_name, to_base
 from parsers.reader import KERNELS, TEXT, Reader, head_text, is_json
 
@@ -95,18 +103,6 @@ def read_ncu_csv(path: str | os.PathLike) -> pd.DataFrame:
 
 class _NotPlain(Exception):
     """The strict raw-page parse met a line that is not a whole record."""
-
-
-RULES_COLUMNS = [
-    "launch_id",
-    "kernel_name",
-    "section",
-    "rule_name",
-    "rule_type",
-    "description",
-    "speedup_type",
-    "estimated_speedup_pct",
-]
 
 
 def read_ncu_rules(path: str | os.PathLike) -> pd.DataFrame:

@@ -78,6 +78,18 @@ KERNELS_SCHEMA = Schema(
     },
 )
 
+# the rule rows both readers build, before finish_rules names and types them (RULES_SCHEMA)
+RULES_COLUMNS = [
+    "launch_id",
+    "kernel_name",
+    "section",
+    "rule_name",
+    "rule_type",
+    "description",
+    "speedup_type",
+    "estimated_speedup_pct",
+]
+
 RULES_SCHEMA = Schema(
     "ncu.rules",
     {

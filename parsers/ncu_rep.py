@@ -23,7 +23,7 @@ import pandas as pd
 
 from parsers.errors import InputError
 from parsers.limits import open_input
-from parsers.ncu_kernels import EXCESS_SOURCES_MAX, STANDARD_METRICS, finish, finish_rules
+from parsers.ncu_kernels import EXCESS_SOURCES_MAX, RULES_COLUMNS, STANDARD_METRICS, finish, finish_rules
 from parsers.ncu_units import column_name, to_base
 from parsers.reader import BINARY, KERNELS, Reader
 
@@ -89,18 +89,6 @@ def read_ncu_rep_tables(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataF
             f"{path}: ncu_report could not give the rule results of {failed} of {len(rows)} launches", stacklevel=2
         )
     return finish(pd.DataFrame(rows), path), finish_rules(pd.DataFrame(rules, columns=RULES_COLUMNS))
-
-
-RULES_COLUMNS = [
-    "launch_id",
-    "kernel_name",
-    "section",
-    "rule_name",
-    "rule_type",
-    "description",
-    "speedup_type",
-    "estimated_speedup_pct",
-]
 
 
 def _action_rules(ncu_report, launch_id: int, action) -> list[dict]:
