@@ -142,10 +142,11 @@ def _timeline(launches, segments, meta) -> str:
             secondary_y=False,
         )
     if segments is not None and len(segments):
+        end = max(float(launches["t_s"].max()), float(segments["t_s"].max()))  # held until the last launch
         fig.add_trace(
             go.Scatter(
-                x=segments["t_s"],
-                y=segments["reserved_bytes"],
+                x=[*segments["t_s"], end],
+                y=[*segments["reserved_bytes"], segments["reserved_bytes"].iloc[-1]],
                 mode="lines",
                 line=dict(shape="hv", color="#555", width=1),
                 name="reserved bytes",
