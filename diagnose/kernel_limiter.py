@@ -171,26 +171,21 @@ def _members(kernels: pd.DataFrame) -> list[str]:
 
 
 def _listed_mask(kernels: pd.DataFrame, members: list[str]) -> np.ndarray:
-    """(launches × members): True where the metric is in the launch's own breakdown list, or in the
-    catalogue for a launch whose report lists none."""
+    """(launches × members): True where the metric is in the launch's own breakdown lists, or in the
+    catalogue for a launch whose report lists none. One row is built per distinct pair of lists (a capture
+    has a handful), so a 100,000-launch report costs no per-launch Python loop."""
     n = len(kernels)
-    mask = np.ones((n, len(members)), dtype=bool)
-    lists = [
-        kernels[c] if c in kernels.columns else pd.Series([None] * n)
+    columns = [
+        kernels[c].to_numpy(dtype=object) if c in kernels.columns else np.full(n, None, dtype=object)
         for c in ("sol_breakdown_sm", "sol_breakdown_memory")
     ]
-    own = (lists[0].notna() | lists[1].notna()).to_numpy()
-    if not own.any():
-        catalogue = set(BREAKDOWN_SM + BREAKDOWN_MEMORY)
-        return mask & np.array([m in catalogue for m in members])[None, :]
-    joined = (lists[0].fillna("").astype(str) + "," + lists[1].fillna("").astype(str)).to_numpy()
-    for i, text in enumerate(joined):
-        if own[i]:
-            listed = set(text.split(","))
-            mask[i] = [m in listed for m in members]
-        else:
-            mask[i] = [m in BREAKDOWN_SM or m in BREAKDOWN_MEMORY for m in members]
-    return mask
+    keys = pd.Series([",".join(str(v) for v in (sm, mem) if not pd.isna(v)) for sm, mem in zip(*columns)], dtype=object)
+    codes, distinct = pd.factorize(keys)
+    catalogue = set(BREAKDOWN_SM + BREAKDOWN_MEMORY)
+    rows = np.array(
+        [[m in (set(key.split(",")) if key else catalogue) for m in members] for key in distinct], dtype=bool
+    ).reshape(len(distinct), len(members))
+    return rows[codes]
 
 
 def path_of(unit: str | None) -> str | None:
@@ -216,16 +211,7 @@ def limiter_frame(values: np.ndarray, members: list[str], fallback: pd.DataFrame
         out["limiter_unit"][has] = [unit_of(m) for m in names]
         out["limiter_side"][has] = [side_of(m) for m in names]
         out["limiter_source"][has] = "ncu SOL breakdown"
-        units = [unit_of(m) for m in members]
-        for i in np.flatnonzero(has):
-            path = path_of(out["limiter_unit"][i])
-            off = [
-                (v, u)
-                for v, u in zip(values[i], units)
-                if not np.isnan(v) and path_of(u) != path and u not in AGGREGATE_UNITS
-            ]
-            if off:
-                next_pct[i], out["next_unit"][i] = max(off)
+        _next_off_path(values, members, has, out, next_pct)
     sm, mem = (
         pd.to_numeric(fallback[c], errors="coerce").to_numpy(dtype=float) if c in fallback else np.full(n, np.nan)
         for c in ("sm_throughput_pct", "memory_throughput_pct")
@@ -242,6 +228,27 @@ def limiter_frame(values: np.ndarray, members: list[str], fallback: pd.DataFrame
     frame["limiter_pct"] = pct
     frame["next_pct"] = next_pct
     return frame[LIMITER_COLUMNS]
+
+
+def _next_off_path(values: np.ndarray, members: list[str], has: np.ndarray, out: dict, next_pct: np.ndarray) -> None:
+    """Fill ``next_unit`` / ``next_pct``: per row, the highest member off the limiter's path (no aggregate), one
+    vectorised pass per distinct limiter path; among equal values the unit last in name order wins."""
+    units = np.array([unit_of(m) for m in members], dtype=object)
+    order = np.argsort(units, kind="stable")[::-1]  # nanargmax takes the first of equal values
+    paths = np.array([path_of(u) for u in units[order]], dtype=object)
+    aggregate = np.isin(units[order], AGGREGATE_UNITS)
+    limiter_paths = np.array([path_of(u) for u in out["limiter_unit"]], dtype=object)
+    for path in pd.unique(limiter_paths[has]):
+        rows = np.flatnonzero(has & (limiter_paths == path))
+        columns = order[(paths != path) & ~aggregate]
+        if not len(columns):
+            continue
+        sub = values[np.ix_(rows, columns)]
+        found = ~np.isnan(sub).all(axis=1)
+        best = np.nanargmax(np.where(np.isnan(sub[found]), -np.inf, sub[found]), axis=1)
+        hit = rows[found]
+        next_pct[hit] = sub[found][np.arange(len(hit)), best]
+        out["next_unit"][hit] = units[columns[best]]
 
 
 def launch_limiters(kernels: pd.DataFrame) -> pd.DataFrame:
