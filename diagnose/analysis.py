@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.findings import Finding, Result, Severity, rank_findings
+from diagnose.metrics import Metric, describe, in_match_order
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
@@ -19,6 +20,7 @@ class Analysis:
     summary: dict[str, float] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    metrics: dict[str, Metric] = field(default_factory=dict)  # summary key -> its declaration (diagnose.metrics)
 
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.findings), default=None)
@@ -37,7 +39,24 @@ def analyze(profile: Profile, thresholds: Thresholds | None = None, only: list[s
         analysis.findings.extend(result.findings)
         analysis.summary.update(result.summary)
     analysis.findings = rank_findings(analysis.findings)
+    declared = declared_metrics()
+    for key in analysis.summary:
+        metric = describe(key, declared)
+        if metric is not None:
+            analysis.metrics[key] = metric
     return analysis
+
+
+def declared_metrics() -> tuple[Metric, ...]:
+    """Every analyzer's ``METRICS``, in match order, each tagged with its analyzer's name."""
+    from dataclasses import replace
+
+    from diagnose.analyzers import discover
+
+    found = []
+    for mod in discover():
+        found.extend(replace(m, analyzer=m.analyzer or mod.NAME) for m in getattr(mod, "METRICS", ()))
+    return in_match_order(found)
 
 
 def describe_source(profile: Profile) -> dict[str, Any]:
