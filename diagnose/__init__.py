@@ -23,7 +23,7 @@ from parsers.errors import InputError
 
 
 def step() -> None:
-    """Mark a training-step boundary (JAX, or torch without an optimizer). No-op outside `gpudiag profile`."""
+    """Mark a training-step boundary (JAX; torch steps are found from optimizer.step() or backward()). No-op outside `gpudiag profile`."""
     try:
         from diagnose.launch.runtime import lifecycle
     except ImportError:

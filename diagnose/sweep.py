@@ -441,7 +441,7 @@ def _row(index, label, combo, command, run_dir, attempt: Attempt, samples_expr, 
         row.update(
             status="no_steps",
             reason="the script exited 0 but no training step was measured "
-            "(no optimizer.step() and no diagnose.step() call?)",
+            "(no optimizer.step(), no backward() and no diagnose.step() call?)",
         )
     elif sps is None:
         row["reason"] = (

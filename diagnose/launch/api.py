@@ -4,7 +4,7 @@
     run.exit_code, run.path
 
     with diagnose.profile(out="runs/nb") as run:                         # a notebook: this process
-        for batch in loader: ...                                         # steps: optimizer hook / diagnose.step()
+        for batch in loader: ...                                         # steps: diagnose.step() / optimizer / backward()
     diagnose.load(run.path)
 
 Both write the same run folder. The context manager instruments the block in this

@@ -185,7 +185,7 @@ def explain(manifest: dict, records: list[dict]) -> tuple[dict[str, str], dict[s
                 why_missing[path] = f"the job was killed ({signal_name}) before rank {rank} reached its first step"
             else:
                 why_missing[path] = (
-                    f"rank {rank} never reached a step boundary (no optimizer.step() and no "
+                    f"rank {rank} never reached a step boundary (no optimizer.step(), no backward() and no "
                     "diagnose.step() seen in that process)"
                 )
         else:

@@ -75,6 +75,7 @@ class Runtime:
             return
         self._torch_hooked = True
         self.steps.hook_optimizers()
+        self.steps.hook_backward(torch)
         self._memory_capture().record_history_from_cuda_init(torch)
 
     def _memory_capture(self):

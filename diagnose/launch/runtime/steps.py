@@ -1,8 +1,12 @@
 """Step boundaries and the step records: the runtime's per-step path.
 
-Step boundaries come from torch's global optimizer step hook (the first optimizer that
-steps defines the step) or from ``diagnose.step()``; once a marker is seen it alone
-defines steps. Step N is the work between boundary N and boundary N+1. At each boundary
+Step boundaries come, in this order of precedence, from ``diagnose.step()`` (once a marker is
+seen it alone defines steps), torch's global optimizer step hook (the first optimizer that
+steps defines the step), or the end of each outermost backward pass (``torch.autograd.backward``,
+which ``Tensor.backward`` calls): a loop that updates its weights by hand still has steps. When an
+optimizer steps after backward passes defined the first steps, the optimizer takes over from then
+on, so gradient accumulation (several backwards per update) is one step per update. Each step
+record says which source ended it. Step N is the work between boundary N and boundary N+1. At each boundary
 the finished step is held as a plain tuple; the held steps are written at most every
 STEP_RECORD_INTERVAL_NS (and before anything heavy, and at exit), those whose GPU time is
 known, in one write. The boundary calls the other parts directly (GPU time, NVTX, the
@@ -13,8 +17,11 @@ trace window, memory stats), each one attribute away, None when off: it was tune
 from __future__ import annotations
 
 import collections
+import functools
 import importlib
 import math
+import sys
+import threading
 import time
 
 from diagnose.launch.child_config import nvtx_range_name
@@ -38,6 +45,9 @@ class Steps:
         self.optimizer_hook_handle = None
         self._marker_seen = False
         self._optimizer_id = None
+        self._backward_original = None  # torch.autograd.backward before we wrapped it
+        self._backward_depth = 0  # nested backward passes (reentrant checkpointing) are not boundaries
+        self._main_thread = threading.get_ident()
         self._source = None
         self._perf_ns = 0
         self._wall_ns = 0
@@ -69,12 +79,54 @@ class Steps:
         if self.optimizer_hook_handle is not None:
             self.optimizer_hook_handle.remove()
             self.optimizer_hook_handle = None
+        self.unhook_backward()
+
+    def hook_backward(self, torch) -> None:
+        """Wrap ``torch.autograd.backward`` so the end of each outermost backward pass on the main thread is a
+        boundary while no optimizer or marker defines steps. The wrapper calls the original unchanged."""
+        autograd = getattr(torch, "autograd", None)
+        original = getattr(autograd, "backward", None)
+        if original is None or self._backward_original is not None:
+            return
+        steps = self
+
+        @functools.wraps(original)
+        def backward(*args, **kwargs):
+            if threading.get_ident() != steps._main_thread:
+                return original(*args, **kwargs)
+            steps._backward_depth += 1
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                steps._backward_depth -= 1
+            if steps._backward_depth == 0:
+                steps.on_backward()
+            return result
+
+        self._backward_original = original
+        autograd.backward = backward
+
+    def unhook_backward(self) -> None:
+        original, self._backward_original = self._backward_original, None
+        torch = sys.modules.get("torch")
+        if original is not None and torch is not None and getattr(torch.autograd, "backward", None) is not original:
+            torch.autograd.backward = original
+
+    def on_backward(self) -> None:
+        if self._runtime.disabled or self._marker_seen or self._optimizer_id is not None:
+            return
+        self.boundary("backward")
 
     def on_optimizer_step(self, optimizer, args, kwargs) -> None:
         if self._runtime.disabled or self._marker_seen:
             return
         if self._optimizer_id is None:
             self._optimizer_id = id(optimizer)
+            if self._source == "backward":
+                # backward passes defined the steps so far; this iteration (which began at the last backward's
+                # end) now ends at the next optimizer step, and the optimizer defines steps from here on
+                self._source = "optimizer"
+                return
         elif id(optimizer) != self._optimizer_id:
             return
         self.boundary("optimizer")
@@ -84,8 +136,8 @@ class Steps:
             return
         if not self._marker_seen:
             self._marker_seen = True
-            if self._source == "optimizer":
-                # this iteration already ended at optimizer.step(); the marker takes over from the next one
+            if self._source in ("optimizer", "backward"):
+                # this iteration already ended at optimizer.step() or backward(); the marker takes over from the next one
                 self._source = "marker"
                 return
         self.boundary("marker")
@@ -212,7 +264,7 @@ class Steps:
                 self.recorded += len(lines)
 
 
-_STEP_SOURCES = ("optimizer", "marker")
+_STEP_SOURCES = ("optimizer", "marker", "backward")
 _STEP_FORMAT = (
     '{"kind":"step","rank":%d,"step":%d,"t_start_ns":%d,"host_ms":%.6f,"gpu_ms":%s,"source":"%s",'
     '"instrumented":%s,"overhead_us":%.3f}\n'

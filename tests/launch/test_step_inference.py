@@ -1,0 +1,119 @@
+"""Steps without an optimizer or a marker: the end of each outermost backward pass is a boundary (issue 17)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import diagnose  # noqa: E402
+from tests.launch.launch_helpers import EXAMPLES, gpudiag, manifest, records  # noqa: E402
+
+
+def _steps(run_dir):
+    return [r for r in records(run_dir) if r["kind"] == "step"]
+
+
+def _sgd_by_hand(iterations: int, marker_from: int | None = None, checkpointed: bool = False) -> list[float]:
+    """A hand-written SGD loop: in-place updates, no torch.optim."""
+    torch.manual_seed(0)
+    w1, w2 = torch.randn(16, 32, requires_grad=True), torch.randn(32, 1, requires_grad=True)
+
+    def body(x):
+        return torch.tanh(x @ w1)
+
+    losses = []
+    for i in range(iterations):
+        x = torch.randn(8, 16, requires_grad=checkpointed)
+        hidden = torch.utils.checkpoint.checkpoint(body, x, use_reentrant=True) if checkpointed else body(x)
+        loss = (hidden @ w2).pow(2).mean()
+        loss.backward()  # under reentrant checkpointing, backward runs torch.autograd.backward again inside
+        with torch.no_grad():
+            for p in (w1, w2):
+                p.add_(p.grad, alpha=-0.01)
+                p.grad = None
+        if marker_from is not None and i >= marker_from:
+            diagnose.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_hand_written_sgd_gets_one_step_per_backward(tmp_path):
+    baseline = _sgd_by_hand(10)
+    with diagnose.profile(out=tmp_path / "r", trace_steps=0, nvml=False, quiet=True) as run:
+        losses = _sgd_by_hand(10)
+    assert losses == baseline  # the wrapped backward computes the same thing
+    steps = _steps(run.path)
+    # 10 boundaries (one per backward) -> 9 finished steps, each from a backward's end to the next one's
+    assert [s["step"] for s in steps] == list(range(9))
+    assert {s["source"] for s in steps} == {"backward"}
+    assert torch.autograd.backward.__module__ == "torch.autograd"  # unwrapped after the block
+    assert not hasattr(torch.autograd.backward, "__wrapped__")
+
+
+def test_reentrant_checkpoint_backward_inside_backward_is_not_a_boundary(tmp_path):
+    with diagnose.profile(out=tmp_path / "r", trace_steps=0, nvml=False, quiet=True) as run:
+        _sgd_by_hand(8, checkpointed=True)
+    assert [s["step"] for s in _steps(run.path)] == list(range(7))
+
+
+def test_marker_takes_over_from_backward(tmp_path):
+    with diagnose.profile(out=tmp_path / "r", trace_steps=0, nvml=False, quiet=True) as run:
+        _sgd_by_hand(8, marker_from=3)
+    steps = _steps(run.path)
+    # backwards 0..3 are boundaries (steps 0-2 by backward); the marker after backward 3 takes over without a
+    # second boundary, then markers 4..7 end steps 3..6
+    assert [s["source"] for s in steps] == ["backward"] * 3 + ["marker"] * 4
+    assert [s["step"] for s in steps] == list(range(7))
+
+
+def test_gradient_accumulation_is_one_step_per_optimizer_update(tmp_path):
+    def accumulate(updates: int, micro_batches: int):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(16, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(updates):
+            for _ in range(micro_batches):
+                (model(torch.randn(4, 16)).pow(2).mean() / micro_batches).backward()
+            opt.step()
+            opt.zero_grad()
+
+    with diagnose.profile(out=tmp_path / "r", trace_steps=0, nvml=False, quiet=True) as run:
+        accumulate(updates=6, micro_batches=4)
+    steps = _steps(run.path)
+    # before the first optimizer.step() nothing says backwards are grouped: the first update's 4 micro-batch
+    # backwards are steps of their own (warm-up); the first optimizer step takes over without a boundary, and
+    # from then on a step is one update (4 backwards), never a micro-batch
+    assert [s["source"] for s in steps] == ["backward"] * 3 + ["optimizer"] * 5
+    assert [s["step"] for s in steps] == list(range(8))
+
+
+def test_unchanged_script_without_optimizer_gets_steps_and_a_trace(tmp_path):
+    """examples/sgd_by_hand.py under `gpudiag profile` on CPU: before, it wrote no step and no trace."""
+    out = tmp_path / "run"
+    r = gpudiag(
+        "profile",
+        "-q",
+        "-o",
+        out,
+        "--trace-start",
+        "2",
+        "--trace-steps",
+        "2",
+        "--",
+        "python",
+        EXAMPLES / "sgd_by_hand.py",
+        "--steps",
+        "12",
+        "--device",
+        "cpu",
+        "--width",
+        "64",
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    steps = _steps(out)
+    assert len(steps) == 11 and {s["source"] for s in steps} == {"backward"}
+    # the window covers steps 2 and 3; its export runs at the start of step 4, which is marked instrumented too
+    assert [s["step"] for s in steps if s["instrumented"]] == [2, 3, 4]
+    assert "trace/rank0.json.gz" in manifest(out)["artifacts"]
