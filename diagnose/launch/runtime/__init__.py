@@ -5,7 +5,9 @@ One module per concern, wired by one coordinator:
     lifecycle.py       install / install_from_env / uninstall / active / step: this process's one Runtime
     coordinator.py     Runtime: what the parts share (config, rank, framework, the events file, the
                        artifacts expected and written), the run's start at the first step and its end
-    steps.py           the step boundary, the step records, the optimizer hook and diagnose.step()'s marker
+    steps.py           the step boundary, the step records, and where boundaries come from: diagnose.step()'s
+                       marker, the optimizer hook, the end of each backward pass
+    jit_steps.py       JAX without a marker: the jitted function dispatched once per iteration
     gpu_time.py        CUDA-event GPU time per step, and k when only one step in k is timed
     nvtx_ranges.py     an NVTX range per step, when a tool can receive it (always under ncu)
     trace_window.py    the profiler window of a few steps
@@ -13,7 +15,7 @@ One module per concern, wired by one coordinator:
     sync_capture.py    synchronizing calls inside the window, as sync records
     memory_capture.py  memory_stats records, the allocator history and its snapshot
     faults.py          internal errors, a full disk, an artifact not written: logged once, runtime off
-    import_hooks.py    a callback right after the user imports torch
+    import_hooks.py    a callback right after the user imports torch or jax
     exit_hooks.py      the flush at exit and on SIGTERM/SIGHUP
 
 Rules kept by every module here: standard library only until the user imports torch or jax;

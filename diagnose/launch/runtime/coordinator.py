@@ -78,6 +78,10 @@ class Runtime:
         self.steps.hook_backward(torch)
         self._memory_capture().record_history_from_cuda_init(torch)
 
+    def on_jax_imported(self, jax) -> None:
+        if not self.disabled:
+            self.steps.hook_jit(jax)
+
     def _memory_capture(self):
         if self.memory is None:
             from diagnose.launch.runtime.memory_capture import MemoryCapture

@@ -26,6 +26,11 @@ def install(config) -> Runtime | None:
         runtime.on_torch_imported(torch)
     else:
         PostImportHook("torch", runtime.on_torch_imported).install()
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        runtime.on_jax_imported(jax)
+    else:
+        PostImportHook("jax", runtime.on_jax_imported).install()
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_disable_in_fork_child)
     return runtime
@@ -58,7 +63,7 @@ def uninstall() -> list[dict]:
         return []
     remove_all()
     runtime.flush("context-exit")
-    runtime.steps.unhook_optimizers()
+    runtime.steps.unhook_all()
     return list(runtime.faults.reported)
 
 

@@ -5,7 +5,8 @@ seen it alone defines steps), torch's global optimizer step hook (the first opti
 steps defines the step), or the end of each outermost backward pass (``torch.autograd.backward``,
 which ``Tensor.backward`` calls): a loop that updates its weights by hand still has steps. When an
 optimizer steps after backward passes defined the first steps, the optimizer takes over from then
-on, so gradient accumulation (several backwards per update) is one step per update. Each step
+on, so gradient accumulation (several backwards per update) is one step per update. In JAX, the
+jitted function the script dispatches once per iteration defines steps (jit_steps). Each step
 record says which source ended it. Step N is the work between boundary N and boundary N+1. At each boundary
 the finished step is held as a plain tuple; the held steps are written at most every
 STEP_RECORD_INTERVAL_NS (and before anything heavy, and at exit), those whose GPU time is
@@ -48,6 +49,7 @@ class Steps:
         self._backward_original = None  # torch.autograd.backward before we wrapped it
         self._backward_depth = 0  # nested backward passes (reentrant checkpointing) are not boundaries
         self._main_thread = threading.get_ident()
+        self.jit = None  # jit_steps.JitStepFinder once jax is imported
         self._source = None
         self._perf_ns = 0
         self._wall_ns = 0
@@ -75,11 +77,28 @@ class Steps:
                 "no-optimizer-hook", f"cannot hook torch optimizers ({e}); mark steps with diagnose.step()"
             )
 
-    def unhook_optimizers(self) -> None:
+    def unhook_all(self) -> None:
+        """Take off every step source this runtime put into torch and jax."""
         if self.optimizer_hook_handle is not None:
             self.optimizer_hook_handle.remove()
             self.optimizer_hook_handle = None
         self.unhook_backward()
+        if self.jit is not None:
+            self.jit.unhook()
+            self.jit = None
+
+    def hook_jit(self, jax) -> None:
+        """JAX: the jitted function dispatched once per iteration defines steps (jit_steps)."""
+        from diagnose.launch.runtime.jit_steps import JitStepFinder
+
+        if self.jit is None:
+            self.jit = JitStepFinder(self)
+            self.jit.hook(jax)
+
+    def on_jit_step(self) -> None:
+        if self._runtime.disabled or self._marker_seen or self._optimizer_id is not None or self._source == "backward":
+            return
+        self.boundary("jit")
 
     def hook_backward(self, torch) -> None:
         """Wrap ``torch.autograd.backward`` so the end of each outermost backward pass on the main thread is a
@@ -264,7 +283,7 @@ class Steps:
                 self.recorded += len(lines)
 
 
-_STEP_SOURCES = ("optimizer", "marker", "backward")
+_STEP_SOURCES = ("optimizer", "marker", "backward", "jit")
 _STEP_FORMAT = (
     '{"kind":"step","rank":%d,"step":%d,"t_start_ns":%d,"host_ms":%.6f,"gpu_ms":%s,"source":"%s",'
     '"instrumented":%s,"overhead_us":%.3f}\n'

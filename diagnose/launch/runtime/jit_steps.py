@@ -1,0 +1,118 @@
+"""Steps of a JAX script without a marker: the jitted function it dispatches once per iteration.
+
+XProf infers steps from a trace without step markers the same way: from the most frequently
+executed XLA program. Here it is done live. When the script imports jax, ``jax.jit`` is wrapped;
+a function jitted from outside jax itself (the script, or a library such as flax or optax) comes
+back as a thin proxy that counts its calls and otherwise forwards everything (``lower``,
+``eval_shape``, attributes, binding as a method) to jax's own jitted function.
+
+After ``CHOOSE_AFTER_CALLS`` calls to such functions, the step function is chosen: among those
+called at least twice, the one called least often, earliest first on a tie. A helper jitted and
+called several times per iteration is not the step, and a function called once (init) is not a
+candidate. From then on the start of each call to it is a step boundary (``source: "jit"``);
+the calls before the choice are warm-up (compilation) and make no steps. A ``diagnose.step()``
+marker, when the script has one, takes precedence. One proxy call costs well under a microsecond
+of host time; a JAX dispatch costs tens.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+CHOOSE_AFTER_CALLS = 8
+
+
+class JitStepFinder:
+    """Wraps ``jax.jit`` for one Runtime and turns calls of the chosen step function into boundaries."""
+
+    def __init__(self, steps):
+        self._steps = steps
+        self._counts: list[int] = []  # calls per wrapped function, by the order they were jitted
+        self._first_call: list[int] = []  # the order in which each was first called (-1: never)
+        self._calls = 0
+        self.chosen: int | None = None  # index of the step function
+        self.chosen_name = ""
+        self._names: list[str] = []
+        self._jax = None
+        self._original = None
+
+    def hook(self, jax) -> None:
+        original = getattr(jax, "jit", None)
+        if original is None or self._original is not None:
+            return
+        finder = self
+
+        def jit(*args, **kwargs):
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if not args and "fun" not in kwargs:  # jax.jit(static_argnums=...) as a decorator factory
+                return lambda fun: finder.wrap(original(fun, **kwargs), fun, caller)
+            return finder.wrap(original(*args, **kwargs), args[0] if args else kwargs["fun"], caller)
+
+        jit.__doc__ = getattr(original, "__doc__", None)
+        jit.__wrapped__ = original
+        self._jax, self._original = jax, original
+        jax.jit = jit
+
+    def unhook(self) -> None:
+        jax, original = self._jax, self._original
+        self._jax = self._original = None
+        if jax is not None and getattr(jax.jit, "__wrapped__", None) is original:
+            jax.jit = original
+
+    def wrap(self, jitted, fun, caller: str):
+        """The proxy for a function jitted from ``caller``'s module; jax's own jits are left alone."""
+        if caller == "jax" or caller.startswith(("jax.", "jaxlib")) or not callable(jitted):
+            return jitted
+        self._counts.append(0)
+        self._first_call.append(-1)
+        self._names.append(getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None) or repr(fun))
+        return CountedJit(jitted, self, len(self._counts) - 1)
+
+    def on_call(self, index: int) -> None:
+        chosen = self.chosen
+        if chosen is not None:
+            if index == chosen:
+                self._steps.on_jit_step()
+            return
+        counts = self._counts
+        if counts[index] == 0:
+            self._first_call[index] = self._calls
+        counts[index] += 1
+        self._calls += 1
+        if self._calls >= CHOOSE_AFTER_CALLS:
+            candidates = [i for i, n in enumerate(counts) if n >= 2]
+            if candidates:
+                self.chosen = min(candidates, key=lambda i: (counts[i], self._first_call[i]))
+                self.chosen_name = self._names[self.chosen]
+                if index == self.chosen:
+                    self._steps.on_jit_step()
+
+
+class CountedJit:
+    """A jitted function that tells the finder each time it is called; everything else is jax's."""
+
+    __slots__ = ("_jitted", "_finder", "_index", "__weakref__")
+
+    def __init__(self, jitted, finder: JitStepFinder, index: int):
+        self._jitted, self._finder, self._index = jitted, finder, index
+
+    def __call__(self, *args, **kwargs):
+        try:
+            self._finder.on_call(self._index)
+        except Exception:  # never in the way of the script's own call
+            pass
+        return self._jitted(*args, **kwargs)
+
+    def __get__(self, obj, objtype=None):  # a jitted method binds like jax's own
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __getattr__(self, name):
+        return getattr(self._jitted, name)
+
+    @property
+    def __wrapped__(self):
+        return getattr(self._jitted, "__wrapped__", self._jitted)
+
+    def __repr__(self):
+        return repr(self._jitted)
