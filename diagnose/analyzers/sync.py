@@ -87,7 +87,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             if records is not None and len(records):
                 calls = apply_records(calls, records, trace)
         elif records is not None and len(records):
-            calls, step_ns, n_steps = record_syncs(records, profile.step_events.get(rank))
+            calls, step_ns, n_steps = record_syncs(records, profile.step_events.get(rank), window_of(profile.manifest))
         else:
             continue
         if rank == lowest and trace is not None and len(trace.gpu):
@@ -342,14 +342,31 @@ def apply_records(calls: pd.DataFrame, records: pd.DataFrame, trace) -> pd.DataF
     return calls
 
 
-def record_syncs(records: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[pd.DataFrame, float, int]:
-    """Sync rows from gpudiag's sync records alone (no trace): host blocking known, GPU idle not."""
+def window_of(manifest: dict | None) -> range | None:
+    """The steps gpudiag's trace window covered (sync records are captured only there), from the manifest."""
+    child = ((manifest or {}).get("options") or {}).get("child") or {}
+    start, count = child.get("trace_start"), child.get("trace_steps")
+    if isinstance(start, int) and isinstance(count, int) and count > 0:
+        return range(start, start + count)
+    return None
+
+
+def record_syncs(
+    records: pd.DataFrame, steps: pd.DataFrame | None, window: range | None = None
+) -> tuple[pd.DataFrame, float, int]:
+    """Sync rows from gpudiag's sync records alone (no trace): host blocking known, GPU idle not.
+
+    Per-step figures divide by the steps the records were captured in (the trace window's steps that
+    ran), not by every step of the run: one ``.item()`` a step is one sync a step, whatever the run's length.
+    """
     r = records.reset_index(drop=True)
     n_steps = int(pd.to_numeric(r.get("step"), errors="coerce").nunique()) or 1
     step_ns = float("nan")
     if steps is not None and len(steps) and "host_ms" in steps:
         step_ns = float(pd.to_numeric(steps["host_ms"], errors="coerce").mean() * 1e6)
-        n_steps = max(n_steps, len(steps))
+        if window is not None:
+            ran = set(pd.to_numeric(steps["step"], errors="coerce").dropna().astype(int))
+            n_steps = max(n_steps, len([s for s in window if s in ran]) or len(window))
     loc = r["location"] if "location" in r else r["file"].astype(str) + ":" + r["line"].astype(str)
     calls = pd.DataFrame(
         {

@@ -8,7 +8,7 @@ import pytest
 from diagnose.analyzers import sync
 from diagnose.findings import Severity
 from parsers.trace import read_trace
-from tests.paths import shared
+from tests.paths import FIXTURES, shared
 from tests.trace.helpers import BAD, EVENT_SYNC, SYNC_FREE, SYNC_PLANTED, profile_of
 
 # examples/sync_planted.py: the function each planted sync is in (Kineto names it by its first line),
@@ -126,3 +126,19 @@ def test_convnet_item_each_step():
 def test_cpu_only_and_missing_inputs():
     assert [f.id for f in sync.analyze(profile_of(BAD / "trace_fake_cpu_only.json")).findings] == ["sync.not_measured"]
     assert [f.id for f in sync.analyze(profile_of()).findings] == ["sync.not_measured"]
+
+
+def test_syncs_per_step_count_only_the_steps_they_were_captured_in(tmp_path):
+    """A run folder without its trace: the 13 sync records come from the 3 trace-window steps (4-6) of an
+    11-step run with four planted syncs a step; per step is 13 / 3, not 13 / 11 (issue 18)."""
+    import shutil
+
+    import diagnose
+
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "runs" / "sync_planted", run)
+    (run / "trace" / "rank0.json.gz").unlink()
+    profile = diagnose.load(run)
+    assert len(profile.sync_records[0]) == 13 and len(profile.step_events[0]) == 11
+    summary = diagnose.analyze(profile).summary
+    assert summary["sync_count_per_step"] == pytest.approx(13 / 3)
