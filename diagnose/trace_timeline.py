@@ -22,6 +22,8 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from diagnose.trace_iterations import infer_iterations
+
 HOST_BLOCKING_SYNCS = ("stream", "event", "device", "memcpy")
 GAP_CAUSES = ("sync", "host", "short", "other")
 PROFILER_FILES = ("torch/profiler/", "torch/autograd/profiler")
@@ -215,7 +217,8 @@ def host_sync_covering(trace, t_ns: np.ndarray, slack_ns: int = 2000) -> np.ndar
 
 
 def steps(trace) -> pd.DataFrame:
-    """Step windows on the host: ProfilerStep#N, else one step per top-level ``Optimizer.step``, else the whole trace."""
+    """Step windows on the host: ProfilerStep#N, else what repeats once per iteration (diagnose.trace_iterations),
+    else none: ``attrs["source"]`` is then "whole trace" and figures are over the span, not per step."""
     ann = trace.annotations
     cols = {"step": [], "cpu_start_ns": [], "cpu_end_ns": []}
     source = "whole trace"
@@ -229,17 +232,11 @@ def steps(trace) -> pd.DataFrame:
                 "cpu_end_ns": prof["end_ns"].tolist(),
             }
             source = "ProfilerStep annotations"
-        else:
-            opt = ann[
-                ann["name"].astype(str).str.startswith("Optimizer.step#")
-                & (ann["cat"].astype(str) == "user_annotation")
-            ].sort_values("ts_ns")
-            opt = _outermost(opt)
-            if len(opt) >= 2:
-                ends = opt["end_ns"].to_numpy()
-                starts = np.r_[_first_host_ns(trace), ends[:-1]]
-                cols = {"step": list(range(len(opt))), "cpu_start_ns": starts.tolist(), "cpu_end_ns": ends.tolist()}
-                source = "Optimizer.step annotations (no ProfilerStep in the trace)"
+    if source == "whole trace":
+        found = infer_iterations(trace, _first_host_ns(trace))
+        if found is not None:
+            starts, ends, source = found
+            cols = {"step": list(range(len(starts))), "cpu_start_ns": starts.tolist(), "cpu_end_ns": ends.tolist()}
     df = (
         pd.DataFrame(cols, dtype="int64")
         if cols["step"]
@@ -253,15 +250,6 @@ def steps(trace) -> pd.DataFrame:
     )
     df.attrs["source"] = source
     return df
-
-
-def _outermost(df: pd.DataFrame) -> pd.DataFrame:
-    if not len(df):
-        return df
-    run_end = np.maximum.accumulate(df["end_ns"].to_numpy())
-    keep = np.ones(len(df), dtype=bool)
-    keep[1:] = df["ts_ns"].to_numpy()[1:] >= run_end[:-1]
-    return df[keep]
 
 
 def _first_host_ns(trace) -> int:

@@ -1,0 +1,69 @@
+"""Iterations of traces without ProfilerStep ranges (issue 17): what repeats at the top."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import diagnose.trace_timeline as tl
+from parsers.trace import read_trace
+from tests.paths import FIXTURES, shared
+
+
+def test_jax_trace_without_markers_steps_on_its_jitted_step():
+    """fixtures/trace/jax: jax.profiler trace of a jitted `step` dispatched 5 times: 4 dispatch-to-dispatch iterations."""
+    trace = read_trace(FIXTURES / "trace" / "jax" / "perfetto_trace.json.gz")
+    windows = tl.steps(trace)
+    assert windows.attrs["source"] == "JAX dispatches of PjitFunction(step) (no step markers in the trace)"
+    assert windows["step"].tolist() == [0, 1, 2, 3]
+    starts, ends = windows["cpu_start_ns"].to_numpy(), windows["cpu_end_ns"].to_numpy()
+    assert (starts[1:] == ends[:-1]).all() and (ends > starts).all()  # contiguous, dispatch to dispatch
+
+
+def test_jax_helpers_dispatched_as_often_are_not_the_step():
+    """fixtures/runs/jax_train: jax.random's _threefry_split, _normal, _randint and unstack are dispatched as often as
+    train_step (3 times each in the window); the step is the one whose XLA module runs longest."""
+    trace = read_trace(FIXTURES / "runs" / "jax_train" / "trace" / "rank0.json.gz")
+    windows = tl.steps(trace)
+    assert windows.attrs["source"] == "JAX dispatches of PjitFunction(train_step) (no step markers in the trace)"
+    assert len(windows) == 2
+
+
+def test_torch_trace_without_profilerstep_steps_on_optimizer_steps():
+    path = shared("torch", "convnet.trace.json.gz")
+    trace = read_trace(path)
+    windows = tl.steps(trace)
+    assert windows.attrs["source"] == "Optimizer.step annotations (no ProfilerStep in the trace)"
+    assert len(windows) == 12
+
+
+def test_profilerstep_wins_when_present():
+    trace = read_trace(FIXTURES / "trace" / "sync_planted" / "trace.json.gz")
+    windows = tl.steps(trace)
+    assert windows.attrs["source"] == "ProfilerStep annotations" and len(windows) == 5
+
+
+def test_nothing_repeats_means_no_steps():
+    """A trace of bad input named as such: no annotations, no frames, no dispatches."""
+    trace = read_trace(FIXTURES / "trace" / "fake_jax_perfetto.trace.json")
+    windows = tl.steps(trace)
+    assert windows.attrs["source"] == "whole trace" and len(windows) == 0
+
+
+def test_depths_are_vectorised_and_exact():
+    from diagnose.trace_iterations import _depths
+
+    parent = np.array([-1, 0, 1, 1, -1, 4, 2])
+    assert _depths(parent).tolist() == [0, 1, 2, 2, 0, 1, 3]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_starts_based_sources_need_three_calls(n):
+    import pandas as pd
+
+    from diagnose.trace_iterations import MIN_REPEATS, _starts_based
+
+    events = pd.DataFrame({"ts_ns": np.arange(n) * 100, "end_ns": np.arange(n) * 100 + 10})
+    found = _starts_based(events, "x")
+    assert MIN_REPEATS == 3
+    assert (found is None) == (n < 3)
