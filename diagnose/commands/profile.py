@@ -14,6 +14,7 @@ _NCU_ONLY = (
     "ncu_clock_control",
     "ncu_step",
     "ncu_max_launches",
+    "ncu_timeout",
     "launch_skip",
     "launch_count",
     "kernel_name",
@@ -125,6 +126,13 @@ def _snapshot_at(ctx, param, value):
     help="[--ncu] At most this many launches inside the step window (default 100; 0 = all).",
 )
 @click.option(
+    "--ncu-timeout",
+    type=click.FloatRange(0),
+    default=None,
+    metavar="SECONDS",
+    help="[--ncu] Wall-time budget (default 600; 0 = none): then the script is stopped and ncu keeps what it profiled.",
+)
+@click.option(
     "--launch-skip",
     type=click.IntRange(0),
     default=None,
@@ -167,7 +175,7 @@ def command(
     The script runs unchanged; its exit code is gpudiag's exit code.
     """
     from diagnose.launch.light import ProfileOptions, run_profiled
-    from diagnose.launch.ncu import DEFAULT_MAX_LAUNCHES, DEFAULT_SECTIONS, NcuOptions
+    from diagnose.launch.ncu import DEFAULT_MAX_LAUNCHES, DEFAULT_SECTIONS, DEFAULT_TIMEOUT_S, NcuOptions
 
     if not command:
         raise InputError(None, "no command to profile: gpudiag profile -- python train.py")
@@ -183,6 +191,7 @@ def command(
             clock_control=f["ncu_clock_control"] or "none",
             step=f["ncu_step"],
             max_launches=DEFAULT_MAX_LAUNCHES if f["ncu_max_launches"] is None else f["ncu_max_launches"],
+            timeout_s=DEFAULT_TIMEOUT_S if f["ncu_timeout"] is None else f["ncu_timeout"],
             launch_skip=f["launch_skip"],
             launch_count=f["launch_count"],
             kernel_name=f["kernel_name"],

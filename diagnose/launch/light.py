@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from diagnose.launch import ncu as ncu_mode
 from diagnose.launch.child_config import ChildConfig
 from diagnose.launch.nvml_sampler import DEFAULT_HZ, NvmlSampler
 from diagnose.launch.progress import EventsTail, ProgressPrinter
-from diagnose.launch.supervisor import Child
+from diagnose.launch.supervisor import Child, group_members
 from parsers import run_folder
 from parsers.errors import InputError
 from parsers.limits import human_bytes
@@ -147,13 +148,14 @@ def run_profiled(command: list[str] | tuple[str, ...], options: ProfileOptions =
     listener = fault_reports.Listener()
     env = child_environment(config, extra={**listener.env(), **mode.child_env(), **options.extra_env})
     try:
-        child = Child(child_command, env)
+        child = Child(child_command, env, on_signal=mode.on_signal)
     except BaseException:
         listener.close()
         raise
     if printer:
         printer.start()
     mode.follow(folder)
+    mode.watch(child)
     try:
         exit_code = child.wait()
     finally:
@@ -174,6 +176,7 @@ class _LightMode:
     """Light mode's own steps: the command as it is, NVML sampled from this process while it runs."""
 
     name = "light"
+    on_signal = None  # signals to gpudiag go to the script as they are
 
     def __init__(self, options: ProfileOptions):
         self.options = options
@@ -216,6 +219,9 @@ class _LightMode:
     def follow(self, folder: Path) -> None:
         pass
 
+    def watch(self, child: Child) -> None:
+        pass
+
     def stop_sampling(self) -> None:
         if self._sampler:
             self._sampler.stop()
@@ -241,6 +247,7 @@ class _NcuMode:
         self.expected: list[str] = []  # artifacts this process writes
         self._env: dict = {}
         self._follower = None
+        self._stopper = None
 
     def option_record(self) -> dict:
         ncu = self.options.ncu
@@ -287,10 +294,23 @@ class _NcuMode:
         )
         self._follower.start()
 
+    def watch(self, child: Child) -> None:
+        """Start the wall-time budget (--ncu-timeout) on the running child."""
+        self._stopper = NcuStopper(child, lambda t: _say(self.options, t))
+        self._stopper.start_budget(self.options.ncu.timeout_s)
+
+    def on_signal(self, child: Child, signum: int) -> None:
+        """SIGINT/SIGTERM/SIGHUP to gpudiag: stop the application under ncu (ncu writes what it has), bounded."""
+        stopper = self._stopper or NcuStopper(child, lambda t: _say(self.options, t))
+        self._stopper = stopper
+        stopper.stop(f"{_signal_name(signum)} to gpudiag", signum)
+
     def stop_sampling(self) -> None:
         pass
 
     def after_exit(self, child: Child, killed_by: str | None) -> None:
+        if self._stopper is not None:
+            self._stopper.cancel()
         if killed_by:
             _stop_process_group(child.process.pid)  # the application ncu ran is orphaned: end it
 
@@ -299,12 +319,84 @@ class _NcuMode:
     ) -> None:
         """A killed ncu leaves a partial report (a fault); else the CSV export and what to say about the run."""
         log = self._follower.stop()
+        stopped = self._stopper.reason if self._stopper is not None else None
+        if stopped:
+            notes.append(
+                f"the run was stopped ({stopped}) {self._stopper.after_s:.0f} s after it began: the script under ncu "
+                f"was ended; {'ncu was killed too, ' if killed_by else ''}{log.launches} kernel launches had been "
+                "profiled"
+            )
+            faults.append({"kind": "ncu-stopped", "reason": stopped, "after_s": round(self._stopper.after_s, 1)})
         if killed_by:
             faults.append(_ncu_killed(self.options, folder, log, killed_by))
             return
         notes += _finish_ncu(self.options, self.ncu_path, folder, log, tail, time.time_ns() - start_ns)
         if log.launch_starts and (folder / run_folder.NCU_REPORT).exists():
             _write_launch_starts(folder, log.launch_starts, faults)
+
+
+class NcuStopper:
+    """Ends an --ncu run on its wall-time budget or on a signal, within about 10 s.
+
+    The application under ncu is stopped first (the signal given, SIGTERM on the budget): ncu then
+    writes its report with the launches it profiled and exits. A process of the group still alive
+    ``ncu.STOP_GRACE_S`` later (a kernel replay that does not return, ncu itself) is killed. Under
+    ncu a signal sent to ncu alone does not end the application: on the H200 a JAX script had not
+    ended 4 minutes after SIGTERM (issue 17).
+    """
+
+    def __init__(self, child: Child, say):
+        self._child, self._say = child, say
+        self._started = time.monotonic()
+        self._timer = None
+        self._lock = threading.Lock()
+        self.reason: str | None = None
+        self.after_s = 0.0
+
+    def start_budget(self, timeout_s: float) -> None:
+        if timeout_s and timeout_s > 0:
+            self._timer = threading.Timer(timeout_s, self.stop, args=(f"--ncu-timeout {timeout_s:g} s", signal.SIGTERM))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def stop(self, reason: str, signum: int = signal.SIGTERM) -> None:
+        with self._lock:
+            first = self.reason is None
+            if first:
+                self.reason, self.after_s = reason, time.monotonic() - self._started
+        ncu_pid = self._child.process.pid
+        if not first:  # a second signal: no more waiting
+            _kill_group(ncu_pid)
+            return
+        self._say(f"gpudiag: {reason}: stopping the script under ncu; ncu writes the kernels it profiled")
+        for pid in group_members(ncu_pid):
+            if pid != ncu_pid:
+                try:
+                    os.kill(pid, signum)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        escalate = threading.Thread(target=self._escalate, name="gpudiag-ncu-stop", daemon=True)
+        escalate.start()
+
+    def _escalate(self) -> None:
+        deadline = time.monotonic() + ncu_mode.STOP_GRACE_S
+        while time.monotonic() < deadline:
+            if self._child.process.poll() is not None and not group_members(self._child.process.pid):
+                return
+            time.sleep(0.1)
+        self._say(f"gpudiag: still running {ncu_mode.STOP_GRACE_S:g} s after the stop: killing ncu and the script")
+        _kill_group(self._child.process.pid)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _close_run(

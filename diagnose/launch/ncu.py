@@ -49,6 +49,11 @@ DEFAULT_METRICS = tuple(
 )
 DEFAULT_STEP = 5
 DEFAULT_MAX_LAUNCHES = 100
+# --ncu-timeout: the wall-time budget of an --ncu run, after which the script is stopped (ncu keeps what it
+# profiled). A stop (the budget, or SIGINT/SIGTERM to gpudiag) ends the application under ncu first, so ncu
+# writes its report; whatever is still alive STOP_GRACE_S later is killed, so a stop ends within ~10 s.
+DEFAULT_TIMEOUT_S = 600.0
+STOP_GRACE_S = 8.0
 REPLAY_MODES = ("kernel", "application")
 CLOCK_CONTROLS = ("none", "base")
 PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
@@ -69,6 +74,7 @@ class NcuOptions:
     clock_control: str = "none"
     step: int | None = None  # None: DEFAULT_STEP unless a launch window is given
     max_launches: int = DEFAULT_MAX_LAUNCHES  # cap inside the step window; 0 = every kernel of the step
+    timeout_s: float = DEFAULT_TIMEOUT_S  # wall-time budget of the run; 0 = none
     launch_skip: int | None = None
     launch_count: int | None = None
     kernel_name: str | None = None  # a regex (the "regex:" prefix is added)
@@ -97,6 +103,8 @@ class NcuOptions:
                 raise InputError(None, f"--{name.replace('_', '-')} must be >= 0, not {value}")
         if self.launch_count == 0:
             raise InputError(None, "--launch-count must be at least 1")
+        if not self.timeout_s >= 0:
+            raise InputError(None, f"--ncu-timeout must be >= 0 seconds, not {self.timeout_s}")
 
     @property
     def window_kind(self) -> str:

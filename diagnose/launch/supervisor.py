@@ -55,8 +55,19 @@ def _give_terminal(fd: int, pgid: int) -> None:
 class Child:
     """The running command: :meth:`wait` returns its exit status."""
 
-    def __init__(self, command: list[str], env: dict[str, str], cwd: str | None = None, stdout=None, stderr=None):
+    def __init__(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        cwd: str | None = None,
+        stdout=None,
+        stderr=None,
+        on_signal=None,
+    ):
+        """``on_signal(child, signum)``, when given, replaces plain forwarding of a signal to gpudiag (--ncu stops
+        the application under ncu instead, so ncu can write what it profiled)."""
         self.command = command
+        self._on_signal = on_signal
         self.signals_forwarded: list[int] = []
         tty = _foreground_tty()
         try:
@@ -89,6 +100,9 @@ class Child:
 
     def _forward(self, signum, frame) -> None:
         self.signals_forwarded.append(signum)
+        if self._on_signal is not None:
+            self._on_signal(self, signum)
+            return
         try:
             self.process.send_signal(signum)
         except ProcessLookupError:
@@ -108,3 +122,24 @@ class Child:
             if self._tty is not None:
                 _give_terminal(self._tty, os.getpgrp())
         return exit_status(returncode)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live processes in process group ``pgid`` (from /proc; empty where there is none)."""
+    members = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(entry))
+    return members
