@@ -57,7 +57,8 @@ def _snapshot_at(ctx, param, value):
     default="window",
     show_default=True,
     callback=_snapshot_at,
-    help="When to write the allocator history: 'window' (end of the trace window), a step number, or 'exit'.",
+    help="When to write the allocator history: 'window' (end of the trace window, or where it would have ended "
+    "with --trace-steps 0), a step number, or 'exit'.",
 )
 @click.option(
     "--history-entries",

@@ -32,6 +32,8 @@ def test_child_config_round_trips_through_the_environment(tmp_path):
     assert config.trace_stop == 9 and config.snapshot_step == 12
     assert child_config.ChildConfig(run_dir="x", trace_start=10, trace_steps=3).snapshot_step == 12
     assert child_config.ChildConfig(run_dir="x", snapshot_at="exit").snapshot_step is None
+    # no trace window: the history still stops where the default window would have ended, not at exit (issue 17)
+    assert child_config.ChildConfig(run_dir="x", trace_start=10, trace_steps=0).snapshot_step == 12
     assert child_config.from_env({}) is None
     assert child_config.from_env({**config.to_env(), "GPUDIAG_DISABLE": "1"}) is None
     bad = child_config.from_env({**config.to_env(), "GPUDIAG_TRACE_START": "soon", "GPUDIAG_MODE": "odd"})
