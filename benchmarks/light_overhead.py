@@ -58,6 +58,8 @@ LIGHT_VARIANTS = {
     "light": ([], {}),
     "light-cupti-kept": ([], {"TEARDOWN_CUPTI": "0"}),  # Kineto leaves CUPTI attached after the window
     "light-notrace": (["--trace-steps", "0"], {}),
+    # what --trace-steps 0 did before issue 17's fix: the allocator history recorded until exit
+    "light-notrace-history-exit": (["--trace-steps", "0", "--snapshot-at", "exit"], {}),
     "light-nosync": (["--no-sync-debug"], {}),
     "light-nohistory": (["--history-entries", "0"], {}),
     "light-nonvml": (["--no-nvml"], {}),

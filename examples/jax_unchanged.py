@@ -9,6 +9,7 @@ the jitted function dispatched once per iteration (`update`), not from `evaluate
 """
 
 import argparse
+import time
 
 import jax
 import jax.numpy as jnp
@@ -57,10 +58,12 @@ def main():
     true_w = rng.normal(size=(64, 1)).astype(np.float32)
     x_val = rng.normal(size=(1024, 64)).astype(np.float32)
     for epoch in range(args.epochs):
+        epoch_start = time.perf_counter()
         for i in range(args.batches):
             x = rng.normal(size=(args.batch, 64)).astype(np.float32)
             params, loss = update(params, x, x @ true_w, 0.01)
             print(f"epoch {epoch} batch {i} loss {float(loss):.4f}")  # SYNC-1
+        print(f"epoch {epoch} took {time.perf_counter() - epoch_start:.4f} s")
         print(f"epoch {epoch} val loss {float(evaluate(params, x_val, x_val @ true_w)):.4f}")
 
 
