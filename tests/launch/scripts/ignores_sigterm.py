@@ -9,6 +9,6 @@ import diagnose
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 steps, sleep_s = int(sys.argv[1]), float(sys.argv[2])
-for i in range(steps):
+for _ in range(steps):
     time.sleep(sleep_s)
     diagnose.step()
