@@ -8,67 +8,46 @@ spread; where it is a single number, the noise is said to be unknown. Why Mann-W
 rank-based (a checkpoint step or a slow first launch does not dominate it), no normality
 assumption, it accounts for the number of samples (unlike a k x MAD band), and its exact
 form stays honest at the 2-10 launches an ncu capture holds (unlike a bootstrap CI).
+
+Which way is better, the unit and the resolution of a summary key come from its analyzer's
+declaration (``Analysis.metrics``, :mod:`diagnose.metrics`), never from the key's name: an
+undeclared key is neutral and the diff says so, and a change smaller than the declared resolution
+(the granularity of the source: two exports of one capture differ by rounding) is "unchanged".
+Runs from different GPUs, drivers, CUDA or framework versions are compared with a warning on top
+(:mod:`diagnose.environment`).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from diagnose.analysis import Analysis, analyze
+from diagnose.analysis import Analysis, analyze, declared_metrics
+from diagnose.environment import environment_of, mismatches
 from diagnose.findings import jsonable
+from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric, describe
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 SCHEMA = "gpudiag.diff/1"
 
-HIGHER = "higher"  # higher is better
-LOWER = "lower"  # lower is better
-NEUTRAL = "neutral"  # a count or setting: changed, neither better nor worse
-
-# First match wins. Documented in docs/diff.md ("Which way is better").
-DIRECTION_RULES: tuple[tuple[str, str], ...] = (
-    (r"^(step_count|step_warmup_excluded)$", NEUTRAL),
-    (r"^nvml_(sample_count|window_s|sample_interval_median_ms)$", NEUTRAL),
-    (r"(_mhz|_w|total_bytes)$", NEUTRAL),  # clocks, power, capacity: settings, not outcomes
-    (r"mem_util", NEUTRAL),  # memory-controller busy: more is not better or worse
-    (r"(hit|throughput|occupancy|util|busy|per_s$|tflops|efficiency)", HIGHER),
-    (r"(idle|sync|spread|outlier|fragment|wait|stall|waste|_ratio$)", LOWER),
-    (r"(_ms|_ns|_s|_bytes|_count|_per_step|_share)$", LOWER),
-)
-
 VERDICTS = ("better", "worse", "changed", "unchanged", "within_noise", "added", "removed")
 
-
-def direction_of(key: str) -> str:
-    """Which way is better for a summary key, from its name (DIRECTION_RULES)."""
-    for pattern, direction in DIRECTION_RULES:
-        if re.search(pattern, key):
-            return direction
-    return NEUTRAL
+# per-kernel comparisons are not summary keys: their direction and resolution are fixed here
+KERNEL_METRICS = {
+    "median_dur": ("dur_ns", LOWER, 1.0),  # ncu durations: whole ns
+    "l2_hit": ("l2_hit_pct", HIGHER, 0.01),  # ncu percentages: 2 decimals on the details page
+}
 
 
-def unit_of(key: str) -> str:
-    for suffix, unit in (
-        ("_per_s", "/s"),
-        ("_pct", "%"),
-        ("_bytes", "bytes"),
-        ("_ns", "ns"),
-        ("_ms", "ms"),
-        ("_s", "s"),
-        ("_share", "share"),
-        ("_mhz", "MHz"),
-        ("_w", "W"),
-        ("_ratio", "ratio"),
-    ):
-        if key.endswith(suffix):
-            return unit
-    return ""
+def declaration(key: str, analysis_a: Analysis, analysis_b: Analysis) -> Metric | None:
+    """The analyzer's declaration of a summary key: from the Analyses, else from the analyzers' own
+    declarations (an Analysis built by hand); None when no analyzer declares it."""
+    return analysis_b.metrics.get(key) or analysis_a.metrics.get(key) or describe(key, declared_metrics())
 
 
 @dataclass(frozen=True)
@@ -181,7 +160,9 @@ class Diff:
     keys_only_in_b: list[str] = field(default_factory=list)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     options: DiffOptions = field(default_factory=DiffOptions)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # environment mismatches first, then each run's notes
+    environment_a: dict[str, str] = field(default_factory=dict)
+    environment_b: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """The comparison as plain data (schema ``gpudiag.diff/1``, docs/diff.md); non-finite numbers → None."""
@@ -207,8 +188,25 @@ class Diff:
             },
             "keys_only_in_a": list(self.keys_only_in_a),
             "keys_only_in_b": list(self.keys_only_in_b),
+            "undeclared_keys": self.undeclared_keys(),
+            "environment": {
+                "a": dict(self.environment_a),
+                "b": dict(self.environment_b),
+                "mismatches": self.environment_warnings,
+            },
             "warnings": list(self.warnings),
         }
+
+    @property
+    def environment_warnings(self) -> list[str]:
+        """A and B ran on different GPUs, drivers, CUDA or framework versions: one sentence each."""
+        return mismatches(self.environment_a, self.environment_b)
+
+    def undeclared_keys(self) -> list[str]:
+        """Shared summary keys no analyzer declares: compared as neutral (docs/diff.md)."""
+        if not len(self.metrics):
+            return []
+        return sorted(self.metrics.loc[~self.metrics["declared"].astype(bool), "key"])
 
     def regressions(self, pct: float, include_unknown_noise: bool = False) -> pd.DataFrame:
         """Worse-direction changes larger than ``pct`` % that are significant (or of unknown noise, if asked):
@@ -220,7 +218,7 @@ class Diff:
                     {"what": rec.key, "a": rec.a, "b": rec.b, "change_pct": rec.change_pct, "p_value": rec.p_value}
                 )
         for rec in self.kernels.itertuples(index=False):
-            for metric, direction in (("median_dur", LOWER), ("l2_hit", HIGHER)):
+            for metric, (_, direction, _) in KERNEL_METRICS.items():
                 verdict, sig, change = (
                     getattr(rec, f"{metric}_verdict"),
                     getattr(rec, f"{metric}_significant"),
@@ -259,9 +257,16 @@ def change_pct(a: float, b: float) -> float:
 
 
 def judge(
-    a: float, b: float, direction: str, test: UTest | None, options: DiffOptions, has_samples: bool
+    a: float,
+    b: float,
+    direction: str,
+    test: UTest | None,
+    options: DiffOptions,
+    has_samples: bool,
+    resolution: float = 0.0,
 ) -> tuple[str, bool | None, str]:
-    """(verdict, significant, noise) for one number. ``significant`` is None when the noise is unknown."""
+    """(verdict, significant, noise) for one number. ``significant`` is None when the noise is unknown;
+    a change smaller than ``resolution`` (the source's granularity, in the number's unit) is "unchanged"."""
     if test is not None:
         if test.n_a < options.min_samples or test.n_b < options.min_samples or test.min_p_value > options.alpha:
             noise = (
@@ -280,7 +285,7 @@ def judge(
         noise = "unknown (single numbers)" if not has_samples else "unknown (no samples on one side)"
     if not (np.isfinite(a) and np.isfinite(b)):
         return "changed", significant, noise
-    if a == b:
+    if a == b or abs(b - a) < resolution:
         return "unchanged", (False if significant is not None else None), noise
     if significant is False:
         return "within_noise", False, noise
@@ -304,9 +309,11 @@ def compare(
     analysis_a = analysis_a if analysis_a is not None else analyze(profile_a, th)
     analysis_b = analysis_b if analysis_b is not None else analyze(profile_b, th)
     steps_a, steps_b = step_samples(profile_a, th), step_samples(profile_b, th)
-    metrics = _metrics(analysis_a.summary, analysis_b.summary, steps_a, steps_b, options)
+    metrics = _metrics(analysis_a, analysis_b, steps_a, steps_b, options)
     kernels = kernel_diff(profile_a.kernels, profile_b.kernels, options)
     added, removed, changed = _findings(analysis_a, analysis_b)
+    env_a = analysis_a.source.get("environment") or environment_of(profile_a)
+    env_b = analysis_b.source.get("environment") or environment_of(profile_b)
     tables = {}
     if len(steps_a) or len(steps_b):
         tables["step_samples"] = pd.concat([steps_a.assign(run="A"), steps_b.assign(run="B")], ignore_index=True)
@@ -322,7 +329,11 @@ def compare(
         keys_only_in_b=sorted(set(analysis_b.summary) - set(analysis_a.summary)),
         tables=tables,
         options=options,
-        warnings=[f"A: {w}" for w in analysis_a.warnings] + [f"B: {w}" for w in analysis_b.warnings],
+        warnings=mismatches(env_a, env_b)
+        + [f"A: {w}" for w in analysis_a.warnings]
+        + [f"B: {w}" for w in analysis_b.warnings],
+        environment_a=env_a,
+        environment_b=env_b,
     )
 
 
@@ -335,8 +346,11 @@ def diff_paths(path_a, path_b, thresholds: Thresholds | None = None, options: Di
 
 METRIC_COLUMNS = [
     "key",
+    "label",
     "unit",
     "direction",
+    "resolution",
+    "declared",
     "a",
     "b",
     "delta",
@@ -350,11 +364,16 @@ METRIC_COLUMNS = [
 ]
 
 
-def _metrics(sa: dict, sb: dict, steps_a: pd.DataFrame, steps_b: pd.DataFrame, options: DiffOptions) -> pd.DataFrame:
+def _metrics(
+    analysis_a: Analysis, analysis_b: Analysis, steps_a: pd.DataFrame, steps_b: pd.DataFrame, options: DiffOptions
+) -> pd.DataFrame:
+    sa, sb = analysis_a.summary, analysis_b.summary
     rows = []
     for key in sorted(set(sa) & set(sb)):
         a, b = _num(sa[key]), _num(sb[key])
-        direction = direction_of(key)
+        metric = declaration(key, analysis_a, analysis_b)
+        direction = metric.direction if metric else NEUTRAL
+        resolution = metric.resolution if metric else 0.0
         test, has_samples = None, False
         column = STEP_SAMPLE_KEYS.get(key)
         if column is not None:
@@ -362,12 +381,15 @@ def _metrics(sa: dict, sb: dict, steps_a: pd.DataFrame, steps_b: pd.DataFrame, o
             has_samples = len(xa) > 0 or len(xb) > 0
             if len(xa) and len(xb):
                 test = mann_whitney_u(xa, xb)
-        verdict, significant, noise = judge(a, b, direction, test, options, has_samples)
+        verdict, significant, noise = judge(a, b, direction, test, options, has_samples, resolution)
         rows.append(
             {
                 "key": key,
-                "unit": unit_of(key),
+                "label": metric.label if metric else key,
+                "unit": metric.unit if metric else "",
                 "direction": direction,
+                "resolution": resolution,
+                "declared": metric is not None,
                 "a": a,
                 "b": b,
                 "delta": b - a if np.isfinite(a) and np.isfinite(b) else float("nan"),
@@ -441,14 +463,14 @@ def kernel_diff(ka: pd.DataFrame, kb: pd.DataFrame, options: DiffOptions) -> pd.
             row[f"median_dur_{side}_ns"] = float(np.median(dur)) if len(dur) else float("nan")
             row[f"l2_hit_{side}_pct"] = _time_weighted_l2(d) if d is not None else float("nan")
         row["total_time_change_pct"] = change_pct(row["total_time_a_ns"], row["total_time_b_ns"])
-        for metric, column, direction in (("median_dur", "dur_ns", LOWER), ("l2_hit", "l2_hit_pct", HIGHER)):
+        for metric, (column, direction, resolution) in KERNEL_METRICS.items():
             unit = "ns" if metric == "median_dur" else "pct"
             a, b = row[f"{metric}_a_{unit}"], row[f"{metric}_b_{unit}"]
             test = None
             if da is not None and db is not None:
                 xa, xb = _col(da, column), _col(db, column)
                 test = mann_whitney_u(xa, xb) if len(xa) and len(xb) else None
-            verdict, significant, _ = judge(a, b, direction, test, options, test is not None)
+            verdict, significant, _ = judge(a, b, direction, test, options, test is not None, resolution)
             if row["status"] != "both":
                 verdict = row["status"]
             row[f"{metric}_change_pct"] = change_pct(a, b)

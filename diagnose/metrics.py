@@ -19,7 +19,7 @@ HIGHER = "higher"  # higher is better
 LOWER = "lower"  # lower is better
 NEUTRAL = "neutral"  # a count or a setting: it changed, neither better nor worse
 
-UNITS = ("%", "share", "ms", "ns", "s", "bytes", "count", "/s", "MHz", "W", "ratio", "")
+UNITS = ("%", "share", "ms", "µs", "ns", "s", "bytes", "count", "/s", "MHz", "W", "ratio", "")
 
 _RANK_PREFIX = re.compile(r"^rank(?P<rank>\d+)\.(?P<key>.+)$")
 _FIELD = re.compile(r"\{(\w+)\}")

@@ -10,7 +10,7 @@ import json
 import math
 
 from reports.figures import figure_html, table_html
-from reports.format import value_human
+from reports.format import share_human, value_human
 from reports.templating import render_page
 
 MAX_KERNEL_BARS = 20
@@ -25,7 +25,9 @@ def render_diff_json(diff) -> str:
 def _fmt(value, unit: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
-    return value_human(value, {"bytes": "bytes", "ns": "ns", "%": "%"}.get(unit, unit))
+    if unit == "share":
+        return share_human(value)
+    return value_human(value, {"count": "", "ratio": "×"}.get(unit, unit))
 
 
 def _change(pct) -> str:
@@ -51,20 +53,26 @@ def render_diff_terminal(diff, color: bool = False, show_all: bool = False, kern
         f"gpudiag diff: A = {', '.join(diff.source_a.get('paths', []))}",
         f"              B = {', '.join(diff.source_b.get('paths', []))}",
     ]
+    environment = _environment_warnings(diff)
+    for w in environment:
+        tag = f"{_COLORS['worse']}WARNING{_RESET}" if color else "WARNING"
+        lines.append(f"{tag}: {w}")
     m = diff.metrics
     changed = m if show_all else m[~m["verdict"].isin(["unchanged"])]
     counts = m["verdict"].value_counts()
     lines.append(
         f"{len(m)} shared metrics: {int(counts.get('worse', 0))} worse, {int(counts.get('better', 0))} better, "
-        f"{int(counts.get('within_noise', 0))} within noise, {int(counts.get('unchanged', 0))} unchanged"
+        f"{int(counts.get('within_noise', 0))} within noise, {int(counts.get('unchanged', 0))} unchanged, "
+        f"{int(counts.get('changed', 0))} changed (neither way is better)"
     )
     for rec in changed.itertuples(index=False):
         tag = f"{rec.verdict:>12}"
         if color and rec.verdict in _COLORS:
             tag = f"{_COLORS[rec.verdict]}{tag}{_RESET}"
+        undeclared = "" if getattr(rec, "declared", True) else " (undeclared: neither way is better)"
         lines.append(
             f"{tag}  {rec.key}: {_fmt(rec.a, rec.unit)} -> {_fmt(rec.b, rec.unit)} {_change(rec.change_pct)}"
-            f"  [{_sig(rec.significant, rec.noise)}]"
+            f"  [{_sig(rec.significant, rec.noise)}]{undeclared}"
         )
     k = diff.kernels
     if len(k):
@@ -93,21 +101,30 @@ def render_diff_terminal(diff, color: bool = False, show_all: bool = False, kern
     for f in diff.findings_changed:
         lines.append(f"  finding {f['verdict']:<8} {f['severity_a']} -> {f['severity_b']}  {f['title_b']}  [{f['id']}]")
     for w in diff.warnings:
-        lines.append(f"  note: {w}")
+        if w not in environment:
+            lines.append(f"  note: {w}")
     return "\n".join(lines) + "\n"
+
+
+def _environment_warnings(diff) -> list[str]:
+    """The diff's environment mismatches (GPU, driver, CUDA, torch/JAX), shown above everything else."""
+    return list(getattr(diff, "environment_warnings", []) or [])
 
 
 def _metric_rows(diff) -> list[dict]:
     rows = []
     for rec in diff.metrics.itertuples(index=False):
+        declared = bool(getattr(rec, "declared", True))
         rows.append(
             {
                 "key": rec.key,
+                "label": rec.label if declared and getattr(rec, "label", rec.key) != rec.key else "",
+                "declared": declared,
                 "a": _fmt(rec.a, rec.unit),
                 "b": _fmt(rec.b, rec.unit),
                 "change": _change(rec.change_pct),
                 "verdict": rec.verdict,
-                "direction": rec.direction,
+                "direction": rec.direction if declared else "undeclared",
                 "significance": _sig(rec.significant, rec.noise),
                 "noise": rec.noise,
             }
@@ -208,7 +225,8 @@ def render_diff_html(diff) -> str:
         changed=diff.findings_changed,
         only_a=diff.keys_only_in_a,
         only_b=diff.keys_only_in_b,
-        warnings=diff.warnings,
+        environment_warnings=_environment_warnings(diff),
+        warnings=[w for w in diff.warnings if w not in _environment_warnings(diff)],
         step_figure=_step_figure(diff),
         kernel_figure=_kernel_figure(diff),
         kernel_table=_kernel_table(diff),

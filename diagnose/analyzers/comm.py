@@ -13,12 +13,26 @@ import pandas as pd
 
 from diagnose import collectives as col
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
+from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 NAME = "comm"
 ORDER = 40
 SECTION = "section-comm"
+METRICS = (  # what analyze() writes into Result.summary, also as rank<N>.<key> (diagnose.metrics)
+    Metric("comm_overlap_pct", "Communication overlapped with compute", "%", HIGHER, 0.01),
+    Metric("comm_time_share", "Time in communication", "share", LOWER, 0.001),
+    Metric("comm_wait_ms_per_step", "Wait for other ranks per step", "ms", LOWER, 0.001),  # 1 us timestamps
+    Metric("comm_wait_step_share", "Step time waiting for other ranks", "share", LOWER, 0.001),
+    Metric("comm_collectives_matched", "Collectives matched across ranks", "count", NEUTRAL, 1),
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "comm.low_overlap",
+    "comm.single_rank",
+    "comm.straggler",
+    "comm.wait_dominates",
+)
 MIN_COLLECTIVES = 3  # fewer matched collectives say nothing about a persistent straggler
 MAX_TIMELINE_ROWS = 6000
 

@@ -14,12 +14,30 @@ import pandas as pd
 
 from diagnose import trace_timeline as tl
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 NAME = "idle"
 ORDER = 20
 SECTION = "section-idle"
+METRICS = (  # what analyze() writes into Result.summary, per rank_key (diagnose.metrics)
+    # shares of the trace span; trace timestamps are microseconds (Kineto) or ns (nsys): 0.01 % of a span
+    Metric("gpu_idle_pct", "GPU idle", "%", LOWER, 0.01),
+    Metric("gpu_compute_pct", "GPU computing (kernels)", "%", HIGHER, 0.01),
+    Metric("gpu_non_compute_pct", "GPU in copies and memsets", "%", LOWER, 0.01),
+    Metric("gpu_span_ns", "Traced GPU span", "ns", NEUTRAL, 1000),  # Kineto timestamps: 1 us
+    # how a stream's idle time splits (host_wait, kernel_wait, other): which way is better depends on the cause
+    Metric(
+        "gpu_idle_stream{stream}_{category}_pct", "Stream {stream}: {category} share of idle time", "%", NEUTRAL, 0.01
+    ),
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "idle.gpu_idle",
+    "idle.no_gpu_activity",
+    "idle.not_measured",
+    "idle.trace_warning",
+)
 
 CAUSE_ADVICE = {
     "sync": "The GPU sits idle after host synchronisations: see the sync table for the lines that block and "

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from diagnose.findings import Result
 from diagnose.kernel_stats import most_common, per_kernel, per_kernel_sum, total_gpu_time_ns
+from diagnose.metrics import LOWER, NEUTRAL, Metric
 
 NAME = "kernels"
 ORDER = 5
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+    Metric("ncu_kernel_launches", "Kernel launches profiled by ncu", "count", NEUTRAL, 1),
+    # raw exports give ns (1 ns); the details page rounds each launch to 3 significant digits
+    Metric("ncu_gpu_time_ns", "GPU time of the profiled kernels", "ns", LOWER, 1),
+    Metric("ncu_distinct_kernels", "Distinct kernels profiled by ncu", "count", NEUTRAL, 1),
+)
+FINDING_IDS: tuple[str, ...] = ()  # produces no findings: its tables feed the report
 METRICS = [
     "l2_hit_pct",
     "dram_throughput_pct",

@@ -53,10 +53,23 @@ from diagnose.kernel_stats import (
     total_gpu_time_ns,
     weighted_mean,
 )
+from diagnose.metrics import HIGHER, LOWER, Metric
 
 NAME = "l2"
 ORDER = 10
 SECTION = "section-l2"
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+    # ncu's details page prints percentages with 2 decimals: 0.01 % is the coarsest form read
+    Metric("l2_hit_time_weighted_pct", "L2 hit rate, weighted by kernel time", "%", HIGHER, 0.01),
+    # a share of GPU time: 0.001 (0.1 %) is below the launch-to-launch spread of kernel durations
+    Metric("l2_low_hit_gpu_time_share", "GPU time in kernels with a low L2 hit rate", "share", LOWER, 0.001),
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "l2.compulsory_misses",
+    "l2.low_hit_rate",
+    "l2.not_measured",
+    "l2.reuse_missed",
+)
 HEATMAP_MAX_KERNELS = 40
 HEATMAP_MAX_COLUMNS = 400
 METRICS = [

@@ -13,12 +13,25 @@ import pandas as pd
 
 from diagnose import trace_timeline as tl
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.metrics import LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 NAME = "launch"
 ORDER = 22
 SECTION = "section-launch"
+METRICS = (  # what analyze() writes into Result.summary, per key() (diagnose.metrics)
+    Metric("launch_kernels_per_step", "Kernel launches per step", "count", LOWER, 0.01),
+    # the launch rate falls when kernels are fused: step time, not the rate, says whether that helped
+    Metric("launch_rate_per_s", "Kernel launch rate", "/s", NEUTRAL, 1),
+    Metric("launch_shorter_than_launch_pct", "Kernels shorter than their launch call", "%", LOWER, 0.01),
+    # launch call to kernel start: how far the host runs ahead of the GPU, not a cost in itself
+    Metric("launch_queue_median_ns", "Launch queue time, median", "ns", NEUTRAL, 1000),  # Kineto: 1 us
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "launch.launch_bound",
+    "launch.not_measured",
+)
 TOP_QUEUES = 20
 
 

@@ -31,10 +31,29 @@ from diagnose.kernel_stats import (
     slim,
     sm_count,
 )
+from diagnose.metrics import LOWER, Metric
 
 NAME = "launch_config"
 ORDER = 20
 SECTION = "section-launch_config"
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+    Metric(
+        "launch_small_grid_loss_gpu_time_share",
+        "GPU time lost to grids too small to fill the SMs",
+        "share",
+        LOWER,
+        0.001,
+    ),
+    Metric("launch_tail_loss_gpu_time_share", "GPU time lost to partly filled last waves", "share", LOWER, 0.001),
+    Metric(
+        "launch_lane_loss_gpu_time_share", "GPU time lost to blocks that are not a warp multiple", "share", LOWER, 0.001
+    ),
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "launch_config.block_not_warp_multiple",
+    "launch_config.small_grid",
+    "launch_config.tail_effect",
+)
 METRICS = ["achieved_occupancy_pct"]
 
 

@@ -32,10 +32,22 @@ import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.kernel_stats import kernel_key, kernel_subject_name, launches_figure, per_kernel, total_gpu_time_ns
+from diagnose.metrics import LOWER, Metric
 
 NAME = "memory_access"
 ORDER = 32
 SECTION = "section-memory_access"
+METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+    Metric(
+        "uncoalesced_excess_sector_share", "Global-memory sectors beyond the ideal (uncoalesced)", "share", LOWER, 0.001
+    ),
+    Metric("uncoalesced_gpu_time_share", "GPU time in kernels with uncoalesced access", "share", LOWER, 0.001),
+    Metric("uncoalesced_est_loss_share", "Estimated GPU time lost to uncoalesced access", "share", LOWER, 0.001),
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "memory_access.not_measured",
+    "memory_access.uncoalesced",
+)
 
 EXCESS = "derived__memory_l2_theoretical_sectors_global_excessive"
 SECTORS = "memory_l2_theoretical_sectors_global"

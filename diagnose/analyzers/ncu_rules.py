@@ -38,10 +38,20 @@ from diagnose.analyzers.occupancy import LIMITS, grid_ceiling_pct, limiter
 from diagnose.findings import Finding, Result, Severity, Subject, not_measured
 from diagnose.kernel_limiter import kernel_limiters
 from diagnose.kernel_stats import kernel_key, most_common, per_kernel, total_gpu_time_ns, weighted_mean
+from diagnose.metrics import NEUTRAL, Metric
 
 NAME = "ncu_rules"
 ORDER = 90
 SECTION = "section-ncu_rules"
+METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+    Metric("ncu_rule_results_count", "ncu rule results shown", "count", NEUTRAL, 1),
+    # how often ncu's rules and gpudiag's findings disagree: about the tools, not the run
+    Metric("ncu_rules_disagreement_count", "ncu rules that disagree with gpudiag's findings", "count", NEUTRAL, 1),
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "ncu_rules.disagreement",
+    "ncu_rules.not_measured",
+)
 SHOWN_TYPES = ("OPT", "WRN")
 TOPICS = {
     "SOLBottleneck": "bottleneck",

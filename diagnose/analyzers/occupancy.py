@@ -28,10 +28,19 @@ import pandas as pd
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
 from diagnose.kernel_limiter import kernel_limiters
 from diagnose.kernel_stats import kernel_subject_name, launches_figure, most_common, per_kernel
+from diagnose.metrics import HIGHER, Metric
 
 NAME = "occupancy"
 ORDER = 15
 SECTION = "section-occupancy"
+METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+    Metric(
+        "achieved_occupancy_time_weighted_pct", "Achieved occupancy, weighted by kernel time", "%", HIGHER, 0.01
+    ),  # ncu percentages: 2 decimals on the details page
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "occupancy.gap",
+)
 LIMITS = {
     "registers": "occupancy_limit_registers",
     "shared_mem": "occupancy_limit_shared_mem",

@@ -22,10 +22,23 @@ import numpy as np
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.kernel_limiter import kernel_limiters
 from diagnose.kernel_stats import kernel_subject_name, launches_figure, names_list, per_kernel
+from diagnose.metrics import LOWER, NEUTRAL, Metric
 
 NAME = "speed_of_light"
 ORDER = 30
 SECTION = "section-speed_of_light"
+METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+    # moving time between memory- and compute-bound is neither better nor worse; latency-bound uses neither unit
+    Metric("sol_memory_bound_gpu_time_share", "GPU time in memory-bound kernels", "share", NEUTRAL, 0.001),
+    Metric("sol_compute_bound_gpu_time_share", "GPU time in compute-bound kernels", "share", NEUTRAL, 0.001),
+    Metric("sol_balanced_gpu_time_share", "GPU time in balanced kernels", "share", NEUTRAL, 0.001),
+    Metric("sol_latency_bound_gpu_time_share", "GPU time in latency-bound kernels", "share", LOWER, 0.001),
+    Metric("sol_unknown_gpu_time_share", "GPU time in kernels without throughput metrics", "share", NEUTRAL, 0.001),
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "speed_of_light.latency_bound",
+    "speed_of_light.not_measured",
+)
 CLASSES = ("memory-bound", "compute-bound", "balanced", "latency-bound", "unknown")
 
 

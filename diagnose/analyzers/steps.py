@@ -15,12 +15,36 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.metrics import LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 NAME = "steps"
 ORDER = 40
 SECTION = "section-steps"
+METRICS = (  # what _summary() writes into Result.summary (diagnose.metrics)
+    Metric("step_count", "Measured steps", "count", NEUTRAL, 1),
+    Metric("step_warmup_excluded", "Warm-up steps left out", "count", NEUTRAL, 1),
+    Metric("step_outlier_count", "Outlier steps", "count", LOWER, 1),
+    # host times: perf_counter or a trace's microsecond timestamps, so 1 us; GPU times: CUDA events (~0.5 us)
+    Metric("step_time_median_ms", "Median step time", "ms", LOWER, 0.001),
+    Metric("step_time_p10_ms", "Step time, 10th percentile", "ms", LOWER, 0.001),
+    Metric("step_time_p90_ms", "Step time, 90th percentile", "ms", LOWER, 0.001),
+    Metric("step_time_spread_pct", "Step time spread (p90 - p10, of the median)", "%", LOWER, 0.01),
+    Metric("step_host_time_median_ms", "Median host time per step", "ms", LOWER, 0.001),
+    Metric("step_gpu_time_median_ms", "Median GPU time per step", "ms", LOWER, 0.0005),
+    Metric("step_gpu_timed_count", "Steps with a GPU time", "count", NEUTRAL, 1),
+    Metric("step_host_over_gpu_ratio", "Host time over GPU time per step", "ratio", LOWER, 0.001),
+    Metric("gpudiag_overhead_mean_us", "gpudiag's own time per step", "µs", LOWER, 0.1),
+    Metric("gpudiag_overhead_pct", "gpudiag's own time, of the host step time", "%", LOWER, 0.01),
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "steps.host_bound",
+    "steps.not_measured",
+    "steps.outliers",
+    "steps.own_overhead",
+    "steps.unstable",
+)
 MAX_OUTLIER_SUBJECTS = 20
 
 

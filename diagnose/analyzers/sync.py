@@ -16,12 +16,23 @@ import pandas as pd
 
 from diagnose import trace_timeline as tl
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.metrics import LOWER, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 NAME = "sync"
 ORDER = 21
 SECTION = "section-sync"
+METRICS = (  # what analyze() writes into Result.summary, per key() (diagnose.metrics)
+    Metric("sync_count_per_step", "Host synchronisations per step", "count", LOWER, 0.01),
+    Metric("sync_host_blocked_ms_per_step", "Host blocked in syncs per step", "ms", LOWER, 0.001),  # 1 us timestamps
+    Metric("sync_gpu_idle_ms_per_step", "GPU idle after syncs per step", "ms", LOWER, 0.001),
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "sync.host_sync",
+    "sync.none",
+    "sync.not_measured",
+)
 NO_FRAME = "(no Python frame in the trace)"
 MATCH_TOLERANCE_NS = 2_000_000
 

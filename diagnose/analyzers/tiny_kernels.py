@@ -16,10 +16,19 @@ import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
 from diagnose.kernel_stats import kernel_subject_name, launches_figure, most_common, names_list, per_kernel
+from diagnose.metrics import LOWER, Metric
 
 NAME = "tiny_kernels"
 ORDER = 25
 SECTION = "section-tiny_kernels"
+METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+    Metric("tiny_kernel_launch_share", "Launches of tiny kernels", "share", LOWER, 0.001),
+    Metric("tiny_kernel_launches", "Tiny kernel launches", "count", LOWER, 1),
+    Metric("tiny_kernel_est_timeline_share", "Estimated timeline taken by tiny kernels", "share", LOWER, 0.001),
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "tiny_kernels.launch_bound",
+)
 HISTOGRAM_BINS_PER_DECADE = 10
 
 

@@ -15,12 +15,32 @@ import pandas as pd
 
 from diagnose.analyzers.steps import step_table
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 NAME = "utilization"
 ORDER = 45
 SECTION = "section-utilization"
+METRICS = (  # what _summary() writes into Result.summary (diagnose.metrics)
+    Metric("nvml_sample_count", "NVML samples", "count", NEUTRAL, 1),
+    Metric("nvml_window_s", "NVML window judged", "s", NEUTRAL, 0.001),
+    Metric("nvml_sample_interval_median_ms", "NVML sampling interval", "ms", NEUTRAL, 0.001),
+    # NVML reports utilisation in whole percent
+    Metric("nvml_gpu_util_mean_pct", "NVML GPU utilisation, mean", "%", HIGHER, 1),
+    # memory-controller busy time: more is neither better nor worse on its own
+    Metric("nvml_mem_util_mean_pct", "NVML memory utilisation, mean", "%", NEUTRAL, 1),
+    Metric("nvml_mem_util_peak_pct", "NVML memory utilisation, peak", "%", NEUTRAL, 1),
+    Metric("nvml_mem_util_swing_pct", "NVML memory utilisation swing (p90 - p10)", "%", LOWER, 1),
+    Metric("nvml_mem_used_peak_bytes", "Device memory used, peak (NVML)", "bytes", LOWER, 2**20),  # MiB pages
+    Metric("nvml_sm_clock_median_mhz", "SM clock, median", "MHz", NEUTRAL, 1),
+    Metric("nvml_power_mean_w", "Board power, mean", "W", NEUTRAL, 0.001),  # NVML reports milliwatts
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "utilization.low_gpu_util",
+    "utilization.mem_util_swing",
+    "utilization.not_measured",
+)
 TIMELINE_COLUMNS = ["gpu_util_pct", "mem_util_pct", "mem_used_gib", "sm_clock_mhz", "power_w"]
 
 

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from diagnose.commands._common import build_thresholds, require_input_path, threshold_options
+from diagnose.commands._common import build_thresholds, require_input_path, require_output_path, threshold_options
 
 
 @click.command("diff")
@@ -55,6 +55,9 @@ def command(run_a, run_b, output, json_path, fail_pct, include_unknown_noise, al
     gpudiag diff runs/before runs/after -o diff.html
     gpudiag diff before/ncu/raw.csv after/ncu/raw.csv --json diff.json --fail-on-regression 5
 
+    Which way is better, and how small a change counts as none, is what each analyzer declares for its
+    metrics. A WARNING heads the output when A and B ran on different GPUs, drivers, CUDA or torch/JAX versions.
+
     Exit code: 0, or 1 with --fail-on-regression when a regression exceeds PCT; 2 for bad input.
     """
     from diagnose.compare import DiffOptions, diff_paths
@@ -62,6 +65,8 @@ def command(run_a, run_b, output, json_path, fail_pct, include_unknown_noise, al
 
     for p in (run_a, run_b):
         require_input_path(p)
+    for out, option in ((output, "-o"), (json_path, "--json")):
+        require_output_path(out, option)
     th = build_thresholds(config_path, thresholds)
     diff = diff_paths(run_a, run_b, thresholds=th, options=DiffOptions(alpha=alpha))
     click.echo(render_diff_terminal(diff, color=sys.stdout.isatty(), show_all=show_all), nl=False)
@@ -81,6 +86,8 @@ def command(run_a, run_b, output, json_path, fail_pct, include_unknown_noise, al
         if len(hits):
             for rec in hits.itertuples(index=False):
                 click.echo(f"REGRESSION {rec.what}: {rec.a:.6g} -> {rec.b:.6g} ({rec.change_pct:+.1f} %)")
+            if diff.environment_warnings:
+                click.echo("(A and B ran in different environments: see the WARNING above)")
             click.echo(f"FAIL: {len(hits)} regression(s) over {fail_pct:g} %")
             raise SystemExit(1)
         click.echo(f"OK: no regression over {fail_pct:g} %")

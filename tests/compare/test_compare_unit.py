@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diagnose.analysis import Analysis
+from diagnose.analysis import Analysis, declared_metrics
 from diagnose.compare import compare
 from diagnose.findings import Finding, Severity
+from diagnose.metrics import describe
 from diagnose.profile_data import Profile
 from parsers.events import STEPS_SCHEMA
 from parsers.schema import conform
@@ -41,8 +42,12 @@ def fake_kernels(rows) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["kernel_short", "dur_ns", "l2_hit_pct"])
 
 
-def fake_analysis(summary, findings=()) -> Analysis:
-    return Analysis(summary=dict(summary), findings=list(findings), source={"paths": ["fake"]})
+def fake_analysis(summary, findings=(), source=None) -> Analysis:
+    """An Analysis as analyze() builds it: the summary's declarations filled in from the analyzers."""
+    declared = {k: m for k in summary if (m := describe(k, declared_metrics())) is not None}
+    return Analysis(
+        summary=dict(summary), findings=list(findings), source=source or {"paths": ["fake"]}, metrics=declared
+    )
 
 
 def finding(fid, sev=Severity.WARNING):
@@ -124,3 +129,31 @@ def test_renderers_on_empty_diff_and_escaping():
     assert "0 shared metrics" in render_diff_terminal(empty)
     assert empty.to_dict()["metrics"] == []
     assert "The two runs share no summary metric" in render_diff_html(empty)
+
+
+def test_undeclared_key_is_neutral_and_said_so():
+    """No name guessing: an undeclared `_ms` key that doubles is "changed", not "worse", and the diff names it."""
+    sa = {"fake_new_thing_ms": 1.0, "step_time_median_ms": 10.0}
+    sb = {"fake_new_thing_ms": 2.0, "step_time_median_ms": 10.0}
+    d = compare(fake_profile(), fake_profile(), fake_analysis(sa), fake_analysis(sb))
+    row = d.metrics.set_index("key").loc["fake_new_thing_ms"]
+    assert (row["verdict"], row["direction"], row["declared"], row["unit"]) == ("changed", "neutral", False, "")
+    assert d.undeclared_keys() == ["fake_new_thing_ms"] and d.to_dict()["undeclared_keys"] == ["fake_new_thing_ms"]
+    assert d.regressions(0, include_unknown_noise=True).empty
+    assert "fake_new_thing_ms: 1 -> 2 +100.0 %  [noise unknown] (undeclared" in render_diff_terminal(d)
+    assert "undeclared" in render_diff_html(d)
+
+
+def test_change_below_declared_resolution_is_unchanged():
+    """NVML utilisation is whole percent: a mean that moves by 0.4 points is unchanged; one point is a change."""
+    d = compare(
+        fake_profile(),
+        fake_profile(),
+        fake_analysis({"nvml_gpu_util_mean_pct": 61.2, "gpu_idle_pct": 12.0}),
+        fake_analysis({"nvml_gpu_util_mean_pct": 61.6, "gpu_idle_pct": 13.0}),
+    )
+    m = d.metrics.set_index("key")
+    assert (
+        m.loc["nvml_gpu_util_mean_pct", "verdict"] == "unchanged" and m.loc["nvml_gpu_util_mean_pct", "resolution"] == 1
+    )
+    assert m.loc["gpu_idle_pct", "verdict"] == "worse"

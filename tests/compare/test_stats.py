@@ -1,4 +1,4 @@
-"""Mann-Whitney U, direction of metrics, and the verdict of one number (tiny hand-made samples)."""
+"""Mann-Whitney U, declared directions of metrics, and the verdict of one number (tiny hand-made samples)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from diagnose.compare import HIGHER, LOWER, NEUTRAL, DiffOptions, change_pct, direction_of, judge, mann_whitney_u
+from diagnose.analysis import declared_metrics
+from diagnose.compare import HIGHER, LOWER, NEUTRAL, DiffOptions, change_pct, judge, mann_whitney_u
+from diagnose.metrics import describe
 
 
 def test_exact_p_fully_separated_small_samples():
@@ -54,23 +56,32 @@ def test_empty_sample_gives_no_test():
     [
         ("step_time_median_ms", LOWER),
         ("gpu_idle_pct", LOWER),
+        ("rank3.gpu_idle_pct", LOWER),
         ("peak_reserved_bytes", LOWER),
         ("sync_gpu_idle_ms_per_step", LOWER),
         ("sync_count_per_step", LOWER),
         ("step_host_over_gpu_ratio", LOWER),
+        ("l2_low_hit_gpu_time_share", LOWER),  # more time in low-L2 kernels is worse, whatever "hit" suggests
         ("l2_hit_time_weighted_pct", HIGHER),
         ("nvml_gpu_util_mean_pct", HIGHER),
-        ("samples_per_s", HIGHER),
-        ("achieved_occupancy_pct", HIGHER),
+        ("achieved_occupancy_time_weighted_pct", HIGHER),
+        ("comm_overlap_pct", HIGHER),
         ("step_count", NEUTRAL),
+        ("launch_rate_per_s", NEUTRAL),
         ("nvml_sm_clock_median_mhz", NEUTRAL),
         ("nvml_mem_util_mean_pct", NEUTRAL),
         ("nvml_sample_count", NEUTRAL),
-        ("something_new", NEUTRAL),
+        ("gpu_idle_stream7_host_wait_pct", NEUTRAL),
     ],
 )
-def test_direction_of(key, expected):
-    assert direction_of(key) == expected
+def test_declared_direction(key, expected):
+    assert describe(key, declared_metrics()).direction == expected
+
+
+def test_undeclared_key_has_no_declaration():
+    """Names are not guessed: a key no analyzer declares (even one that looks like a throughput) has none."""
+    assert describe("samples_per_s", declared_metrics()) is None
+    assert describe("something_new_pct", declared_metrics()) is None
 
 
 def test_change_pct():
@@ -95,3 +106,15 @@ def test_judge_outcomes():
     assert (verdict, sig, noise) == ("worse", None, "unknown (single numbers)")
     assert judge(2.0, 2.0, LOWER, None, opt, False)[0] == "unchanged"
     assert judge(2.0, 3.0, NEUTRAL, None, opt, False)[0] == "changed"
+
+
+def test_judge_change_below_resolution_is_unchanged():
+    opt = DiffOptions()
+    # the -0.003 % of two exports of one capture: below ncu's 0.01 % print resolution
+    assert judge(58.76789, 58.76839, HIGHER, None, opt, False, resolution=0.01)[0] == "unchanged"
+    assert judge(58.76789, 58.76839, HIGHER, None, opt, False)[0] == "better"  # no resolution: any change counts
+    assert judge(58.76, 58.78, HIGHER, None, opt, False, resolution=0.01)[0] == "better"  # 0.02 is not below
+    assert judge(3.0, 4.0, LOWER, None, opt, False, resolution=1)[0] == "worse"  # one more count is a change
+    # a tested sample below resolution is unchanged too, not "significant"
+    sep = mann_whitney_u(np.arange(10.0), np.arange(10.0) + 0.0001)
+    assert judge(5.0, 5.0001, LOWER, sep, opt, True, resolution=0.001)[:2] == ("unchanged", False)
