@@ -7,6 +7,10 @@ the first profiled launch, with the bytes the allocator held after each segment 
 backwards from the segments at the dump) and, per launch, whether a segment was created since the
 previous launch. Under kernel replay the application waits while ncu profiles each launch, so the
 times give the order of launches and allocations, not their unprofiled durations.
+
+The history covers its first to its last entry only (``diagnose.history_coverage``): a launch outside that
+span has ``in_history`` False, and whether a segment was created before it is unknown, so it is counted
+in neither group of :func:`hit_after_new_segment`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import pandas as pd
 SEGMENT_GROWS = ("segment_alloc", "segment_map")
 SEGMENT_SHRINKS = ("segment_free", "segment_unmap")
 MARGIN_SHARE = 0.05  # segment events this share of the launches' span before the first / after the last are kept
-LAUNCH_COLUMNS = ["launch_id", "kernel", "t_s", "l2_hit_pct", "dur_ns", "after_new_segment"]
+LAUNCH_COLUMNS = ["launch_id", "kernel", "t_s", "l2_hit_pct", "dur_ns", "after_new_segment", "in_history"]
 SEGMENT_COLUMNS = ["t_s", "action", "size_bytes", "reserved_bytes", "location"]
 
 
@@ -52,7 +56,13 @@ def allocator_timeline(kernels: pd.DataFrame, launch_starts: pd.DataFrame, snaps
     launch_t = launches["t_start_ns"].to_numpy(dtype=float)
     grows = np.sort(t_ns[segments["action"].isin(SEGMENT_GROWS).to_numpy()])
     previous = np.concatenate([[-np.inf], launch_t[:-1]])
+    recorded = snapshot.trace["t_us"].to_numpy(dtype=float) * 1000.0
+    recorded = recorded[np.isfinite(recorded)]
+    in_history = (
+        (launch_t >= recorded.min()) & (launch_t <= recorded.max()) if len(recorded) else np.zeros(len(launch_t), bool)
+    )
     new_segment = np.searchsorted(grows, launch_t, side="right") > np.searchsorted(grows, previous, side="right")
+    new_segment &= in_history
     launch_out = pd.DataFrame(
         {
             "launch_id": launches["launch_id"].to_numpy(),
@@ -61,6 +71,7 @@ def allocator_timeline(kernels: pd.DataFrame, launch_starts: pd.DataFrame, snaps
             "l2_hit_pct": launches["l2_hit_pct"].to_numpy(dtype=float),
             "dur_ns": launches["dur_ns"].to_numpy(dtype=float),
             "after_new_segment": new_segment,
+            "in_history": in_history,
         },
         columns=LAUNCH_COLUMNS,
     )
@@ -80,11 +91,13 @@ def _segment_events(snapshot) -> pd.DataFrame:
 
 
 def hit_after_new_segment(launches: pd.DataFrame) -> dict[str, float]:
-    """Duration-weighted L2 hit rate of the launches that follow a new segment, and of the others."""
-    out = {}
+    """Duration-weighted L2 hit rate of the launches that follow a new segment, and of the other launches the
+    history saw; launches outside the history are only counted (``launches_outside_history``)."""
+    seen = launches["in_history"] if "in_history" in launches else pd.Series(True, index=launches.index)
+    out = {"launches_outside_history": int((~seen).sum())}
     for label, rows in (
-        ("after_new_segment", launches[launches["after_new_segment"]]),
-        ("other", launches[~launches["after_new_segment"]]),
+        ("after_new_segment", launches[launches["after_new_segment"] & seen]),
+        ("other", launches[~launches["after_new_segment"] & seen]),
     ):
         ok = rows["l2_hit_pct"].notna() & (rows["dur_ns"] > 0)
         if ok.any():

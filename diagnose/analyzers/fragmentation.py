@@ -24,13 +24,39 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.history_coverage import Coverage, history_coverage, step_intervals
 from diagnose.memory_replay import ReplayResult, agreement, external_fragmentation_pct, occupancy_grid, replay
+from diagnose.metrics import LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 NAME = "fragmentation"
 ORDER = 60
 SECTION = "section-fragmentation"
+METRICS = (  # what _publish() and the stats paths write into Result.summary
+    # the snapshot's state depends on when it was dumped: a moment, not an outcome
+    Metric("snapshot_reserved_bytes", "Reserved at the snapshot", "bytes", NEUTRAL, 1),
+    Metric("snapshot_allocated_bytes", "Allocated at the snapshot", "bytes", NEUTRAL, 1),
+    Metric("peak_reserved_bytes", "Peak reserved memory", "bytes", LOWER, 1),
+    Metric("peak_allocated_bytes", "Peak allocated memory", "bytes", LOWER, 1),
+    Metric("history_coverage_pct", "Allocator history covering the run", "%", NEUTRAL, 0.01),
+    Metric("peak_external_fragmentation_pct", "Peak external fragmentation", "%", LOWER, 0.01),
+    # agreement of the replay with the snapshot and memory_stats: about gpudiag's reconstruction, not the run
+    Metric("snapshot_agreement_pct", "Replay agreeing with the snapshot", "%", NEUTRAL, 0.01),
+    Metric("memory_stats_agreement_pct", "Replay agreeing with memory_stats", "%", NEUTRAL, 0.01),
+    Metric("jax_peak_bytes_in_use", "JAX peak bytes in use", "bytes", LOWER, 1),
+    Metric("jax_pool_bytes", "JAX BFC pool (preallocated)", "bytes", NEUTRAL, 1),
+    Metric("jax_peak_external_fragmentation_pct", "JAX peak external fragmentation", "%", LOWER, 0.01),
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "fragmentation.alloc_retries",
+    "fragmentation.at_peak",
+    "fragmentation.churn",
+    "fragmentation.jax_unreported",
+    "fragmentation.not_measured",
+    "fragmentation.oom_demand",
+    "fragmentation.oom_from_fragmentation",
+)
 SEGMENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unmap")
 GIB = 2**30
 
@@ -100,6 +126,9 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
 
 # --- the replay, binned ------------------------------------------------------------------------------------
 
+HEATMAP_MAX_CELLS = 4_992  # the report's 5,000-mark chart budget, less the not-recorded band's shape and labels
+NICE_WIDTHS = (1.0, 2.0, 2.5, 5.0)  # bucket widths: these times a power of ten, so a bin reads "10 ms", not "9.7 ms"
+
 
 def _replay_view(profile: Profile, rank: int, device: int, snapshot, th: Thresholds) -> dict | None:
     trace = snapshot.trace_for(device)
@@ -108,45 +137,67 @@ def _replay_view(profile: Profile, rank: int, device: int, snapshot, th: Thresho
             return None
         return _snapshot_only_view(rank, device, snapshot)
     t_us = trace.sort_values("seq", kind="stable")["t_us"].to_numpy(dtype=float)
-    times_known = np.isfinite(t_us).all()
-    x = t_us if times_known else np.arange(len(t_us), dtype=float)
-    steps = _step_edges(profile, rank)
+    times_known = bool(np.isfinite(t_us).all())
     mem = th.memory
-    line_bins, line_bin = _time_bins(x, mem.max_timeline_bins)
-    if steps is not None and len(steps) <= mem.max_heatmap_time_bins and times_known:
-        heat_bins, heat_bin, heat_labels = _step_bins(x, steps)
-        heat_axis = "step"
+    steps = step_intervals(profile.step_events.get(rank), profile.memory_stats.get(rank)) if times_known else None
+    # the curves: runs of equal numbers of entries (a history is bursts of steps between idle stretches: equal
+    # time buckets would leave the bursts a handful of points); the heatmap: steps, else equal time buckets
+    line_bins, line_bin, _ = _entry_bins(len(t_us), mem.max_timeline_bins)
+    if times_known:
+        heat_cols = _heatmap_columns(snapshot, device, trace, mem)
+        heat = _step_bins(t_us, steps, heat_cols) if len(steps) else None
+        if heat is None:
+            nbins, entry_bin, width = _time_bins(t_us, heat_cols)
+            heat = {"bins": nbins, "entry_bin": entry_bin, "axis": "time", "width_us": width, "steps_per_column": None}
     else:
-        heat_bins, heat_bin = _time_bins(x, mem.max_heatmap_time_bins)
-        heat_labels, heat_axis = None, "time" if times_known else "entry"
-    sample_at = np.unique(np.r_[_bin_ends(line_bin), _bin_ends(heat_bin)])
+        nbins, entry_bin, width = _entry_bins(len(t_us), _heatmap_columns(snapshot, device, trace, mem))
+        heat = {"bins": nbins, "entry_bin": entry_bin, "axis": "entry", "width_us": None, "steps_per_column": None}
+    sample_at = np.unique(np.r_[_bin_ends(line_bin), _bin_ends(heat["entry_bin"])])
     replayed = replay(snapshot, device, sample_at=sample_at)
-    t0 = x[0]
+    coverage = None
+    if times_known:
+        starts_empty = replayed.meta["pre_existing_segments"] == 0 and replayed.meta["pre_existing_blocks"] == 0
+        stats = profile.memory_stats.get(rank)
+        stats_us = stats["t_ns"].dropna().to_numpy(dtype=float) / 1e3 if stats is not None and len(stats) else ()
+        coverage = history_coverage(t_us, steps, profile.manifest, starts_empty, other_times_us=(stats_us,))
+    # seconds since the run began when the run's span is known, else since the first entry; entries when no times
+    origin = coverage.run_start_us if coverage is not None and coverage.run_span_known else t_us[0]
+    x = t_us if times_known else np.arange(len(t_us), dtype=float)
+    t0 = origin if times_known else 0.0
     scale = 1e6 if times_known else 1.0
     view = {
         "rank": rank,
         "device": device,
         "snapshot": snapshot,
         "replay": replayed,
-        "steps": steps,
+        "coverage": coverage,
         "times_known": times_known,
-        "t0_us": t0,
+        "origin_us": origin if times_known else None,
     }
     tl = replayed.timeline
     view["peak_reserved_bytes"] = float(tl["reserved_bytes"].max())
     view["peak_allocated_bytes"] = float(tl["allocated_bytes"].max())
     view["timeline"] = _binned_timeline(tl, line_bin, line_bins, x, t0, scale)
+    view["timeline_entries_per_point"] = int(np.ceil(len(t_us) / line_bins)) if line_bins else 1
     samples = replayed.samples.copy()
     samples["t_s"] = ((samples["t_us"] if times_known else samples["entry"]) - t0) / scale
     view["fragmentation_curve"] = samples
-    grid = occupancy_grid(replayed, heat_bin, heat_bins, mem.max_heatmap_segment_rows)
-    bins_table = _heat_bins_table(heat_bin, heat_bins, x, t0, scale, heat_labels)
+    grid = occupancy_grid(replayed, heat["entry_bin"], heat["bins"], mem.max_heatmap_segment_rows)
+    bins_table = _heat_bins_table(heat, x, t0, scale)
     view["heatmap"], view["heatmap_rows"], view["heatmap_bins"] = grid["cells"], grid["rows"], bins_table
-    view["heatmap_axis"] = heat_axis
+    view["heatmap_axis"] = heat["axis"]
+    view["heatmap_bin"] = heat["width_us"] / scale if heat["width_us"] is not None else None
+    view["heatmap_steps_per_column"] = heat["steps_per_column"]
     view["agreement"] = agreement(replayed, snapshot)
     view["stats_agreement"] = _stats_agreement(profile, rank, tl, x if times_known else None)
-    view["per_step"] = _per_step(tl, x if times_known else None, steps)
-    view["coverage_pct"] = _coverage_pct(profile, rank, replayed, x if times_known else None)
+    view["per_step"] = _per_step(tl, x, coverage) if coverage is not None else pd.DataFrame()
+    if coverage is not None:
+        view["coverage_pct"] = coverage.coverage_pct
+        view["coverage_spans"] = coverage.spans(origin)
+        view["coverage_meta"] = coverage.as_meta(origin)
+    else:  # entry order only: the history's span in the run is unknown
+        starts_empty = replayed.meta["pre_existing_segments"] == 0 and replayed.meta["pre_existing_blocks"] == 0
+        view["coverage_pct"] = 100.0 if starts_empty else float("nan")
     view["largest_allocations"] = _largest_allocations(replayed, th)
     view["locations"] = _locations(replayed, th)
     return view
@@ -165,39 +216,94 @@ def _snapshot_only_view(rank: int, device: int, snapshot) -> dict:
     }
 
 
-def _step_edges(profile: Profile, rank: int) -> pd.DataFrame | None:
-    """Step boundaries in unix µs: (step, end_us) from memory_stats, else (step, start_us) from step events."""
-    stats = profile.memory_stats.get(rank)
-    if stats is not None and len(stats) and stats["t_ns"].notna().all():
-        s = stats.sort_values("t_ns")
-        return pd.DataFrame({"step": s["step"].to_numpy(), "end_us": s["t_ns"].to_numpy() / 1e3})
-    events = profile.step_events.get(rank)
-    if events is not None and len(events) and "t_start_ns" in events and events["t_start_ns"].notna().all():
-        e = events.sort_values("t_start_ns")
-        starts = e["t_start_ns"].to_numpy() / 1e3
-        return pd.DataFrame({"step": e["step"].to_numpy(), "end_us": np.r_[starts[1:], np.inf], "start_us": starts})
-    return None
+def _heatmap_columns(snapshot, device: int, trace: pd.DataFrame, mem) -> int:
+    """Columns that keep the heatmap within ``HEATMAP_MAX_CELLS`` (and ``max_heatmap_time_bins``). Its rows are
+    segments: at most those at the dump plus those the history released (every segment that ever existed is
+    one or the other), capped at ``max_heatmap_segment_rows``."""
+    released = int(trace["action"].isin(("segment_free", "segment_unmap")).sum())
+    rows = max(1, min(len(snapshot.segments_for(device)) + released, mem.max_heatmap_segment_rows))
+    return max(1, min(mem.max_heatmap_time_bins, HEATMAP_MAX_CELLS // rows))
 
 
-def _time_bins(x: np.ndarray, max_bins: int) -> tuple[int, np.ndarray]:
+def nice_width(span: float, max_bins: int) -> float:
+    """The smallest 1, 2, 2.5 or 5 × 10^k that cuts ``span`` into at most ``max_bins`` buckets."""
+    if not span > 0 or max_bins < 1:
+        return 1.0
+    raw = span / max_bins
+    exp = int(np.floor(np.log10(raw)))
+    for mult in (*NICE_WIDTHS, 10.0):
+        width = mult * 10.0**exp
+        if width >= raw * (1 - 1e-12) and np.ceil(span / width - 1e-9) <= max_bins:
+            return width
+    return 10.0 ** (exp + 1)
+
+
+def _time_bins(x: np.ndarray, max_bins: int) -> tuple[int, np.ndarray, float | None]:
+    """Buckets of one nice width from the first entry (µs): (buckets, each entry's bucket, width); one bucket
+    per entry (width None) when there are no more entries than buckets."""
     if len(x) <= max_bins:
-        return len(x), np.arange(len(x))
-    span = x[-1] - x[0]
+        return len(x), np.arange(len(x)), None
+    span = float(x[-1] - x[0])
     if span <= 0:
-        return max_bins, (np.arange(len(x)) * max_bins) // len(x)
-    b = np.floor((x - x[0]) / span * max_bins).astype(np.int64)
-    return max_bins, np.maximum.accumulate(np.clip(b, 0, max_bins - 1))
+        return _entry_bins(len(x), max_bins)
+    width = nice_width(span, max_bins)
+    b = np.minimum(np.floor((x - x[0]) / width).astype(np.int64), max_bins - 1)
+    return int(b[-1]) + 1, np.maximum.accumulate(b), width
 
 
-def _step_bins(x: np.ndarray, steps: pd.DataFrame) -> tuple[int, np.ndarray, list[str]]:
-    """One bin per step (entries after the last recorded step get their own bin)."""
-    ends = steps["end_us"].to_numpy()
-    b = np.searchsorted(ends, x, side="left")
-    labels = [f"step {s}" for s in steps["step"].tolist()]
-    if (b >= len(ends)).any():
-        labels.append("after the last step")
-    nbins = len(labels)
-    return nbins, np.maximum.accumulate(np.clip(b, 0, nbins - 1)), labels
+def _entry_bins(n: int, max_bins: int) -> tuple[int, np.ndarray, None]:
+    """Runs of the same number of entries (the last one shorter), at most ``max_bins`` of them."""
+    if n <= max_bins:
+        return n, np.arange(n), None
+    per = -(-n // max_bins)
+    return -(-n // per), np.arange(n) // per, None
+
+
+def _step_bins(x: np.ndarray, steps: pd.DataFrame, max_cols: int) -> dict | None:
+    """Columns of the steps the history covers, from the step holding its first entry to the one holding its
+    last (never later: the steps after it were not recorded); consecutive steps share a column when there are
+    more than ``max_cols``. Entries before the first step (setup) or after the last one get a column of their
+    own. None when the history overlaps no step."""
+    starts, ends = steps["start_us"].to_numpy(dtype=float), steps["end_us"].to_numpy(dtype=float)
+    numbers = steps["step"].to_numpy()
+    pos = np.searchsorted(starts, x, side="right") - 1
+    before = pos < 0
+    after = (pos == len(starts) - 1) & (x >= ends[-1])
+    overlaps = np.flatnonzero((ends > x[0]) & (starts <= x[-1]))  # the covered steps, entries in them or not
+    if not len(overlaps):
+        return None
+    first, last = int(overlaps[0]), int(overlaps[-1])
+    extra_before, extra_after = int(before.any()), int(after.any())
+    room = max(1, max_cols - extra_before - extra_after)
+    size = int(np.ceil((last - first + 1) / room))
+    groups = (last - first) // size + 1
+    entry_bin = np.where(
+        before, 0, np.where(after, extra_before + groups, extra_before + (np.clip(pos, first, last) - first) // size)
+    )
+    labels, first_steps, last_steps = [], [], []
+    if extra_before:
+        labels.append(f"before step {numbers[0]}")
+        first_steps.append(None)
+        last_steps.append(None)
+    for g in range(groups):
+        lo, hi = first + g * size, min(first + (g + 1) * size - 1, last)
+        labels.append(f"step {numbers[lo]}" if lo == hi else f"steps {numbers[lo]}–{numbers[hi]}")
+        first_steps.append(int(numbers[lo]))
+        last_steps.append(int(numbers[hi]))
+    if extra_after:
+        labels.append(f"after step {numbers[-1]}")
+        first_steps.append(None)
+        last_steps.append(None)
+    return {
+        "bins": len(labels),
+        "entry_bin": np.maximum.accumulate(entry_bin.astype(np.int64)),
+        "axis": "step",
+        "width_us": None,
+        "steps_per_column": size,
+        "labels": labels,
+        "first_step": first_steps,
+        "last_step": last_steps,
+    }
 
 
 def _bin_ends(entry_bin: np.ndarray) -> np.ndarray:
@@ -216,7 +322,9 @@ def _binned_timeline(
     return pd.DataFrame(out)
 
 
-def _heat_bins_table(entry_bin, nbins, x, t0, scale, labels) -> pd.DataFrame:
+def _heat_bins_table(heat: dict, x, t0, scale) -> pd.DataFrame:
+    """One row per heatmap column: its label, the steps it holds (step axis) and its first and last entry's time."""
+    entry_bin, nbins = heat["entry_bin"], heat["bins"]
     last = np.full(nbins, -1, dtype=np.int64)
     idx = np.arange(len(entry_bin))
     np.maximum.at(last, entry_bin, idx)
@@ -225,9 +333,15 @@ def _heat_bins_table(entry_bin, nbins, x, t0, scale, labels) -> pd.DataFrame:
     has = last >= 0
     t_start = np.where(has, (x[np.clip(rev, 0, len(x) - 1)] - t0) / scale, np.nan)
     t_end = np.where(has, (x[np.clip(last, 0, None)] - t0) / scale, np.nan)
+    labels = heat.get("labels")
     if labels is None:
         labels = [f"{a:.3f}–{b:.3f} s" if np.isfinite(a) else "" for a, b in zip(t_start, t_end)]
-    return pd.DataFrame(
+        if heat["axis"] == "time" and heat["width_us"] is not None:  # a bucket's own edges, also when empty
+            lo = (x[0] - t0) / scale + np.arange(nbins) * heat["width_us"] / scale
+            labels = [f"{a:.3f}–{a + heat['width_us'] / scale:.3f} s" for a in lo]
+        elif heat["axis"] == "entry":
+            labels = [f"entries {a:,}–{b:,}" if h else "" for a, b, h in zip(rev, last, has)]
+    table = pd.DataFrame(
         {
             "bin": np.arange(nbins),
             "label": labels[:nbins],
@@ -236,6 +350,10 @@ def _heat_bins_table(entry_bin, nbins, x, t0, scale, labels) -> pd.DataFrame:
             "entries": np.bincount(entry_bin, minlength=nbins),
         }
     )
+    if heat["axis"] == "step":
+        table["first_step"] = pd.array(heat["first_step"], dtype="Int64")
+        table["last_step"] = pd.array(heat["last_step"], dtype="Int64")
+    return table
 
 
 def _state_at(tl: pd.DataFrame, x: np.ndarray, at_us: np.ndarray, col: str) -> np.ndarray:
@@ -245,6 +363,8 @@ def _state_at(tl: pd.DataFrame, x: np.ndarray, at_us: np.ndarray, col: str) -> n
 
 
 def _stats_agreement(profile: Profile, rank: int, tl: pd.DataFrame, x: np.ndarray | None) -> pd.DataFrame:
+    """Replayed vs recorded bytes at each memory_stats record; ``in_history``: the record lies between the history's
+    first and last entry (after the last one the history may have been off, so nothing is compared there)."""
     stats = profile.memory_stats.get(rank)
     if stats is None or not len(stats) or x is None:
         return pd.DataFrame()
@@ -252,61 +372,56 @@ def _stats_agreement(profile: Profile, rank: int, tl: pd.DataFrame, x: np.ndarra
     if not len(s):
         return pd.DataFrame()
     at = s["t_ns"].to_numpy() / 1e3
-    out = pd.DataFrame({"step": s["step"].to_numpy(), "t_ns": s["t_ns"].to_numpy(), "in_history": at >= x[0]})
+    inside = (at >= x[0]) & (at <= x[-1])
+    out = pd.DataFrame({"step": s["step"].to_numpy(), "t_ns": s["t_ns"].to_numpy(), "in_history": inside})
     for col in ("allocated_bytes", "reserved_bytes", "requested_bytes"):
         out[f"recorded_{col}"] = s[col].to_numpy()
-        out[f"replayed_{col}"] = _state_at(tl, x, at, col)
+        out[f"replayed_{col}"] = np.where(inside, _state_at(tl, x, at, col), np.nan)
     out["allocated_diff_bytes"] = out["replayed_allocated_bytes"] - out["recorded_allocated_bytes"]
     out["reserved_diff_bytes"] = out["replayed_reserved_bytes"] - out["recorded_reserved_bytes"]
     out["agrees"] = (out["allocated_diff_bytes"] == 0) & (out["reserved_diff_bytes"] == 0)
     return out
 
 
-def _per_step(tl: pd.DataFrame, x: np.ndarray | None, steps: pd.DataFrame | None) -> pd.DataFrame:
-    if steps is None or x is None:
+def _per_step(tl: pd.DataFrame, x: np.ndarray, coverage: Coverage) -> pd.DataFrame:
+    """Allocator work per step the history covers (no row for a step it never saw). A step it saw only in part
+    (the first or last) has ``whole_step_recorded`` False and no end-of-step bytes: they were not recorded.
+    Entries before the first timed step are a row with step -1, after the last one step -2."""
+    steps = coverage.steps
+    if not len(steps):
         return pd.DataFrame()
-    ends = steps["end_us"].to_numpy()
-    b = np.clip(np.searchsorted(ends, x, side="left"), 0, len(ends))
-    labels = np.r_[steps["step"].to_numpy(), -1]  # -1: after the last recorded step
-    action = tl["action"].to_numpy()
-    frame = pd.DataFrame({"bin": b, "action": action, "block_bytes": tl["block_bytes"].to_numpy()})
-    counts = pd.crosstab(frame["bin"], frame["action"]).reindex(range(len(labels)), fill_value=0)
+    starts, ends = steps["start_us"].to_numpy(dtype=float), steps["end_us"].to_numpy(dtype=float)
+    pos = np.searchsorted(starts, x, side="right") - 1
+    after = (pos == len(starts) - 1) & (x >= ends[-1])
+    key = np.where(pos < 0, -1, np.where(after, len(starts), pos))  # -1: before, len: after, else the step's row
+    covered = np.flatnonzero(steps["covered"].to_numpy())
+    order = (
+        [k for k in (-1,) if (key == -1).any()]
+        + covered.tolist()
+        + [k for k in (len(starts),) if (key == len(starts)).any()]
+    )
+    labels = np.asarray([-1 if k == -1 else -2 if k == len(starts) else int(steps["step"].iloc[k]) for k in order])
+    frame = pd.DataFrame({"key": key, "action": tl["action"].to_numpy(), "block_bytes": tl["block_bytes"].to_numpy()})
+    counts = pd.crosstab(frame["key"], frame["action"]).reindex(order, fill_value=0)
     out = pd.DataFrame({"step": labels})
     for a in ("alloc", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom"):
         out[a if a != "alloc" else "allocs"] = counts[a].to_numpy() if a in counts else 0
-    grown = frame[frame["action"].isin(["segment_alloc", "segment_map"])].groupby("bin")["block_bytes"].sum()
-    released = frame[frame["action"].isin(["segment_free", "segment_unmap"])].groupby("bin")["block_bytes"].sum()
-    out["segment_grown_bytes"] = grown.reindex(range(len(labels)), fill_value=0).to_numpy()
-    out["segment_released_bytes"] = released.reindex(range(len(labels)), fill_value=0).to_numpy()
-    last = np.searchsorted(x, np.r_[ends, np.inf], side="right") - 1
+    grown = frame[frame["action"].isin(["segment_alloc", "segment_map"])].groupby("key")["block_bytes"].sum()
+    released = frame[frame["action"].isin(["segment_free", "segment_unmap"])].groupby("key")["block_bytes"].sum()
+    out["segment_grown_bytes"] = grown.reindex(order, fill_value=0).to_numpy()
+    out["segment_released_bytes"] = released.reindex(order, fill_value=0).to_numpy()
+    safe = np.clip(np.asarray(order), 0, len(starts) - 1)
+    whole = (np.asarray(order) >= 0) & (np.asarray(order) < len(starts))
+    whole &= (starts[safe] >= x[0]) & (ends[safe] <= x[-1])
+    out["whole_step_recorded"] = whole
+    last = np.searchsorted(x, ends[safe], side="left") - 1  # the last entry before the step ended
     for col in ("reserved_bytes", "allocated_bytes"):
         vals = tl[col].to_numpy().astype(float)
-        out[f"{col.replace('_bytes', '_end_bytes')}"] = np.where(last >= 0, vals[np.clip(last, 0, None)], np.nan)
-    peak = pd.Series(tl["allocated_bytes"].to_numpy()).groupby(b).max()
-    out["allocated_peak_bytes"] = peak.reindex(range(len(labels))).to_numpy()
+        out[col.replace("_bytes", "_end_bytes")] = np.where(whole & (last >= 0), vals[np.clip(last, 0, None)], np.nan)
+    peak = pd.Series(tl["allocated_bytes"].to_numpy()).groupby(key).max()
+    out["allocated_peak_bytes"] = peak.reindex(order).to_numpy()
     out["segment_ops"] = out["segment_alloc"] + out["segment_free"] + out["segment_map"] + out["segment_unmap"]
-    keep = (out["step"] >= 0) | (out[["allocs", "segment_ops"]].sum(axis=1) > 0)
-    return out[keep].reset_index(drop=True)
-
-
-def _coverage_pct(profile: Profile, rank: int, r: ReplayResult, x: np.ndarray | None) -> float:
-    """Share of the run (first step's start to the snapshot) the history covers, in %."""
-    starts_empty = r.meta["pre_existing_segments"] == 0 and r.meta["pre_existing_blocks"] == 0
-    run_start = None
-    steps = _step_edges(profile, rank)
-    if steps is not None and "start_us" in steps:
-        run_start = float(steps["start_us"].min())
-    elif steps is not None and len(steps) >= 2:
-        ends = steps["end_us"].to_numpy()
-        run_start = float(ends[0] - np.median(np.diff(ends)))
-    elif steps is not None and len(steps) == 1:
-        run_start = float(steps["end_us"].iloc[0])
-    if x is None or run_start is None:
-        return 100.0 if starts_empty else float("nan")
-    end = max(float(x[-1]), float(steps["end_us"].replace(np.inf, np.nan).max()))
-    if end <= run_start or x[0] <= run_start or starts_empty:
-        return 100.0
-    return float(np.clip(100.0 * (end - x[0]) / (end - run_start), 0.0, 100.0))
+    return out
 
 
 def _largest_allocations(r: ReplayResult, th: Thresholds) -> pd.DataFrame:
@@ -675,10 +790,17 @@ def _publish(result: Result, view: dict, views: list[dict], th: Thresholds) -> N
             "heatmap_axis": view["heatmap_axis"],
             "times_known": view["times_known"],
             "history_coverage_pct": view["coverage_pct"],
-            "max_heatmap_cells": th.memory.max_heatmap_time_bins * th.memory.max_heatmap_segment_rows,
+            "max_heatmap_cells": HEATMAP_MAX_CELLS,
             "max_timeline_bins": th.memory.max_timeline_bins,
+            "timeline_entries_per_point": view["timeline_entries_per_point"],
+            "heatmap_bin_s": view["heatmap_bin"],
+            "heatmap_steps_per_column": view["heatmap_steps_per_column"],
+            "time_origin": "run start" if (view.get("coverage_meta") or {}).get("run_span_known") else "first entry",
         }
     )
+    if view.get("coverage_meta") is not None:
+        result.meta["coverage"] = view["coverage_meta"]
+        result.tables["history_coverage"] = view["coverage_spans"]
 
 
 # --- memory_stats only (torch) and JAX -----------------------------------------------------------------------

@@ -65,7 +65,7 @@ def test_lower_threshold_flags_it_and_drops_the_expandable_advice():
 def test_ring_is_flagged_with_partial_coverage():
     result = scenario_result("ring")
     assert _ids(result) == ["fragmentation.at_peak"]
-    assert result.summary["history_coverage_pct"] < 100
+    assert result.summary["history_coverage_pct"] == pytest.approx(100 * 23 / 30)  # steps 7-29 of 0-29
 
 
 def test_oom_from_fragmentation_and_from_demand():
@@ -158,13 +158,17 @@ def test_heatmap_and_curves_are_bounded():
     th = Thresholds()
     result = scenario_result("churn")
     cells, rows, bins = result.tables["heatmap"], result.tables["heatmap_rows"], result.tables["heatmap_bins"]
-    assert len(bins) == 30 and result.meta["heatmap_axis"] == "step"  # one column per step
-    assert len(rows) == 42 and len(cells) == 30 * 42
+    # one column per step, and one for the 161 entries before step 0's (estimated) start: building the model
+    assert len(bins) == 31 and result.meta["heatmap_axis"] == "step"
+    assert bins["label"].iloc[0] == "before step 0" and bins["label"].iloc[-1] == "step 29"
+    assert len(rows) == 42 and len(cells) == 31 * 42
     assert cells["fraction_allocated"].dropna().between(0, 1).all()
     assert len(result.tables["timeline"]) <= th.memory.max_timeline_bins
     assert result.tables["timeline"]["reserved_bytes"].max() == 8264876032
     small = Thresholds().with_overrides({"memory": {"max_heatmap_segment_rows": 8, "max_heatmap_time_bins": 10}})
     r = fragmentation.analyze(scenario_profile("churn", with_stats=False), small)
-    assert len(r.tables["heatmap_rows"]) == 8 and len(r.tables["heatmap_bins"]) == 10
-    assert r.tables["heatmap_rows"]["segments"].sum() == 42
-    assert r.meta["heatmap_axis"] == "time"
+    assert len(r.tables["heatmap_rows"]) == 8 and r.tables["heatmap_rows"]["segments"].sum() == 42
+    # no step timings: buckets of one round width (0.1 s: the 0.686 s history in at most 10), the last one
+    # ending with the last entry
+    assert r.meta["heatmap_axis"] == "time" and r.meta["heatmap_bin_s"] == 0.1
+    assert len(r.tables["heatmap_bins"]) == 7 and r.tables["heatmap_bins"]["label"].iloc[-1] == "0.600–0.700 s"

@@ -42,7 +42,11 @@ def test_replay_agrees_with_memory_stats_on_every_step_in_the_history(scenario):
     result = scenario_result(scenario)
     stats = result.tables["memory_stats_agreement"]
     inside = stats[stats["in_history"]]
-    assert len(inside) == {"churn": 30, "expandable": 30, "ring": 23, "oom": 3}[scenario]
+    # each capture's last record comes after the history's last entry (0.1-11 ms): not compared, since the
+    # history may have stopped by then
+    assert len(inside) == {"churn": 29, "expandable": 29, "ring": 22, "oom": 2}[scenario]
+    after = stats[~stats["in_history"]]
+    assert after["replayed_allocated_bytes"].isna().all() and len(after) == len(stats) - len(inside)
     assert (inside["allocated_diff_bytes"] == 0).all() and (inside["reserved_diff_bytes"] == 0).all()
     assert (inside["replayed_requested_bytes"] == inside["recorded_requested_bytes"]).all()
     assert result.summary["memory_stats_agreement_pct"] == 100.0
@@ -55,7 +59,16 @@ def test_ring_buffer_state_before_the_history_is_reconstructed():
     assert r.meta["estimated_blocks"] == 9
     assert r.initial["reserved_bytes"] == 6142558208
     result = scenario_result("ring")
-    assert result.summary["history_coverage_pct"] == pytest.approx(89.58, abs=0.05)
+    cov = result.meta["coverage"]  # state predates the history: steps 0-6 were not recorded
+    assert (cov["first_covered_step"], cov["last_covered_step"], cov["covered_steps"], cov["run_steps"]) == (
+        7,
+        29,
+        23,
+        30,
+    )
+    assert cov["not_recorded_before"] and (cov["first_step_before"], cov["last_step_before"]) == (0, 6)
+    assert result.summary["history_coverage_pct"] == pytest.approx(76.67, abs=0.01)
+    assert cov["time_pct"] == pytest.approx(87.10, abs=0.01)
     assert scenario_result("churn").summary["history_coverage_pct"] == 100.0
 
 

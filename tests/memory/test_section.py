@@ -22,7 +22,7 @@ def test_section_has_the_figures_and_tables():
         assert f'id="{div}"' in html
     assert "fragmentation-segment_growth" in html and "fragmentation-memory_stats_agreement" in html
     assert "mem_churn.py:43" in html  # hover names the Python line of the largest live allocation
-    assert "the history covers 100 % of the run" in html
+    assert "allocator history covers steps 0–29 (30 of the run&#x27;s 30 steps, 100.0 %" in html
     assert not re.search(r"<script[^>]+src=", html)
 
 
