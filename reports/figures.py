@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import html
 import itertools
+import warnings
 
 import pandas as pd
+
+from reports import chart_budget
+from reports.chart_budget import MAX_TABLE_ROWS, capped_rows, figure_marks
 
 _ids = itertools.count()
 
@@ -17,8 +21,15 @@ PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
 
 def figure_html(fig, div_id: str | None = None) -> str:
-    """A plotly figure as a div + script that use the page's inlined plotly.js."""
-    fig.update_layout(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50))
+    """A plotly figure as a div + script that use the page's inlined plotly.js. A figure over the mark
+    budget (``reports/chart_budget.py``) is a bug in its section: it warns, so tests can catch it."""
+    marks = figure_marks(fig.to_plotly_json())
+    if marks > chart_budget.MAX_MARKS:
+        warnings.warn(
+            f"figure {div_id or ''} draws {marks:,} marks, over the budget of {chart_budget.MAX_MARKS:,}", stacklevel=2
+        )
+    two_line_title = "<br>" in str(fig.layout.title.text or "")  # a binning note under the title
+    fig.update_layout(template="plotly_white", margin=dict(l=60, r=20, t=80 if two_line_title else 50, b=50))
     return fig.to_html(
         full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG, div_id=div_id or f"fig-{next(_ids)}"
     )
@@ -31,9 +42,9 @@ def plotly_js() -> str:
 
 
 def table_html(
-    df: pd.DataFrame, table_id: str, max_rows: int = 500, float_fmt: str = "{:,.2f}", sortable: bool = True
+    df: pd.DataFrame, table_id: str, max_rows: int = MAX_TABLE_ROWS, float_fmt: str = "{:,.2f}", sortable: bool = True
 ) -> str:
-    """A sortable HTML table (click a header); every cell escaped."""
+    """A sortable HTML table (click a header); every cell escaped; at most ``max_rows`` rows rendered."""
     if df is None or not len(df):
         return '<p class="muted">No rows.</p>'
     shown = df.head(max_rows)
@@ -50,7 +61,7 @@ def table_html(
             else:
                 cells.append(f"<td>{html.escape('' if v is None else str(v))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    more = f'<p class="muted">Showing {max_rows:,} of {len(df):,} rows.</p>' if len(df) > max_rows else ""
+    more = f'<p class="muted">{capped_rows(len(df), max_rows)}</p>' if len(df) > max_rows else ""
     cls = "data sortable" if sortable else "data"
     return (
         f'<table id="{html.escape(table_id)}" class="{cls}"><thead><tr>{head}</tr></thead>'

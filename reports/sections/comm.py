@@ -1,13 +1,19 @@
 """Collectives across ranks: one step's timeline per rank, the wait table, the overlap bars.
 
 Draws what ``diagnose.analyzers.comm`` put in ``result.tables`` (times already in ms from
-the step's first event, waits already split from the rest of each collective).
+the step's first event, waits already split from the rest of each collective). A step with more
+bars than the mark budget is drawn binned: per rank and lane, the time inside each bucket.
 """
 
 from __future__ import annotations
 
 import html
 
+import numpy as np
+import pandas as pd
+
+from reports import chart_budget
+from reports.chart_budget import bin_intervals, binning_note, duration_text_ms, nice_width
 from reports.figures import figure_html, table_html
 
 COLORS = {"compute": "#8d99ae", "wait": "#d62828", "collective": "#277da1"}
@@ -62,18 +68,48 @@ def _timeline_figure(timeline, step) -> str:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for lane, rows in timeline.groupby("lane", sort=False):
-        fig.add_bar(
-            y=[f"rank {r}" for r in rows["rank"]],
-            x=rows["end_ms"] - rows["start_ms"],
-            base=rows["start_ms"],
-            orientation="h",
-            name=LANE_NAMES.get(lane, lane),
-            marker_color=COLORS.get(lane),
-            text=rows["label"],
-            hovertemplate="%{text}<br>%{base:.3f} ms + %{x:.3f} ms<extra></extra>",
-        )
     title = "One step per rank" + (f" (step {step}, the one with the most wait)" if step is not None else "")
+    lanes = timeline.groupby(["lane", "rank"], sort=False).ngroups
+    if len(timeline) <= chart_budget.MAX_MARKS:
+        for lane, rows in timeline.groupby("lane", sort=False):
+            fig.add_bar(
+                y=[f"rank {r}" for r in rows["rank"]],
+                x=rows["end_ms"] - rows["start_ms"],
+                base=rows["start_ms"],
+                orientation="h",
+                name=LANE_NAMES.get(lane, lane),
+                marker_color=COLORS.get(lane),
+                text=[html.escape(str(t)) for t in rows["label"]],
+                hovertemplate="%{text}<br>%{base:.3f} ms + %{x:.3f} ms<extra></extra>",
+            )
+    else:
+        lo, hi = float(timeline["start_ms"].min()), float(timeline["end_ms"].max())
+        width = nice_width(hi - lo, max(1, min(chart_budget.MAX_TIME_BINS, chart_budget.MAX_MARKS // lanes - 1)))
+        drawn = 0
+        for lane, rows in timeline.groupby("lane", sort=False):
+            per_rank = []
+            for rank, r in rows.groupby("rank", sort=True):
+                b = bin_intervals(r["start_ms"].to_numpy(), r["end_ms"].to_numpy(), width, origin=lo)
+                per_rank.append(b.assign(rank=rank))
+            bins = per_rank[0].iloc[:0] if not per_rank else pd.concat(per_rank)
+            drawn += len(bins)
+            fig.add_bar(
+                y=[f"rank {r}" for r in bins["rank"]],
+                x=[width] * len(bins),
+                base=bins["bin_start"],
+                orientation="h",
+                name=LANE_NAMES.get(lane, lane),
+                marker=dict(color=COLORS.get(lane), opacity=np.clip(bins["busy"] / width, 0.15, 1.0).round(3).tolist()),
+                customdata=np.column_stack([bins["busy"], bins["count"]]),
+                hovertemplate=html.escape(LANE_NAMES.get(lane, lane))
+                + "<br>%{base:.3f} ms + "
+                + duration_text_ms(width)
+                + ": %{customdata[0]:.3f} ms in it, %{customdata[1]} bars start<extra></extra>",
+            )
+        title += (
+            f"<br><sub>{binning_note(duration_text_ms(width), drawn)} per rank and lane, shade = share of the "
+            f"bucket (from {len(timeline):,} bars)</sub>"
+        )
     fig.update_layout(
         barmode="overlay",
         title=title,

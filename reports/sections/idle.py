@@ -1,9 +1,16 @@
-"""GPU idle time: a per-step stacked bar of busy time and idle causes, and the per-stream breakdown."""
+"""GPU idle time: a per-step stacked bar of busy time and idle causes, and the per-stream breakdown.
+
+Over the mark budget (a long run: thousands of steps × five causes) consecutive steps are grouped:
+a bar is then the mean per step of its group, and a marker shows the group's slowest step, so a
+spike stays visible; the title says the group size.
+"""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from reports import chart_budget
+from reports.chart_budget import binning_note, group_consecutive
 from reports.figures import figure_html, table_html
 
 CAUSES = (
@@ -27,19 +34,7 @@ def render(result) -> str:
     per_step = result.tables.get("per_step")
     if per_step is not None and len(per_step):
         for rank, rows in per_step.groupby("rank"):
-            labels = [str(s) if s >= 0 else "all" for s in rows["step"]]
-            fig = go.Figure()
-            for col, name, color in CAUSES:
-                fig.add_trace(go.Bar(x=labels, y=rows[col], name=name, marker_color=color))
-            fig.update_layout(
-                barmode="stack",
-                title=f"Rank {rank}: GPU time per step",
-                xaxis_title="step",
-                yaxis_title="ms",
-                xaxis_type="category",
-                height=380,
-            )
-            parts.append(figure_html(fig))
+            parts.append(_per_step_figure(rank, rows.sort_values("step", kind="stable")))
     streams = result.tables.get("per_stream")
     if streams is not None and len(streams):
         parts.append("<h3>Idle time per stream (HTA's categories)</h3>")
@@ -53,3 +48,46 @@ def render(result) -> str:
             )
         )
     return "\n".join(parts)
+
+
+def _per_step_figure(rank, rows) -> str:
+    fig = go.Figure()
+    title = f"Rank {rank}: GPU time per step"
+    if len(rows) * len(CAUSES) <= chart_budget.MAX_MARKS:
+        labels = [str(s) if s >= 0 else "all" for s in rows["step"]]
+        for col, name, color in CAUSES:
+            fig.add_trace(go.Bar(x=labels, y=rows[col], name=name, marker_color=color))
+    else:
+        group, size = group_consecutive(len(rows), chart_budget.MAX_MARKS // (len(CAUSES) + 1))
+        cols = [c for c, _, _ in CAUSES]
+        grouped = rows[cols].assign(total_ms=rows[cols].sum(axis=1), group=group, step=rows["step"].to_numpy())
+        g = grouped.groupby("group", sort=True)
+        means = g[cols].mean()
+        steps = g["step"].agg(["first", "last"])
+        slowest = grouped.loc[g["total_ms"].idxmax()]
+        labels = [f"{a}–{b}" for a, b in zip(steps["first"], steps["last"])]
+        for col, name, color in CAUSES:
+            fig.add_trace(go.Bar(x=labels, y=means[col], name=f"{name} (mean per step)", marker_color=color))
+        fig.add_trace(
+            go.Scatter(
+                x=labels,
+                y=slowest["total_ms"],
+                mode="markers",
+                name="slowest step of the group",
+                marker=dict(symbol="line-ew-open", size=10, color="#222"),
+                customdata=slowest[["step"]].to_numpy(),
+                hovertemplate="slowest: step %{customdata[0]}, %{y:.3f} ms<extra></extra>",
+            )
+        )
+        title += (
+            f"<br><sub>{binning_note(f'{size:,} steps', len(labels))} (mean per step; of {len(rows):,} steps)</sub>"
+        )
+    fig.update_layout(
+        barmode="stack",
+        title=title,
+        xaxis_title="step",
+        yaxis_title="ms",
+        xaxis_type="category",
+        height=380,
+    )
+    return figure_html(fig)

@@ -1,15 +1,23 @@
 """L2 section: the kernel × launch-order heatmap of L2 hit rate, and the per-kernel L2 table.
 
 Draws only: the cells (one per kernel and bin of consecutive launches) come from the
-l2 analyzer's ``heatmap`` table, the bands and bin size from its ``meta``.
+l2 analyzer's ``heatmap`` table, the bands and bin size from its ``meta``. Over the mark budget
+neighbouring bins are merged (hit rates weighted by duration, as the analyzer weights them); the
+launch timeline keeps a min/max envelope per time bucket. Kernel names are short on the axis and
+full in the hover.
 """
 
 from __future__ import annotations
 
 import html
+import math
 
+import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 
+from reports import chart_budget
+from reports.chart_budget import binning_note, duration_text_ms, kernel_axis, thin_line
 from reports.figures import figure_html, table_html
 from reports.format import ns_human
 
@@ -42,7 +50,7 @@ def render(result) -> str:
         parts.append(f'<p class="muted">{html.escape(result.findings[0].recommendation)}</p>')
     cells = result.tables.get("heatmap")
     if cells is not None and len(cells):
-        parts.append(_heatmap(cells, result.meta))
+        parts.append(_heatmap(cells, result.meta, result.tables.get("kernels")))
     launches = result.tables.get("timeline_launches")
     if launches is not None and len(launches):
         parts.append(_timeline(launches, result.tables.get("timeline_segments"), result.meta))
@@ -59,8 +67,12 @@ def render(result) -> str:
     return "\n".join(parts) or EMPTY
 
 
-def _heatmap(cells, meta) -> str:
+def _heatmap(cells, meta, kernel_table=None) -> str:
     kernels = list(dict.fromkeys(cells["kernel"]))
+    bin_size = int(meta.get("heatmap_bin_size", 1))
+    merge = max(1, math.ceil(cells["bin"].nunique() / max(1, chart_budget.MAX_MARKS // len(kernels))))
+    if merge > 1:
+        cells, bin_size = merge_bins(cells, merge), bin_size * merge
     bins = sorted(cells["bin"].unique())
     col = {b: i for i, b in enumerate(bins)}
     row = {k: i for i, k in enumerate(kernels)}
@@ -75,11 +87,14 @@ def _heatmap(cells, meta) -> str:
             else f"launches {c.first_launch}–{c.last_launch} ({c.launches} of this kernel)"
         )
         text[i][j] = (
-            f"{html.escape(c.kernel)}<br>{launches}<br>L2 hit {c.l2_hit_pct:.1f} %"
+            f"{launches}<br>L2 hit {c.l2_hit_pct:.1f} %"
             f"<br>duration {ns_human(c.dur_ns)}<br>DRAM {_pct(c.dram_throughput_pct)} of peak"
             f"<br>grid {html.escape(str(c.grid))}"
         )
-    bin_size = int(meta.get("heatmap_bin_size", 1))
+    full = None
+    if kernel_table is not None and {"kernel", "kernel_name"} <= set(kernel_table.columns):
+        full = kernel_table.drop_duplicates("kernel").set_index("kernel")["kernel_name"].reindex(kernels).tolist()
+    categories, ticks = kernel_axis(kernels, full)
     warning, critical = meta.get("warning_pct", 85.0), meta.get("critical_pct", 62.0)
     # red under the critical band, amber in the warning band, green above it
     scale = [[0.0, "#a50026"], [critical / 100, "#f46d43"], [warning / 100, "#fee08b"], [1.0, "#1a9850"]]
@@ -87,9 +102,9 @@ def _heatmap(cells, meta) -> str:
         go.Heatmap(
             z=z,
             x=[b * bin_size for b in bins],
-            y=[html.escape(k) for k in kernels],
+            y=categories,
             text=text,
-            hoverinfo="text",
+            hovertemplate="%{y}<br>%{text}<extra></extra>",
             colorscale=scale,
             zmin=0,
             zmax=100,
@@ -98,11 +113,14 @@ def _heatmap(cells, meta) -> str:
             colorbar=dict(title="L2 hit %"),
         )
     )
+    title = "L2 hit rate by kernel (costliest first) and launch order"
+    if merge > 1:
+        title += f"<br><sub>{binning_note(f'{bin_size:,} launches', len(bins), 'column')}</sub>"
     fig.update_layout(
-        title="L2 hit rate by kernel (costliest first) and launch order",
+        title=title,
         xaxis_title=f"launch order (bins of {bin_size} launches)" if bin_size > 1 else "launch order",
         height=max(320, 26 * len(kernels) + 140),
-        yaxis=dict(autorange="reversed", automargin=True),
+        yaxis=dict(autorange="reversed", automargin=True, tickmode="array", tickvals=categories, ticktext=ticks),
     )
     shown, total = meta.get("heatmap_kernels_shown", len(kernels)), meta.get("kernels", len(kernels))
     note = (
@@ -111,6 +129,40 @@ def _heatmap(cells, meta) -> str:
         else ""
     )
     return figure_html(fig, div_id="fig-l2-heatmap") + note
+
+
+def merge_bins(cells: pd.DataFrame, factor: int) -> pd.DataFrame:
+    """Heatmap cells with every ``factor`` neighbouring bins of a kernel merged into one: launches and
+    durations summed, hit rate and DRAM throughput weighted by duration, grid from the longest cell."""
+    c = cells.assign(bin=cells["bin"] // factor)
+    w = c["dur_ns"].fillna(0.0)
+    c = c.assign(
+        _w=w.where(c["l2_hit_pct"].notna(), 0.0),
+        _hit=(c["l2_hit_pct"] * w).fillna(0.0),
+        _wd=w.where(c["dram_throughput_pct"].notna(), 0.0),
+        _dram=(c["dram_throughput_pct"] * w).fillna(0.0),
+    )
+    g = c.groupby(["kernel", "bin"], sort=False)
+    out = g.agg(
+        first_launch=("first_launch", "min"),
+        last_launch=("last_launch", "max"),
+        launches=("launches", "sum"),
+        dur_ns=("dur_ns", "sum"),
+        _w=("_w", "sum"),
+        _hit=("_hit", "sum"),
+        _wd=("_wd", "sum"),
+        _dram=("_dram", "sum"),
+        _hit_mean=("l2_hit_pct", "mean"),
+        _dram_mean=("dram_throughput_pct", "mean"),
+    )
+    # no duration to weigh by: the plain mean, as diagnose.kernel_stats.weighted_mean falls back
+    out["l2_hit_pct"] = np.where(out["_w"] > 0, out["_hit"] / out["_w"].where(out["_w"] > 0), out["_hit_mean"])
+    out["dram_throughput_pct"] = np.where(
+        out["_wd"] > 0, out["_dram"] / out["_wd"].where(out["_wd"] > 0), out["_dram_mean"]
+    )
+    longest = c.sort_values("dur_ns", ascending=False, kind="stable").drop_duplicates(["kernel", "bin"])
+    out = out.join(longest.set_index(["kernel", "bin"])[["grid_size", "grid"]])
+    return out.reset_index()[[col for col in cells.columns if col in out.reset_index().columns]]
 
 
 def _pct(v) -> str:
@@ -123,8 +175,22 @@ def _timeline(launches, segments, meta) -> str:
     from plotly.subplots import make_subplots
 
     fig = make_subplots(specs=[[{"secondary_y": True}]])
+    n_segments = 0 if segments is None else len(segments)
+    over = len(launches) + 2 * n_segments > chart_budget.MAX_MARKS
+    per_trace = chart_budget.MAX_MARKS // 5  # two launch kinds, the reserved line, allocs and frees
+    widths = []
+
+    def thinned(rows, y_column):
+        if not over:
+            return rows
+        idx, width = thin_line(rows["t_s"], rows[y_column], per_trace)
+        if width is not None:
+            t = rows["t_s"].to_numpy(dtype=float)
+            widths.append((width, int(np.unique(np.floor((t - np.nanmin(t)) / width)).size)))
+        return rows.iloc[idx]
+
     for new, name, symbol in ((False, "launch", "circle"), (True, "launch right after a new segment", "diamond")):
-        rows = launches[launches["after_new_segment"] == new]
+        rows = thinned(launches[launches["after_new_segment"] == new], "l2_hit_pct")
         if not len(rows):
             continue
         fig.add_trace(
@@ -143,10 +209,11 @@ def _timeline(launches, segments, meta) -> str:
         )
     if segments is not None and len(segments):
         end = max(float(launches["t_s"].max()), float(segments["t_s"].max()))  # held until the last launch
+        line = thinned(segments, "reserved_bytes")
         fig.add_trace(
             go.Scatter(
-                x=[*segments["t_s"], end],
-                y=[*segments["reserved_bytes"], segments["reserved_bytes"].iloc[-1]],
+                x=[*line["t_s"], end],
+                y=[*line["reserved_bytes"], segments["reserved_bytes"].iloc[-1]],
                 mode="lines",
                 line=dict(shape="hv", color="#555", width=1),
                 name="reserved bytes",
@@ -158,7 +225,7 @@ def _timeline(launches, segments, meta) -> str:
             (("segment_alloc", "segment_map"), "cudaMalloc (new segment)", "triangle-up", "#c0392b"),
             (("segment_free", "segment_unmap"), "cudaFree (segment released)", "triangle-down", "#2471a3"),
         ):
-            rows = segments[segments["action"].isin(actions)]
+            rows = thinned(segments[segments["action"].isin(actions)], "size_bytes")
             if len(rows):
                 fig.add_trace(
                     go.Scatter(
@@ -175,8 +242,14 @@ def _timeline(launches, segments, meta) -> str:
                     ),
                     secondary_y=True,
                 )
+    title = "L2 hit rate per profiled launch, with the allocator's segments (seconds since the first profiled launch)"
+    if widths:
+        title += (
+            f"<br><sub>{binning_note(duration_text_ms(1000 * max(widths)[0]), max(widths)[1], 'min/max envelope')}"
+            f" per series (of {len(launches):,} launches and {n_segments:,} segment events)</sub>"
+        )
     fig.update_layout(
-        title="L2 hit rate per profiled launch, with the allocator's segments (seconds since the first profiled launch)",
+        title=title,
         height=420,
         legend=dict(orientation="h"),
     )

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import html
-
 import plotly.graph_objects as go
 
+from reports.chart_budget import kernel_axis
 from reports.figures import figure_html, table_html
 
 TABLE_COLUMNS = [
@@ -36,7 +35,7 @@ def render(result) -> str:
     lossy = stats[(stats["small_grid_loss_share"] + stats["tail_loss_share"] + stats["lane_loss_share"]) > 0]
     if len(lossy):
         top = lossy.head(MAX_BARS)
-        names = [html.escape(k) for k in top["kernel"]]
+        names, ticks = kernel_axis(top["kernel"], top.get("kernel_name"))  # short on the axis, full on hover
         fig = go.Figure(
             [
                 go.Bar(
@@ -57,7 +56,7 @@ def render(result) -> str:
             title="Estimated GPU time lost to the launch shape",
             barmode="stack",
             xaxis_title="% of profiled GPU time",
-            yaxis=dict(autorange="reversed", automargin=True),
+            yaxis=dict(autorange="reversed", automargin=True, tickmode="array", tickvals=names, ticktext=ticks),
             height=max(300, 24 * len(top) + 140),
         )
         parts.append(figure_html(fig, div_id="fig-launch-config"))

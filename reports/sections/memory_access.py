@@ -6,6 +6,7 @@ import html
 
 import plotly.graph_objects as go
 
+from reports.chart_budget import kernel_axis
 from reports.figures import figure_html, table_html
 
 MAX_BARS = 30
@@ -41,7 +42,7 @@ def render(result) -> str:
         return '<p class="muted">No global-memory sector metrics in this input.</p>'
     threshold = result.meta.get("excess_share_pct", 25.0)
     top = stats[stats["excess_share_pct"].notna()].sort_values("gpu_time_ns", ascending=False).head(MAX_BARS)
-    names = [html.escape(str(k)) for k in top["kernel"]]
+    names, ticks = kernel_axis(top["kernel"], top.get("kernel_name"))  # short on the axis, full on hover
     hover = top[["access", "top_location", "share", "est_loss_share"]].astype(object)
     hover = hover.where(hover.notna(), "").to_numpy()
     fig = go.Figure(
@@ -59,7 +60,7 @@ def render(result) -> str:
     fig.update_layout(
         title="Excess global sectors per kernel (% of its L2 sectors; red = flagged), heaviest kernels first",
         xaxis=dict(title="excess sectors, % of the kernel's global L2 sectors", range=[0, 105]),
-        yaxis=dict(autorange="reversed"),
+        yaxis=dict(autorange="reversed", automargin=True, tickmode="array", tickvals=names, ticktext=ticks),
         height=max(300, 24 * len(top) + 120),
         showlegend=False,
     )

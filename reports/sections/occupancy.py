@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import html
-
 import plotly.graph_objects as go
 
+from reports.chart_budget import kernel_axis
 from reports.figures import figure_html, table_html
 
 MAX_BARS = 30
@@ -36,7 +35,7 @@ def render(result) -> str:
     if stats is None or not len(stats):
         return '<p class="muted">No occupancy metrics in this input.</p>'
     top = stats.head(MAX_BARS)
-    names = [html.escape(k) for k in top["kernel"]]
+    names, ticks = kernel_axis(top["kernel"], top.get("kernel_name"))  # short on the axis, full on hover
     fig = go.Figure(
         [
             go.Bar(
@@ -62,7 +61,7 @@ def render(result) -> str:
         title=f"Achieved vs theoretical occupancy ({len(top)} heaviest kernels)",
         barmode="overlay",
         xaxis=dict(title="% of the SM's warp slots", range=[0, 100]),
-        yaxis=dict(autorange="reversed", automargin=True),
+        yaxis=dict(autorange="reversed", automargin=True, tickmode="array", tickvals=names, ticktext=ticks),
         height=max(320, 24 * len(top) + 140),
     )
     cols = [c for c in TABLE_COLUMNS if c in stats.columns]

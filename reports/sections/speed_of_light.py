@@ -1,11 +1,18 @@
-"""Speed-of-light section: memory vs compute throughput per kernel, marker area = GPU time."""
+"""Speed-of-light section: memory vs compute throughput per kernel, marker area = GPU time.
+
+One marker per kernel within the mark budget; past it the lightest kernels are drawn as one
+"other" marker (their GPU time summed, throughputs weighted by it).
+"""
 
 from __future__ import annotations
 
 import html
 
+import pandas as pd
 import plotly.graph_objects as go
 
+from reports import chart_budget
+from reports.chart_budget import top_n_other
 from reports.figures import figure_html, table_html
 
 COLORS = {
@@ -41,7 +48,10 @@ def render(result) -> str:
     bound, latency = result.meta.get("bound_pct", 60.0), result.meta.get("latency_pct", 40.0)
     fig = go.Figure()
     peak = max(float(stats["gpu_time_ns"].max()), 1.0)
-    for cls, g in stats.groupby("bound", sort=True):
+    drawn, rest = top_n_other(stats, "gpu_time_ns", chart_budget.MAX_MARKS - 16)
+    if len(rest):
+        drawn = pd.concat([drawn, _other(rest)], ignore_index=True)
+    for cls, g in drawn.groupby("bound", sort=True):
         fig.add_trace(
             go.Scatter(
                 x=g["memory_throughput_pct"],
@@ -83,6 +93,10 @@ def render(result) -> str:
         yaxis=dict(title="compute (SM) throughput % of peak", range=[0, 105]),
         height=500,
     )
+    if len(rest):
+        fig.update_layout(
+            title=f"{fig.layout.title.text}<br><sub>{len(rest):,} lightest kernels drawn as one marker</sub>"
+        )
     cols = [c for c in TABLE_COLUMNS if c in stats.columns]
     return (
         figure_html(fig, div_id="fig-sol")
@@ -93,3 +107,16 @@ def render(result) -> str:
         + table_html(stats[cols], "sol-kernels")
         + "</div>"
     )
+
+
+def _other(rest: pd.DataFrame) -> pd.DataFrame:
+    """The kernels past the budget as one row: GPU time, launches and share summed, throughputs weighted
+    by GPU time (as the per-kernel figures weight launches by duration)."""
+    w = rest["gpu_time_ns"].fillna(0.0)
+    row = {"kernel": f"other ({len(rest):,} kernels)", "bound": "other", "limiter_unit": "mixed"}
+    for col in ("gpu_time_ns", "launches", "share"):
+        row[col] = float(rest[col].sum()) if col in rest else float("nan")
+    for col in ("memory_throughput_pct", "sm_throughput_pct"):
+        ok = rest[col].notna() & (w > 0)
+        row[col] = float((rest[col][ok] * w[ok]).sum() / w[ok].sum()) if ok.any() else float("nan")
+    return pd.DataFrame([row])

@@ -1,11 +1,14 @@
 """Step-time chart: host and GPU time per step, warm-up and outlier steps marked.
 
 Draws ``result.tables["steps"]`` (already thinned by the analyzer) and the median
-from ``result.meta``; tables of per-rank figures and timed regions follow.
+from ``result.meta``; tables of per-rank figures and timed regions follow. Still over the mark
+budget (many ranks), each line keeps a min/max envelope per bucket of steps, said in the title.
 """
 
 from __future__ import annotations
 
+from reports import chart_budget
+from reports.chart_budget import binning_note, thin_line
 from reports.figures import figure_html, table_html
 
 
@@ -49,29 +52,35 @@ def _chart(result) -> str:
     import plotly.graph_objects as go
 
     steps = result.tables["steps"]
-    fig = go.Figure()
+    series = []  # (name, rows, y column, marker)
     many_ranks = steps["rank"].nunique() > 1
     for rank, rows in steps.groupby("rank"):
         suffix = f" rank {rank}" if many_ranks else ""
         if rows["host_ms"].notna().any():
-            fig.add_scatter(
-                x=rows["step"], y=rows["host_ms"], mode="lines+markers", name=f"host ms{suffix}", marker=dict(size=4)
-            )
+            series.append((f"host ms{suffix}", rows, "host_ms", None))
         if rows["gpu_ms"].notna().any():
             timed = rows.dropna(subset=["gpu_ms"])  # only a sample of the steps when light mode sampled GPU time
-            fig.add_scatter(
-                x=timed["step"], y=timed["gpu_ms"], mode="lines+markers", name=f"GPU ms{suffix}", marker=dict(size=4)
-            )
+            series.append((f"GPU ms{suffix}", timed, "gpu_ms", None))
         for flag, label, symbol in (("warmup", "warm-up", "circle-open"), ("outlier", "outlier", "x")):
             marked = rows[rows[flag]]
             if len(marked):
-                fig.add_scatter(
-                    x=marked["step"],
-                    y=marked["step_ms"],
-                    mode="markers",
-                    name=f"{label}{suffix}",
-                    marker=dict(symbol=symbol, size=10),
-                )
+                series.append((f"{label}{suffix}", marked, "step_ms", symbol))
+    over = sum(len(rows) for _, rows, _, _ in series) > chart_budget.MAX_MARKS - 2
+    per_series = (chart_budget.MAX_MARKS - 2) // max(1, len(series))
+    widths = []
+    fig = go.Figure()
+    for name, rows, column, symbol in series:
+        if over:
+            idx, width = thin_line(rows["step"], rows[column], per_series)
+            rows = rows.iloc[idx]
+            if width is not None:
+                widths.append(width)
+        if symbol is None:
+            fig.add_scatter(x=rows["step"], y=rows[column], mode="lines+markers", name=name, marker=dict(size=4))
+        else:
+            fig.add_scatter(
+                x=rows["step"], y=rows[column], mode="markers", name=name, marker=dict(symbol=symbol, size=10)
+            )
     median = result.meta.get("median_step_ms")
     if median is not None:
         fig.add_hline(
@@ -81,5 +90,13 @@ def _chart(result) -> str:
             annotation_text=f"median {median:,.2f} ms",
             annotation_position="top left",
         )
-    fig.update_layout(title="Time per step", xaxis_title="step", yaxis_title="ms", height=420)
+    title = "Time per step"
+    if widths:
+        step_width = max(widths)
+        span = float(steps["step"].max() - steps["step"].min())
+        title += (
+            f"<br><sub>{binning_note(f'{step_width:g} steps', int(span // step_width) + 1, 'min/max envelope')}"
+            " per series</sub>"
+        )
+    fig.update_layout(title=title, xaxis_title="step", yaxis_title="ms", height=420)
     return figure_html(fig, div_id="steps-chart")

@@ -2,13 +2,17 @@
 
 Draws what ``diagnose.analyzers.utilization`` put in ``result.tables`` (already
 decimated, times in seconds from the run's first sample or step); step starts are
-dashed lines across every row, the judged training window is shaded.
+dashed lines across every row, the judged training window is shaded. Still over the mark budget
+(many GPUs), each series keeps a min/max envelope per time bucket and the step lines are
+strided, both said on the chart.
 """
 
 from __future__ import annotations
 
 import html
 
+from reports import chart_budget
+from reports.chart_budget import binning_note, duration_text_ms, thin_line
 from reports.figures import figure_html, table_html
 
 ROWS = (  # (columns drawn, y-axis title)
@@ -55,15 +59,28 @@ def _timeline_figure(result) -> str:
     from plotly.subplots import make_subplots
 
     timeline = result.tables["timeline"]
+    marks = result.tables.get("step_marks")
+    n_marks = 0 if marks is None else len(marks)
+    mark_stride = max(1, -(-n_marks // (chart_budget.MAX_MARKS // 5)))  # step lines: at most a fifth
+    n_series = timeline["gpu"].nunique() * sum(len(c) for c, _ in ROWS)
+    budget = chart_budget.MAX_MARKS - len(ROWS) - 1 - -(-n_marks // mark_stride)  # titles, window, lines
+    over = n_series * len(timeline) / max(1, timeline["gpu"].nunique()) > budget
+    per_series = budget // max(1, n_series)
+    widths = []
     fig = make_subplots(
         rows=len(ROWS), cols=1, shared_xaxes=True, vertical_spacing=0.03, subplot_titles=[title for _, title in ROWS]
     )
     for row, (columns, title) in enumerate(ROWS, start=1):
         for gpu, samples in timeline.groupby("gpu"):
             for column in columns:
+                drawn = samples
+                if over:
+                    idx, width = thin_line(samples["t_s"], samples[column], per_series)
+                    drawn = samples.iloc[idx]
+                    widths += [width] if width is not None else []
                 fig.add_scatter(
-                    x=samples["t_s"],
-                    y=samples[column],
+                    x=drawn["t_s"],
+                    y=drawn[column],
                     mode="lines",
                     row=row,
                     col=1,
@@ -80,9 +97,8 @@ def _timeline_figure(result) -> str:
             line_width=0,
             layer="below",
         )
-    marks = result.tables.get("step_marks")
-    if marks is not None and len(marks):
-        for mark in marks.itertuples():
+    if n_marks:
+        for mark in marks.iloc[::mark_stride].itertuples():
             fig.add_shape(
                 type="line",
                 x0=mark.t_s,
@@ -94,7 +110,19 @@ def _timeline_figure(result) -> str:
                 line=dict(color="#999" if mark.warmup else "#555", width=1, dash="dot"),
             )
     fig.update_xaxes(title_text="seconds since the first sample", row=len(ROWS), col=1)
-    fig.update_layout(height=220 * len(ROWS), title="NVML samples", hovermode="x unified")
+    title = "NVML samples"
+    notes = []
+    if widths:
+        span = float(timeline["t_s"].max() - timeline["t_s"].min())
+        notes.append(
+            binning_note(duration_text_ms(1000 * max(widths)), int(span // max(widths)) + 1, "min/max envelope")
+            + " per series"
+        )
+    if mark_stride > 1:
+        notes.append(f"every {mark_stride:,}th step line of {n_marks:,} drawn")
+    if notes:
+        title += f"<br><sub>{'; '.join(notes)}</sub>"
+    fig.update_layout(height=220 * len(ROWS), title=title, hovermode="x unified")
     return figure_html(fig, div_id="utilization-timeline")
 
 
