@@ -21,9 +21,16 @@ class Analysis:
     source: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     metrics: dict[str, Metric] = field(default_factory=dict)  # summary key -> its declaration (diagnose.metrics)
+    verdict: Any = None  # diagnose.verdict.Verdict: the one-sentence answer, decided at the end of analyze()
 
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.findings), default=None)
+
+    def _repr_html_(self) -> str:
+        """What a notebook shows: the verdict and the findings table (reports/notebook.py), not the whole page."""
+        from reports.notebook import render_notebook_html
+
+        return render_notebook_html(self)
 
 
 def analyze(profile: Profile, thresholds: Thresholds | None = None, only: list[str] | None = None) -> Analysis:
@@ -44,6 +51,9 @@ def analyze(profile: Profile, thresholds: Thresholds | None = None, only: list[s
         metric = describe(key, declared)
         if metric is not None:
             analysis.metrics[key] = metric
+    from diagnose.verdict import decide
+
+    analysis.verdict = decide(analysis)
     return analysis
 
 
@@ -61,12 +71,14 @@ def declared_metrics() -> tuple[Metric, ...]:
 
 
 def describe_source(profile: Profile) -> dict[str, Any]:
+    from diagnose.environment import environment_of
     from diagnose.version import __version__
 
     m = profile.manifest
     return {
         "paths": list(profile.sources),
         "gpu": profile.gpu_name,
+        "environment": environment_of(profile),  # GPU, driver, CUDA, torch/JAX: diff warns when they differ
         "gpudiag_version": __version__,
         "manifest": m or None,
         "artifacts": {

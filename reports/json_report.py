@@ -10,8 +10,10 @@ SCHEMA = "gpudiag.findings/1"
 
 
 def to_dict(analysis) -> dict:
+    verdict = getattr(analysis, "verdict", None)  # None for an Analysis built by hand, not by diagnose.analyze
     return {
         "schema": SCHEMA,
+        "verdict": verdict.to_json() if verdict is not None else None,
         "source": jsonable(analysis.source),
         "summary": {k: jsonable(v) for k, v in sorted(analysis.summary.items())},
         "findings": [f.to_json() for f in analysis.findings],

@@ -48,8 +48,13 @@ def require_browser():
         pytest.skip("playwright not installed")
 
 
-def visit(html_path: Path, evaluate: dict[str, str] | None = None, timeout_ms: int = 30000) -> PageVisit:
-    """Load ``html_path``, wait until every plotly div has drawn, return what happened."""
+def visit(
+    html_path: Path, evaluate: dict[str, str] | None = None, timeout_ms: int = 30000, viewport: dict | None = None
+) -> PageVisit:
+    """Load ``html_path``, wait until every plotly div has drawn, return what happened.
+
+    ``evaluate`` maps names to JS expressions whose values land in ``evaluated``; ``viewport``
+    (``{"width": 1280, "height": 1000}``) sets the window size, for tests of what shows without scrolling."""
     require_browser()
     from playwright.sync_api import sync_playwright
 
@@ -57,7 +62,7 @@ def visit(html_path: Path, evaluate: dict[str, str] | None = None, timeout_ms: i
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
-            page = browser.new_page()
+            page = browser.new_page(viewport=viewport) if viewport else browser.new_page()
             page.on("console", lambda m: result.console_errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: result.page_errors.append(str(e)))
             page.on("request", lambda r: result.requests.append(r.url))

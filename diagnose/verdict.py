@@ -1,0 +1,299 @@
+"""The verdict: one sentence that says what limits a run and what fixing it could save.
+
+A report opens on it (reports/html.py) and the findings JSON carries it (key ``verdict``), so a
+reader learns the answer before any table. It is decided from what the analyzers already
+concluded (findings ranked by cost, the idle analyzer's time breakdown), never measured anew.
+Three states: ``limited`` (a warning or critical finding names the limit), ``clean`` (something
+was judged and nothing crossed a threshold) and ``unjudged`` (no analyzer had data).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from diagnose.findings import Finding, Severity, jsonable
+
+LIMITED, CLEAN, UNJUDGED = "limited", "clean", "unjudged"
+
+# what each analyzer judges, for "nothing crossed a threshold: judged ..."
+JUDGED = {
+    "kernels": "per-kernel metrics",
+    "l2": "L2 hit rates",
+    "occupancy": "occupancy",
+    "launch_config": "launch configurations",
+    "tiny_kernels": "kernel durations",
+    "speed_of_light": "throughput against peak",
+    "memory_access": "global-memory access",
+    "ncu_rules": "ncu's rule results",
+    "idle": "GPU idle time",
+    "sync": "host syncs",
+    "launch": "launch overhead",
+    "comm": "collectives",
+    "steps": "step times",
+    "utilization": "NVML utilisation",
+    "fragmentation": "allocator memory",
+}
+# analyzers whose cost_share is a share of the profiled kernels' GPU time, not of the step
+KERNEL_ANALYZERS = frozenset(
+    {"kernels", "l2", "occupancy", "launch_config", "tiny_kernels", "speed_of_light", "memory_access", "ncu_rules"}
+)
+# the idle analyzer's breakdown columns, in bar order: (cause, column, label)
+BUDGET_PARTS = (
+    ("compute", "compute_ns", "GPU busy: compute"),
+    ("non_compute", "non_compute_ns", "GPU busy: copies and memsets"),
+    ("sync", "idle_sync_ns", "GPU idle: held by host syncs"),
+    ("host", "idle_host_ns", "GPU idle: waiting for the host to launch work"),
+    ("short", "idle_short_ns", "GPU idle: short gaps between kernels"),
+    ("other", "idle_other_ns", "GPU idle: waiting on other streams or events"),
+)
+IDLE_CAUSE_WORDS = {
+    "sync": "host syncs",
+    "host": "waiting for the host to launch work",
+    "short": "short gaps between kernels",
+    "other": "waiting on other streams or events",
+}
+# a cause of idle time is named when it holds at least this share of the idle time: the main
+# one always, a second one only when it is a real part of the story
+NAMED_IDLE_CAUSE_SHARE = 0.25
+# the op that synced, as the user wrote it
+SYNC_OP_WORDS = {
+    "aten::item": ".item()",
+    "aten::_local_scalar_dense": ".item()",
+    "aten::is_nonzero": "if tensor:",
+    "aten::tolist": ".tolist()",
+    "aten::to": ".to()/.cpu()",
+    "aten::_to_copy": ".to()/.cpu()",
+    "aten::copy_": ".copy_()",
+    "aten::nonzero": ".nonzero()",
+    "aten::index": "boolean-mask indexing",
+    "aten::masked_select": "masked_select()",
+    "aten::unique": "unique()",
+    "cudaDeviceSynchronize": "torch.cuda.synchronize()",
+    "cudaStreamSynchronize": "stream synchronize",
+}
+
+
+@dataclass(frozen=True)
+class BudgetPart:
+    """One slice of the traced time: GPU busy on compute or copies, or GPU idle for one cause."""
+
+    cause: str  # compute | non_compute | sync | host | short | other
+    label: str
+    share: float  # of the traced span, 0..1; the parts of a budget add to 1
+
+    def to_json(self) -> dict:
+        return {"cause": self.cause, "label": self.label, "share": jsonable(self.share)}
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    """Where one rank's traced GPU time went (the idle analyzer's breakdown), for the report's bar."""
+
+    rank: int
+    steps: int  # traced steps the span covers (0 when the trace marks none)
+    span_ms: float
+    parts: tuple[BudgetPart, ...]
+
+    @property
+    def idle_share(self) -> float:
+        return sum(p.share for p in self.parts if p.cause not in ("compute", "non_compute"))
+
+    def basis(self) -> str:
+        """What 100 % is, in words."""
+        steps = f"{self.steps} traced step{'s' if self.steps != 1 else ''}" if self.steps else "the whole trace"
+        return f"rank {self.rank}, {steps}, {self.span_ms:,.1f} ms of GPU time"
+
+    def to_json(self) -> dict:
+        return {
+            "rank": self.rank,
+            "steps": self.steps,
+            "span_ms": jsonable(self.span_ms),
+            "basis": self.basis(),
+            "parts": [p.to_json() for p in self.parts],
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The report's first sentence and what it rests on."""
+
+    sentence: str
+    state: str  # limited | clean | unjudged
+    cost_share: float | None  # what fixing the named limit could save, 0..1; None when not estimated
+    cost_basis: str | None  # "step time" or "GPU time": what cost_share is a share of
+    top_finding_ids: tuple[str, ...]  # the findings the sentence names, most costly first
+    budget: StepBudget | None  # None when the input has no trace with GPU activity
+
+    def to_json(self) -> dict:
+        return {
+            "sentence": self.sentence,
+            "state": self.state,
+            "cost_share": jsonable(self.cost_share),
+            "cost_basis": self.cost_basis,
+            "top_finding_ids": list(self.top_finding_ids),
+            "step_budget": self.budget.to_json() if self.budget else None,
+        }
+
+
+def decide(analysis: Any) -> Verdict:
+    """The verdict on an Analysis (its ``results``, ranked ``findings`` and ``summary``)."""
+    measured = [f for f in analysis.findings if not is_not_measured(f)]
+    judged = judged_analyzers(analysis.results)
+    top_idle = next((f for f in measured if f.id == "idle.gpu_idle"), None)
+    budget = step_budget(analysis.results.get("idle"), rank_of(top_idle))
+    limits = [f for f in measured if f.severity >= Severity.WARNING]
+    if limits:
+        return limited(limits[0], measured, budget)
+    if judged:
+        return Verdict(clean_sentence(analysis.summary, budget, judged), CLEAN, None, None, (), budget)
+    sentence = "Nothing could be judged: the input holds none of the measurements gpudiag analyses"
+    if getattr(analysis, "warnings", None):
+        sentence += " (some of it could not be read: see the notes below)"
+    return Verdict(sentence + ".", UNJUDGED, None, None, (), budget)
+
+
+def limited(top: Finding, measured: list[Finding], budget: StepBudget | None) -> Verdict:
+    """The verdict when ``top`` (the most costly warning or critical finding) limits the run.
+
+    GPU idle time and the host syncs behind it are told together, from the idle breakdown, so the
+    sentence gives both the idle share and the line to fix; any other finding speaks through its title.
+    """
+    named, phrase, what = [top], None, "it"
+    if budget is not None and top.id in ("idle.gpu_idle", "sync.host_sync"):
+        idle = next((f for f in measured if f.id == "idle.gpu_idle"), None)
+        sync = next((f for f in measured if f.id == "sync.host_sync"), None)
+        phrase, sync_named = idle_phrase(budget, sync, sync_first=top is sync)
+        if top is sync and not sync_named:
+            phrase = None  # the syncs hold no GPU idle time in the breakdown: let their own title speak
+        else:
+            named += [f for f in (idle, sync if sync_named else None) if f is not None and f is not top]
+            what = "them" if sync_named else "it"
+    if phrase is None:
+        phrase = top.title.rstrip(". ")
+    cost = top.cost_share if top.cost_share is not None and math.isfinite(top.cost_share) else None
+    basis = "GPU time" if top.analyzer in KERNEL_ANALYZERS else "step time"
+    sentence = phrase
+    if cost is not None and cost > 0:
+        sentence += f"; fixing {what} could save up to ~{percent(cost)} of {basis}"
+    return Verdict(
+        sentence + ".", LIMITED, cost, basis if cost is not None else None, tuple(f.id for f in named), budget
+    )
+
+
+def idle_phrase(budget: StepBudget, sync: Finding | None, sync_first: bool = False) -> tuple[str, bool]:
+    """'GPU idle 29 % of the traced time, mostly ...' and whether it named the costliest sync.
+
+    The main cause of idle time is named, and a second one holding ``NAMED_IDLE_CAUSE_SHARE`` of it;
+    with ``sync_first`` (the syncs are the verdict's top finding) host syncs are named whatever their share.
+    """
+    idle = budget.idle_share
+    share_of = {p.cause: p.share for p in budget.parts if p.cause in IDLE_CAUSE_WORDS and p.share > 0}
+    by_share = sorted(share_of, key=share_of.get, reverse=True)
+    causes = [c for i, c in enumerate(by_share) if i == 0 or (idle and share_of[c] / idle >= NAMED_IDLE_CAUSE_SHARE)]
+    if sync_first and "sync" in share_of and "sync" not in causes[:2]:
+        causes = [causes[0], "sync"]  # the main cause stays first: it is what "mostly" refers to
+    words = []
+    sync_named = False
+    for cause in causes[:2]:
+        detail = percent(share_of[cause], 1)
+        if cause == "sync" and sync is not None and sync.subjects:
+            detail += f", costliest {sync_place(sync.subjects[0])}"
+            sync_named = True
+        words.append(f"{IDLE_CAUSE_WORDS[cause]} ({detail})")
+    phrase = f"GPU idle {percent(idle, 1)} of the traced time"
+    if words:
+        phrase += ", mostly " + " and ".join(words)
+    return phrase, sync_named
+
+
+def sync_place(subject) -> str:
+    """Where a sync happens, as a user finds it: ``.item()` at train.py:41``, or its function when the line is not known."""
+    fig = subject.figures
+    op = fig.get("op") or ""
+    what = SYNC_OP_WORDS.get(op, op)
+    code = f"`{what}` " if what else ""
+    if fig.get("line_exact", True) or not fig.get("function"):
+        return f"{code}at {short_location(subject.name)}"
+    return f"{code}in {fig['function']}() of {os.path.basename(str(fig.get('file') or subject.name))}"
+
+
+def short_location(location: str) -> str:
+    """``/work/x/train.py:41`` as ``train.py:41``: the file's name is what a reader looks for."""
+    path, sep, line = str(location).rpartition(":")
+    if not sep or not line.isdigit():
+        return os.path.basename(str(location))
+    return f"{os.path.basename(path)}:{line}"
+
+
+def clean_sentence(summary: dict, budget: StepBudget | None, judged: list[str]) -> str:
+    figures = []
+    if budget is not None:
+        figures.append(f"GPU idle {percent(budget.idle_share, 1)} of the traced time")
+    step_ms = summary.get("step_time_median_ms")
+    if step_ms is not None and math.isfinite(step_ms):
+        figures.append(f"median step {step_ms:,.3g} ms")
+    lead = "Nothing crossed a threshold"
+    if figures:
+        lead += " (" + ", ".join(figures) + ")"
+    return f"{lead}: judged {join_words([JUDGED.get(n, n.replace('_', ' ')) for n in judged])}."
+
+
+def judged_analyzers(results: dict) -> list[str]:
+    """Analyzers that had data: a non-empty table, or a finding other than 'not measured'."""
+    return [name for name, r in results.items() if has_data(r)]
+
+
+def has_data(result) -> bool:
+    return any(len(t) for t in result.tables.values()) or any(not is_not_measured(f) for f in result.findings)
+
+
+def is_not_measured(finding: Finding) -> bool:
+    return finding.id.endswith(".not_measured")
+
+
+def rank_of(finding: Finding | None) -> int | None:
+    if finding is None:
+        return None
+    rank = next((s.name for s in finding.subjects if s.kind == "rank"), None)
+    return int(rank) if rank is not None and str(rank).isdigit() else None
+
+
+def step_budget(idle_result, rank: int | None = None) -> StepBudget | None:
+    """The idle analyzer's breakdown of one rank (``rank``, else the lowest) as parts that add to 1."""
+    if idle_result is None:
+        return None
+    breakdown = idle_result.tables.get("breakdown")
+    if breakdown is None or not len(breakdown):
+        return None
+    rows = breakdown[breakdown["rank"] == rank] if rank is not None else breakdown.iloc[0:0]
+    row = (rows if len(rows) else breakdown.sort_values("rank")).iloc[0]
+    values = [(cause, label, float(row.get(column, 0.0) or 0.0)) for cause, column, label in BUDGET_PARTS]
+    total = sum(v for _, _, v in values if v > 0 and math.isfinite(v))
+    if not total:
+        return None
+    parts = tuple(BudgetPart(c, label, v / total) for c, label, v in values if v > 0 and math.isfinite(v))
+    per_step = idle_result.tables.get("per_step")
+    steps = 0
+    if per_step is not None and len(per_step):
+        mine = per_step[(per_step["rank"] == row["rank"]) & (per_step["step"] >= 0)]
+        steps = int(len(mine))
+    span = float(row.get("span_ns", total))
+    return StepBudget(int(row["rank"]), steps, span / 1e6, parts)
+
+
+def percent(share: float, decimals: int = 0) -> str:
+    """0.288 as '29 %' (or '28.8 %'); under the shown resolution as '<1 %'."""
+    value = 100 * share
+    floor = 10**-decimals
+    if 0 < value < floor:
+        return f"<{floor:g} %"
+    return f"{value:.{decimals}f} %"
+
+
+def join_words(words: list[str]) -> str:
+    if len(words) <= 1:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " and " + words[-1]
