@@ -36,10 +36,13 @@ def main(ctx, debug):
     """Profile a PyTorch or JAX training script and diagnose what holds it back.
 
     \b
-    gpudiag profile -- python train.py      capture a run folder (light mode)
-    gpudiag profile --ncu -- python train.py   the same under Nsight Compute
-    gpudiag report RUN_OR_FILE -o r.html    one offline HTML page, findings first
-    gpudiag check RUN_OR_FILE --fail-on critical   exit 1 when a finding reaches a level
+    gpudiag profile -- python train.py            capture a run folder (light mode)
+    gpudiag profile --ncu -- python train.py      the same under Nsight Compute
+    gpudiag report RUN_OR_FILE -o r.html          one offline HTML page, findings first
+    gpudiag check RUN_OR_FILE --fail-on critical  CI gate: exit 1 when a finding reaches a level
+    gpudiag diff RUN_A RUN_B -o diff.html         what changed between two runs
+    gpudiag sweep --grid bs=8,16 -- python train.py --bs {bs}   memory against throughput
+    gpudiag completion bash                       a shell completion script
 
     RUN_OR_FILE is a run folder or one artifact: an .ncu-rep, an ncu CSV export,
     a PyTorch/JAX profiler trace, a torch memory snapshot. Formats are detected

@@ -1,4 +1,5 @@
-"""Write an Analysis to disk: the offline HTML page and the findings JSON, each written whole or not at all."""
+"""Write an Analysis to disk: the offline HTML page, the findings JSON and the Markdown summary, each written whole
+or not at all."""
 
 from __future__ import annotations
 
@@ -19,4 +20,12 @@ def write_json(analysis: Analysis, path) -> str:
     from reports.json_report import render_json
 
     atomic_write_text(path, render_json(analysis))
+    return str(path)
+
+
+def write_markdown(analysis: Analysis, path, gate: str | None = None) -> str:
+    """Write the Markdown summary (verdict, findings table, what was not measured) to ``path``; returns the path."""
+    from reports.markdown import render_markdown
+
+    atomic_write_text(path, render_markdown(analysis, gate=gate))
     return str(path)

@@ -1,8 +1,14 @@
-"""Options shared by the subcommands that analyse: thresholds and config."""
+"""What the subcommands share: threshold options, input and output checks, the "nothing to judge" rule,
+the finding ids `--ignore` accepts, and the terminal width."""
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import os
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import click
@@ -50,3 +56,77 @@ def require_input_path(path) -> None:
         except OSError as e:
             raise InputError(path, f"is a symbolic link that cannot be followed ({e.strerror})") from None
     raise InputError(path, "does not exist")
+
+
+def require_output_path(path, option: str) -> None:
+    """Refuse an output file whose folder does not exist (or that is a folder), before any work is done.
+
+    Output files never create folders: a typo in ``-o reprots/x.html`` should fail, not scatter files.
+    (Run and sweep folders, ``profile -o`` / ``sweep -o``, are created with their parents: they are new.)
+    """
+    if path is None:
+        return
+    p = Path(path)
+    folder = p.parent
+    if p.is_dir():
+        raise InputError(path, f"is a folder; {option} takes a file name")
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise InputError(path, f"cannot write {option} here: its folder {str(folder)!r} {what} (create it first)")
+
+
+def measured_anything(artifacts: Mapping) -> bool:
+    """Whether an input held any measurement an analyzer can judge.
+
+    ``artifacts`` is ``Analysis.source["artifacts"]`` (``diagnose.analysis.describe_source``), which the
+    findings JSON keeps too: counts and rank lists of what was read.
+    """
+    return any(bool(v) for v in artifacts.values())
+
+
+def require_measurement(artifacts: Mapping | None, path, notes: Iterable[str] = (), verb: str = "report") -> None:
+    """The rule `report` and `check` share: an input in which nothing could be judged is bad input (exit 2),
+    not an empty report or a passing gate. ``artifacts`` None (a findings JSON that does not say) passes."""
+    if artifacts is None or measured_anything(artifacts):
+        return
+    notes = list(notes)
+    what = "the run folder" if Path(path).is_dir() else "the input"
+    raise InputError(
+        path,
+        f"nothing to {verb}: {what} holds no readable measurement" + (f" ({'; '.join(notes)})" if notes else ""),
+    )
+
+
+def known_finding_ids() -> tuple[str, ...]:
+    """Every finding id an analyzer declares (its module's ``FINDING_IDS``), sorted."""
+    from diagnose.analyzers import discover
+
+    return tuple(sorted({i for mod in discover() for i in getattr(mod, "FINDING_IDS", ())}))
+
+
+def ignore_matcher(patterns: Iterable[str], known: Iterable[str]) -> Callable[[str], bool]:
+    """A test ``id -> ignored?`` for ``--ignore`` values: exact ids or globs (``l2.*``).
+
+    A value that matches no known id is an error listing them: a typo must not silently leave a finding
+    in the gate's blind spot.
+    """
+    patterns = tuple(patterns)
+    known = sorted(set(known))
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(i, pattern) for i in known):
+            close = difflib.get_close_matches(pattern, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise InputError(
+                None,
+                f"--ignore {pattern}: no finding has this id{hint}. Known ids (globs such as 'l2.*' work too):\n  "
+                + "\n  ".join(known),
+            )
+    return lambda finding_id: any(fnmatch.fnmatchcase(finding_id, p) for p in patterns)
+
+
+def terminal_width() -> int | None:
+    """The width to fit the terminal summary to: the terminal's when stdout is one, else None (CI logs and
+    pipes get whole lines)."""
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size((100, 20)).columns

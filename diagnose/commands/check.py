@@ -1,12 +1,28 @@
-"""`gpudiag check`: a CI gate. Exit 1 when a finding reaches --fail-on, 0 otherwise, 2 for bad input."""
+"""`gpudiag check`: a CI gate. Exit 1 when a finding reaches --fail-on, 0 otherwise, 2 for bad input
+(including an input in which nothing could be judged, the rule `report` uses, and an unknown --ignore id)."""
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
 import click
 
-from diagnose.commands._common import build_thresholds, require_input_path, threshold_options
+from diagnose.commands._common import (
+    build_thresholds,
+    ignore_matcher,
+    known_finding_ids,
+    require_input_path,
+    require_measurement,
+    require_output_path,
+    terminal_width,
+    threshold_options,
+)
 from diagnose.findings import Severity
 from parsers import registry
+from parsers.errors import InputError
 from parsers.reader import FINDINGS
 
 
@@ -23,37 +39,108 @@ from parsers.reader import FINDINGS
     "--ignore",
     multiple=True,
     metavar="FINDING_ID",
-    help="Finding id to leave out of the gate (repeatable), e.g. --ignore tiny_kernels.launch_bound.",
+    help="Finding id (or glob, e.g. 'l2.*') to leave out of the gate (repeatable), e.g. "
+    "--ignore tiny_kernels.launch_bound. An id no analyzer declares is an error that lists the known ids.",
 )
 @click.option(
     "--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Also write the findings JSON here."
 )
+@click.option(
+    "--md",
+    "md_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write a Markdown summary with the gate's result (for CI logs and PR comments).",
+)
 @threshold_options
-def command(path, fail_on, ignore, json_path, config_path, thresholds):
-    """Exit 1 if PATH has a finding at or above --fail-on. PATH may also be a findings JSON."""
-    from diagnose.analysis import analyze
-    from diagnose.load import load
-    from diagnose.outputs import write_json
+def command(path, fail_on, ignore, json_path, md_path, config_path, thresholds):
+    """Exit 1 if PATH has a finding at or above --fail-on. PATH may also be a findings JSON.
+
+    Every finding is listed with its id ([l2.low_hit_rate]), the id --ignore takes.
+    Exit code: 0 (pass), 1 (a finding at or above --fail-on), 2 (bad input, nothing to judge, unknown --ignore).
+    """
+    from diagnose.outputs import write_json, write_markdown
     from reports.terminal import render_terminal
 
     require_input_path(path)
+    for out, option in ((json_path, "--json"), (md_path, "--md")):
+        require_output_path(out, option)
     level = Severity.parse(fail_on)
     reader = registry.detect(path)
     if reader is not None and reader.table == FINDINGS:
-        findings_json = reader.read(path)
-        hits = [
-            f for f in findings_json["findings"] if f["id"] not in ignore and Severity.parse(f["severity"]) >= level
-        ]
-        for f in hits:
-            click.echo(f"{f['severity']:>8}  {f['title']}  [{f['id']}]")
+        if json_path:
+            raise InputError(path, "is already a findings JSON: --json writes the findings of an analysis")
+        document = findings_document(reader.read(path), path)
+        ignored = ignore_matcher(ignore, known_finding_ids() + tuple(f.id for f in document.findings))
+        require_measurement(document.source.get("artifacts"), path, verb="check")
+        analysis = document
     else:
+        from diagnose.analysis import analyze, describe_source
+        from diagnose.load import load
+
+        ignored = ignore_matcher(ignore, known_finding_ids())
         th = build_thresholds(config_path, thresholds)
-        analysis = analyze(load(path), th)
-        click.echo(render_terminal(analysis), nl=False)
+        profile = load(path)
+        require_measurement(describe_source(profile)["artifacts"], path, profile.warnings, verb="check")
+        analysis = analyze(profile, th)
         if json_path:
             write_json(analysis, json_path)
-        hits = [f for f in analysis.findings if f.id not in ignore and f.severity >= level]
+    hits = [f for f in analysis.findings if f.severity >= level and not ignored(f.id)]
+    left_out = sorted({f.id for f in analysis.findings if ignored(f.id)})
+    click.echo(render_terminal(analysis, color=sys.stdout.isatty(), limit=None, width=terminal_width()), nl=False)
+    if left_out:
+        click.echo(f"ignored (--ignore): {', '.join(left_out)}")
     if hits:
-        click.echo(f"FAIL: {len(hits)} finding(s) at or above {fail_on}")
+        ids = ", ".join(dict.fromkeys(f.id for f in hits))
+        gate = f"FAIL: {len(hits)} finding(s) at or above {fail_on}: {ids}"
+    else:
+        gate = f"OK: no finding at or above {fail_on}"
+    if json_path:
+        click.echo(f"Wrote {json_path}")
+    if md_path:
+        write_markdown(analysis, md_path, gate=gate)
+        click.echo(f"Wrote {md_path}")
+    click.echo(gate)
+    if hits:
         raise SystemExit(1)
-    click.echo(f"OK: no finding at or above {fail_on}")
+
+
+@dataclass
+class FindingsDocument:
+    """A findings JSON read back, shaped like an Analysis for the renderers (duck-typed)."""
+
+    findings: list[Any]
+    source: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    verdict: Any = None
+
+
+def findings_document(data: dict, path) -> FindingsDocument:
+    """The parts of a ``gpudiag.findings/1`` document at ``path`` that the gate and its summaries show."""
+    findings = [
+        SimpleNamespace(
+            id=str(f["id"]),
+            severity=Severity.parse(str(f["severity"])),
+            title=str(f.get("title") or f["id"]),
+            cost_share=f.get("cost_share") if type(f.get("cost_share")) in (int, float) else None,
+            recommendation=str(f.get("recommendation") or ""),
+        )
+        for f in data["findings"]
+    ]
+    given = data.get("source") if isinstance(data.get("source"), dict) else {}
+    artifacts = given.get("artifacts")
+    source = {
+        "paths": [str(path)],  # what was checked; the run it came from is in the JSON's source.paths
+        "gpu": str(given["gpu"]) if given.get("gpu") else None,
+        "artifacts": artifacts if isinstance(artifacts, dict) else None,
+    }
+    warnings = data.get("warnings")
+    verdict = data.get("verdict")
+    return FindingsDocument(
+        findings=findings,
+        source=source,
+        warnings=[str(w) for w in warnings if w] if isinstance(warnings, list) else [],
+        verdict=SimpleNamespace(sentence=str(verdict["sentence"]))
+        if isinstance(verdict, dict) and verdict.get("sentence")
+        else None,
+    )

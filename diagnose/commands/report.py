@@ -7,8 +7,14 @@ from pathlib import Path
 
 import click
 
-from diagnose.commands._common import build_thresholds, require_input_path, threshold_options
-from parsers.errors import InputError
+from diagnose.commands._common import (
+    build_thresholds,
+    require_input_path,
+    require_measurement,
+    require_output_path,
+    terminal_width,
+    threshold_options,
+)
 
 
 @click.command("report")
@@ -27,46 +33,43 @@ from parsers.errors import InputError
     default=None,
     help="Also write the findings JSON (schema gpudiag.findings/1) here.",
 )
-@click.option("--no-html", is_flag=True, help="Write only the JSON / terminal summary.")
+@click.option(
+    "--md",
+    "md_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write a Markdown summary (verdict, findings table, what was not measured) for CI logs and PR comments.",
+)
+@click.option("--no-html", is_flag=True, help="Write only the JSON / Markdown / terminal summary.")
 @threshold_options
-def command(path, output, json_path, no_html, config_path, thresholds):
-    """Diagnose PATH (a run folder, .ncu-rep, ncu CSV, trace or memory snapshot) into one offline HTML page."""
-    from diagnose.analysis import analyze
+def command(path, output, json_path, md_path, no_html, config_path, thresholds):
+    """Diagnose PATH (a run folder, .ncu-rep, ncu CSV, trace or memory snapshot) into one offline HTML page.
+
+    Exit code: 0, or 2 for bad input, including an input in which nothing could be judged.
+    """
+    from diagnose.analysis import analyze, describe_source
     from diagnose.load import load
-    from diagnose.outputs import write_html, write_json
+    from diagnose.outputs import write_html, write_json, write_markdown
     from reports.terminal import render_terminal
 
     require_input_path(path)
+    html_path = None if no_html else (output or default_report_path(path))
+    for out, option in ((html_path, "-o"), (json_path, "--json"), (md_path, "--md")):
+        require_output_path(out, option)
     th = build_thresholds(config_path, thresholds)
     profile = load(path)
-    if profile.manifest:
-        refuse_empty_run(profile, path)
+    require_measurement(describe_source(profile)["artifacts"], path, profile.warnings)
     analysis = analyze(profile, th)
-    click.echo(render_terminal(analysis, color=sys.stdout.isatty()), nl=False)
-    if not no_html:
-        out = output or default_report_path(path)
-        write_html(analysis, out)
-        click.echo(f"Wrote {out}")
+    click.echo(render_terminal(analysis, color=sys.stdout.isatty(), width=terminal_width()), nl=False)
+    if html_path:
+        write_html(analysis, html_path)
+        click.echo(f"Wrote {html_path}")
     if json_path:
         write_json(analysis, json_path)
         click.echo(f"Wrote {json_path}")
-
-
-def refuse_empty_run(profile, path) -> None:
-    """A run folder with nothing readable in it is bad input, not an empty report (its notes say why)."""
-    tables = [
-        profile.kernels,
-        profile.nvml,
-        *profile.memory_stats.values(),
-        *profile.step_events.values(),
-        *profile.sync_records.values(),
-    ]
-    if not (profile.traces or profile.snapshots or any(len(t) for t in tables)):
-        raise InputError(
-            path,
-            "nothing to report: the run folder holds no readable measurement"
-            + (f" ({'; '.join(profile.warnings)})" if profile.warnings else ""),
-        )
+    if md_path:
+        write_markdown(analysis, md_path)
+        click.echo(f"Wrote {md_path}")
 
 
 def default_report_path(path: str) -> str:
