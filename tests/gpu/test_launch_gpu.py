@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from diagnose.launch.runtime import nvtx_ranges
+from tests.gpu.gpu_present import has_cuda_gpu
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -32,19 +33,7 @@ NCU_LIMIT_S = 120
 pytestmark = pytest.mark.gpu
 
 
-def _has_cuda_gpu() -> bool:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-        pynvml.nvmlShutdown()
-        return count > 0
-    except Exception:
-        return False
-
-
-if not _has_cuda_gpu():
+if not has_cuda_gpu():
     pytest.skip("no NVIDIA GPU here", allow_module_level=True)
 
 SUMMARY: list[dict] = []

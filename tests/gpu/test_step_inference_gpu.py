@@ -12,9 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu.test_launch_gpu import EXAMPLES, NCU_LIMIT_S, _events, _profile, _record, _report
+from tests.gpu.gpu_present import has_cuda_gpu
 
 pytestmark = pytest.mark.gpu
+
+
+if not has_cuda_gpu():  # before importing test_launch_gpu, which skips itself at import without a GPU
+    pytest.skip("no NVIDIA GPU here", allow_module_level=True)
+
+from tests.gpu.test_launch_gpu import EXAMPLES, NCU_LIMIT_S, _events, _profile, _record, _report  # noqa: E402
 
 
 def _line_of(script: Path, marker: str) -> int:
