@@ -22,6 +22,7 @@ ORDER = 22
 SECTION = "section-launch"
 METRICS = (  # what analyze() writes into Result.summary, per key() (diagnose.metrics)
     Metric("launch_kernels_per_step", "Kernel launches per step", "count", LOWER, 0.01),
+    Metric("launch_kernels_in_span", "Kernel launches in the traced span (no iterations found)", "count", LOWER, 1),
     # the launch rate falls when kernels are fused: step time, not the rate, says whether that helped
     Metric("launch_rate_per_s", "Kernel launch rate", "/s", NEUTRAL, 1),
     Metric("launch_shorter_than_launch_pct", "Kernels shorter than their launch call", "%", LOWER, 0.01),
@@ -57,14 +58,15 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             continue
         windows = tl.steps(trace)
         gwin = tl.gpu_step_windows(trace, windows) if len(windows) else pd.DataFrame()
-        n_steps = max(len(gwin), 1)
+        n_steps = len(gwin)  # 0: nothing repeats in the trace, figures are totals over the span (never "per step")
+        per = max(n_steps, 1)
         host_span_ns = float(launches["launch_ts_ns"].max() - launches["launch_ts_ns"].min()) or float("nan")
         short_share = float(launches["shorter_than_launch"].mean())
         stats = {
             "rank": rank,
             "kernels": len(launches),
             "steps": n_steps,
-            "kernels_per_step": len(launches) / n_steps,
+            "kernels_per_step": len(launches) / n_steps if n_steps else float("nan"),
             "launch_rate_per_s": len(launches) / (host_span_ns / 1e9),
             "shorter_than_launch_pct": 100 * short_share,
             "queue_median_ns": float(launches["queue_ns"].median()),
@@ -74,12 +76,15 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         }
         stats_rows.append(stats)
         key = (lambda k: k) if rank == lowest else (lambda k, r=rank: f"rank{r}.{k}")
-        result.summary[key("launch_kernels_per_step")] = float(stats["kernels_per_step"])
+        if n_steps:
+            result.summary[key("launch_kernels_per_step")] = float(stats["kernels_per_step"])
+        else:
+            result.summary[key("launch_kernels_in_span")] = float(len(launches))
         result.summary[key("launch_rate_per_s")] = float(stats["launch_rate_per_s"])
         result.summary[key("launch_shorter_than_launch_pct")] = float(stats["shorter_than_launch_pct"])
         result.summary[key("launch_queue_median_ns")] = stats["queue_median_ns"]
 
-        per_op = ops_table(launches, n_steps)
+        per_op = ops_table(launches, per)
         per_op.insert(0, "rank", rank)
         per_op_all.append(per_op)
         q = launches.nlargest(TOP_QUEUES, "queue_ns")[
@@ -193,7 +198,9 @@ def launch_finding(
         evidence=(
             Evidence("launch_shorter_than_launch_pct", 100 * short, "%", 100 * th.sync.launch_bound_share),
             Evidence("idle_host_pct", host_wait_pct, "%", th.sync.launch_bound_host_wait_pct),
-            Evidence("launch_kernels_per_step", stats["kernels_per_step"], "count"),
+            Evidence("launch_kernels_per_step", stats["kernels_per_step"], "count")
+            if stats["steps"]
+            else Evidence("launch_kernels_in_span", float(stats["kernels"]), "count"),
             Evidence("launch_rate_per_s", stats["launch_rate_per_s"], "1/s"),
         ),
         cost_share=(host_wait_pct / 100) if bound else None,

@@ -11,6 +11,8 @@ the function; the exact line comes from the sync records ``gpudiag profile`` wri
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
@@ -27,6 +29,10 @@ METRICS = (  # what analyze() writes into Result.summary, per key() (diagnose.me
     Metric("sync_count_per_step", "Host synchronisations per step", "count", LOWER, 0.01),
     Metric("sync_host_blocked_ms_per_step", "Host blocked in syncs per step", "ms", LOWER, 0.001),  # 1 us timestamps
     Metric("sync_gpu_idle_ms_per_step", "GPU idle after syncs per step", "ms", LOWER, 0.001),
+    # a trace where nothing repeats (no iterations found): totals over the traced span, never per step
+    Metric("sync_count_in_span", "Host synchronisations in the traced span", "count", LOWER, 1),
+    Metric("sync_host_blocked_ms_in_span", "Host blocked in syncs over the traced span", "ms", LOWER, 0.001),
+    Metric("sync_gpu_idle_ms_in_span", "GPU idle after syncs over the traced span", "ms", LOWER, 0.001),
 )
 FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
     "sync.host_sync",
@@ -105,20 +111,24 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             result.tables.update(representative_step(trace, calls))
         calls.insert(0, "rank", rank)
         calls_all.append(calls)
-        groups = group_syncs(calls, n_steps, step_ns)
+        span_only = n_steps == 0
+        per = 1 if span_only else n_steps
+        groups = group_syncs(calls, per, step_ns)
         groups.insert(0, "rank", rank)
         groups_all.append(groups)
         meta_steps[rank] = {"steps": n_steps, "step_ns": step_ns}
         key = (lambda k: k) if rank == lowest else (lambda k, r=rank: f"rank{r}.{k}")
-        result.summary[key("sync_count_per_step")] = float(len(calls) / n_steps)
-        result.summary[key("sync_host_blocked_ms_per_step")] = float(calls["blocked_ns"].sum() / n_steps / 1e6)
+        unit = "in_span" if span_only else "per_step"
+        result.summary[key(f"sync_count_{unit}")] = float(len(calls) / per)
+        result.summary[key(f"sync_host_blocked_ms_{unit}")] = float(calls["blocked_ns"].sum() / per / 1e6)
         idle = calls["gpu_idle_ns"].sum(min_count=1)
         if not np.isnan(idle):
-            result.summary[key("sync_gpu_idle_ms_per_step")] = float(idle / n_steps / 1e6)
+            result.summary[key(f"sync_gpu_idle_ms_{unit}")] = float(idle / per / 1e6)
             total_idle += idle
-            total_span += step_ns * n_steps
+            total_span += step_ns * per
         for g in groups.itertuples():
-            subjects.append(subject_of(g, rank, th))
+            subjects.append(subject_of(g, rank, th, span_only))
+    span_only = bool(meta_steps) and all(m["steps"] == 0 for m in meta_steps.values())
     result.meta["steps"] = meta_steps
     if not calls_all:
         result.findings.append(
@@ -137,7 +147,9 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
                 id="sync.none",
                 analyzer=NAME,
                 severity=Severity.INFO,
-                title="No host synchronisation inside the profiled steps",
+                title="No host synchronisation in the traced span"
+                if span_only
+                else "No host synchronisation inside the profiled steps",
                 recommendation="Nothing to do: the host never waited for the GPU in the loop.",
                 section=SECTION,
             )
@@ -147,8 +159,8 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         subjects.sort(
             key=lambda s: (
                 -int(s.severity),
-                -(s.figures.get("gpu_idle_ms_per_step") or 0),
-                -(s.figures.get("blocked_ms_per_step") or 0),
+                -(s.figures.get("gpu_idle_ms_per_step") or s.figures.get("gpu_idle_ms") or 0),
+                -(s.figures.get("blocked_ms_per_step") or s.figures.get("blocked_ms") or 0),
             )
         )
         overall = total_idle / total_span if total_span else 0.0
@@ -168,11 +180,19 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             where = top.name
         else:
             where = f"{top.figures.get('function')}() in {top.figures.get('file')}"
-        n_per_step = sum(s.figures["count_per_step"] for s in subjects)
-        title = (
-            f"{n_per_step:.3g} host syncs per step; the costliest, {top.figures['op']} at {where}, "
-            f"idles the GPU {fmt_ms(top.figures.get('gpu_idle_ms_per_step'))} per step"
-        )
+        if span_only:
+            n_per_step = sum(s.figures["count"] for s in subjects)
+            title = (
+                f"{n_per_step:.3g} host syncs in the traced span (no iterations found in the trace to divide "
+                f"by); the costliest, {top.figures['op']} at {where}, idles the GPU "
+                f"{fmt_ms(top.figures.get('gpu_idle_ms'))} in all"
+            )
+        else:
+            n_per_step = sum(s.figures["count_per_step"] for s in subjects)
+            title = (
+                f"{n_per_step:.3g} host syncs per step; the costliest, {top.figures['op']} at {where}, "
+                f"idles the GPU {fmt_ms(top.figures.get('gpu_idle_ms_per_step'))} per step"
+            )
         if not exact and any(not s.figures.get("line_exact") for s in subjects):
             title += " (the trace names functions, not the exact line: profile with `gpudiag profile` for lines)"
         result.findings.append(
@@ -183,7 +203,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
                 title=title,
                 subjects=tuple(subjects),
                 evidence=(
-                    Evidence("sync_count_per_step", n_per_step, "count"),
+                    Evidence("sync_count_in_span" if span_only else "sync_count_per_step", n_per_step, "count"),
                     Evidence(
                         "sync_gpu_idle_share",
                         total_idle / total_span if total_span else float("nan"),
@@ -214,8 +234,8 @@ def trace_syncs(trace, th: Thresholds) -> tuple[pd.DataFrame, float, int]:
     if len(gwin):
         n_steps = len(gwin)
         step_ns = float((gwin["gpu_end_ns"] - gwin["gpu_start_ns"]).mean())
-    else:
-        n_steps = 1
+    else:  # nothing repeats in the trace (diagnose.trace_iterations): figures over the span, never "per step"
+        n_steps = 0
         step_ns = float(tl.temporal_breakdown(trace.gpu)["span_ns"])
     cut = trace.metadata.get("left_out_from_ns")
     if cut is not None and idx.size:  # the last profiler step was left out of the GPU timeline: its syncs too
@@ -441,7 +461,9 @@ def group_syncs(calls: pd.DataFrame, n_steps: int, step_ns: float) -> pd.DataFra
     return out[cols].reset_index(drop=True)
 
 
-def subject_of(g, rank: int, th: Thresholds) -> Subject:
+def subject_of(g, rank: int, th: Thresholds, span_only: bool = False) -> Subject:
+    """One sync location as a finding's subject; ``span_only``: the trace has no iterations, so its figures are
+    totals over the traced span (``count``, ``blocked_ms``, ``gpu_idle_ms``, ``share_of_span``), not per step."""
     share = g.share_of_step
     if share != share:  # no GPU idle known (sync records without a trace): listed, not judged
         sev = Severity.INFO
@@ -451,7 +473,7 @@ def subject_of(g, rank: int, th: Thresholds) -> Subject:
         sev = Severity.WARNING
     else:
         sev = Severity.INFO
-    return Subject(
+    subject = Subject(
         "location",
         str(g.location),
         severity=sev,
@@ -471,6 +493,15 @@ def subject_of(g, rank: int, th: Thresholds) -> Subject:
             "advice": advice_for(str(g.op), str(g.calls)),
         },
     )
+    if span_only:
+        renamed = {
+            "count_per_step": "count",
+            "blocked_ms_per_step": "blocked_ms",
+            "gpu_idle_ms_per_step": "gpu_idle_ms",
+            "share_of_step": "share_of_span",
+        }
+        subject = dataclasses.replace(subject, figures={renamed.get(k, k): v for k, v in subject.figures.items()})
+    return subject
 
 
 def representative_step(trace, calls: pd.DataFrame) -> dict[str, pd.DataFrame]:

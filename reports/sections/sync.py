@@ -26,6 +26,14 @@ TABLE_COLUMNS = {
     "gpu_idle_ms_per_step": "GPU idle ms / step",
     "share_of_step": "share of step",
 }
+# a trace where nothing repeats: the same columns hold totals over the traced span
+SPAN_COLUMNS = {
+    **TABLE_COLUMNS,
+    "count_per_step": "count in the traced span",
+    "blocked_ms_per_step": "host blocked ms (total)",
+    "gpu_idle_ms_per_step": "GPU idle ms (total)",
+    "share_of_step": "share of the span",
+}
 
 
 def render(result) -> str:
@@ -39,8 +47,16 @@ def render(result) -> str:
             "starts at); the exact line that synced is not in the trace. Run under "
             "<code>gpudiag profile</code> to get exact lines.</p>"
         )
-    cols = [c for c in TABLE_COLUMNS if c in locations]
-    view = locations[(["rank"] if "rank" in locations else []) + cols].rename(columns=TABLE_COLUMNS)
+    steps = (result.meta.get("steps") or {}).values()
+    span_only = bool(steps) and all(m.get("steps") == 0 for m in steps)
+    if span_only:
+        parts.append(
+            '<p class="muted">No iterations were found in this trace (no ProfilerStep range, optimizer step, backward '
+            "pass or repeated call at the top), so the figures are totals over the traced span, not per step.</p>"
+        )
+    labels = SPAN_COLUMNS if span_only else TABLE_COLUMNS
+    cols = [c for c in labels if c in locations]
+    view = locations[(["rank"] if "rank" in locations else []) + cols].rename(columns=labels)
     parts.append(f"<div class='scroll'>{table_html(view, 'sync-locations', float_fmt='{:,.3f}')}</div>")
     busy, points = result.tables.get("timeline_busy"), result.tables.get("timeline_syncs")
     if busy is not None and len(busy):

@@ -67,3 +67,30 @@ def test_starts_based_sources_need_three_calls(n):
     found = _starts_based(events, "x")
     assert MIN_REPEATS == 3
     assert (found is None) == (n < 3)
+
+
+def test_a_trace_where_nothing_repeats_gets_span_figures_never_per_step(tmp_path):
+    """HTA's real A100 trace with its one ProfilerStep range taken out (what a capture without a schedule looks like):
+    no optimizer, no frames, no dispatches repeat. Its syncs are counted over the span, and nothing says "per step"."""
+    import gzip
+    import json
+
+    import diagnose
+
+    src = FIXTURES / "trace" / "hta" / "critical_path_cuda_event_sync_event_sync_trace.json.gz"
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    path = tmp_path / "no_steps.json"
+    path.write_text(json.dumps(doc))
+    analysis = diagnose.analyze(diagnose.load(path))
+    assert tl.steps(read_trace(path)).attrs["source"] == "whole trace"
+    with_steps = diagnose.analyze(diagnose.load(src)).summary
+    summary = analysis.summary
+    assert not [k for k in summary if k.endswith("_per_step")], summary
+    assert summary["sync_count_in_span"] == with_steps["sync_count_per_step"]  # one step before: same syncs
+    assert summary["launch_kernels_in_span"] > 0
+    (sync,) = [f for f in analysis.findings if f.id == "sync.host_sync"]
+    assert "in the traced span (no iterations found" in sync.title and "per step" not in sync.title
+    assert {s.figures.get("count") for s in sync.subjects} and not any(
+        "count_per_step" in s.figures for s in sync.subjects
+    )
