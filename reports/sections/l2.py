@@ -208,7 +208,26 @@ def _timeline(launches, segments, meta) -> str:
             secondary_y=False,
         )
     if segments is not None and len(segments):
-        end = max(float(launches["t_s"].max()), float(segments["t_s"].max()))  # held until the last launch
+        # held to the last launch the history saw: past its last entry the reserved bytes are not known
+        seen = launches[launches["in_history"]] if "in_history" in launches else launches
+        end = max(float(seen["t_s"].max()) if len(seen) else float("-inf"), float(segments["t_s"].max()))
+        if "in_history" in launches and (~launches["in_history"]).any():
+            outside = launches.loc[~launches["in_history"], "t_s"]
+            for x0, x1 in (
+                (float(outside.min()), min(end, float(seen["t_s"].min())) if len(seen) else end),
+                (end, float(outside.max())),
+            ):
+                if x1 > x0:
+                    fig.add_vrect(
+                        x0=x0,
+                        x1=x1,
+                        fillcolor="#bbb",
+                        opacity=0.3,
+                        line_width=0,
+                        layer="below",
+                        annotation_text="allocator history not recorded",
+                        annotation_position="top left",
+                    )
         line = thinned(segments, "reserved_bytes")
         fig.add_trace(
             go.Scatter(

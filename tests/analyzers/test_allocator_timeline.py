@@ -94,3 +94,29 @@ def test_real_ncu_run_timeline_renders_in_chromium(tmp_path):
     assert not v.console_errors and not v.page_errors
     assert not [r for r in v.requests if not r.startswith("file:")] and v.rendered_plots == v.figure_divs
     assert v.evaluated["points"] == 52 + 33  # every launch, and a marker per segment event
+
+
+def test_launches_after_the_history_are_drawn_as_not_recorded():
+    """fake launch times: the churn history's last third and as long again after its last entry. The reserved-bytes
+    line stops at the last launch the history saw; the rest is a labelled not-recorded band (issue 19)."""
+    from reports.sections.l2 import _timeline
+
+    snapshot, kernels = read_snapshot(CHURN), read_ncu(KINDS)
+    t_us = snapshot.trace.sort_values("seq")["t_us"].to_numpy()
+    span = t_us[-1] - t_us[0]
+    times = np.linspace(t_us[-1] - span / 3, t_us[-1] + span / 3, len(kernels)) * 1000.0
+    starts = pd.DataFrame(
+        {"launch_id": kernels["launch_id"].astype("int64"), "kernel": kernels["kernel_short"], "t_start_ns": times}
+    ).astype({c: d for c, d in LAUNCH_STARTS_SCHEMA.columns.items() if c != "kernel"})
+    timeline = allocator_timeline(kernels, starts, snapshot)
+    launches, segments = timeline["launches"], timeline["segments"]
+    assert 0 < int(launches["in_history"].sum()) < len(launches)
+    page = _timeline(launches, segments, {})
+    assert "allocator history not recorded" in page
+    import json
+    import re
+
+    figure = json.loads(re.search(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*(\[.*?\]),\s*\{", page, re.S).group(1))
+    (line,) = [t for t in figure if t.get("name") == "reserved bytes"]
+    last_seen = max(launches.loc[launches["in_history"], "t_s"].max(), segments["t_s"].max())
+    assert line["x"][-1] == last_seen < launches["t_s"].max()

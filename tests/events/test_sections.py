@@ -74,3 +74,25 @@ def test_load_routes_both_formats(tmp_path):
     user = tmp_path / "fake_rank2_steps.json"
     user.write_text(json.dumps([{"name": "step", "step": i, "elapsed_ms": 10.0} for i in range(5)]))
     assert len(load(user).step_events[2]) == 5
+
+
+def test_steps_after_the_last_nvml_sample_are_drawn_as_not_recorded(tmp_path):
+    """sync_planted's real run folder with nvml.csv cut to its first 40 % of rows (an NVML sampler that stopped, as
+    after a full disk): the chart marks the steps after the last sample as not recorded (issue 19)."""
+    import shutil
+
+    import diagnose
+    from reports.sections import utilization
+    from tests.paths import FIXTURES
+
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "runs" / "sync_planted", run)
+    lines = (run / "nvml.csv").read_text().splitlines()
+    (run / "nvml.csv").write_text("\n".join(lines[: 1 + int(0.4 * (len(lines) - 1))]) + "\n")
+    result = diagnose.analyze(diagnose.load(run)).results["utilization"]
+    timeline, marks = result.tables["timeline"], result.tables["step_marks"]
+    (span,) = utilization._not_recorded(timeline, marks)
+    assert span[0] == timeline["t_s"].max() and span[1] == marks["t_s"].max() and span[2] == "after the last sample"
+    assert "NVML not recorded (after the last sample)" in utilization.render(result)
+    full = diagnose.analyze(diagnose.load(FIXTURES / "runs" / "sync_planted")).results["utilization"]
+    assert utilization._not_recorded(full.tables["timeline"], full.tables["step_marks"]) == []
