@@ -47,3 +47,11 @@ def share_human(share: float | None) -> str:
     if share is None or (isinstance(share, float) and math.isnan(share)):
         return "–"
     return f"{100 * share:.1f} %"
+
+
+def input_name(paths: list[str]) -> str:
+    """The input as one short name: the first path (the run folder or the file), and how many more were read."""
+    if not paths:
+        return "(no input named)"
+    more = len(paths) - 1
+    return paths[0] + (f" (+ {more} file{'s' if more > 1 else ''} read)" if more else "")

@@ -5,7 +5,7 @@ not measured, and the notes. GitHub-flavoured: pipes and HTML in user text (kern
 
 from __future__ import annotations
 
-from reports.format import share_human
+from reports.format import input_name, share_human
 
 NOT_MEASURED_SUFFIX = ".not_measured"
 
@@ -14,7 +14,8 @@ def render_markdown(analysis, gate: str | None = None) -> str:
     """``analysis``: anything with ``source``, ranked ``findings``, ``warnings`` and optionally ``verdict``
     (its ``.sentence``). ``gate``: a line saying what a CI gate decided, shown under the verdict."""
     src = analysis.source or {}
-    title = ", ".join(code(p) for p in src.get("paths", [])) or "(no input named)"
+    paths = list(src.get("paths", []))
+    title = (code(paths[0]) + input_name(paths)[len(paths[0]) :]) if paths else input_name(paths)
     lines = [f"## gpudiag: {title}" + (f" on {cell(src['gpu'])}" if src.get("gpu") else ""), ""]
     verdict = getattr(analysis, "verdict", None)
     if getattr(verdict, "sentence", None):

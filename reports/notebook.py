@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from html import escape
 
-from reports.format import share_human
+from reports.format import input_name, share_human
 
 _SEVERITY_COLORS = {"critical": "#b91c1c", "warning": "#b45309", "info": "#1d4ed8"}
 NOT_MEASURED_SUFFIX = ".not_measured"
@@ -16,7 +16,7 @@ def render_notebook_html(analysis, limit: int | None = 30) -> str:
     ``limit``: measured findings shown in the table (None: all)."""
     src = analysis.source or {}
     parts = ['<div class="gpudiag-summary">']
-    paths = ", ".join(src.get("paths", []))
+    paths = input_name(list(src.get("paths", [])))
     gpu = f" on {escape(str(src['gpu']))}" if src.get("gpu") else ""
     parts.append(f"<p><b>gpudiag</b>: <code>{escape(paths)}</code>{gpu}</p>")
     verdict = getattr(analysis, "verdict", None)

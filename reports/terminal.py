@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from reports.format import share_human
+from reports.format import input_name, share_human
 
 _COLORS = {"critical": "\x1b[31;1m", "warning": "\x1b[33;1m", "info": "\x1b[34m"}
 _RESET = "\x1b[0m"
@@ -25,7 +25,10 @@ def render_terminal(analysis, color: bool = False, limit: int | None = 15, width
     width = None if width is None else max(width, MIN_WIDTH)
     src = analysis.source or {}
     lines = [
-        fit(f"gpudiag: {', '.join(src.get('paths', []))}" + (f"  [{src['gpu']}]" if src.get("gpu") else ""), width)
+        fit(
+            f"gpudiag: {input_name(list(src.get('paths', [])))}" + (f"  [{src['gpu']}]" if src.get("gpu") else ""),
+            width,
+        )
     ]
     verdict = getattr(analysis, "verdict", None)
     if getattr(verdict, "sentence", None):

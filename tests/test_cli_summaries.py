@@ -164,7 +164,7 @@ def test_every_summary_renders_an_empty_analysis():
     from reports.notebook import render_notebook_html
 
     empty = Analysis()
-    assert render_terminal(empty, width=80) == "gpudiag: \n0 critical, 0 warning, 0 info\n"
+    assert render_terminal(empty, width=80) == "gpudiag: (no input named)\n0 critical, 0 warning, 0 info\n"
     md = render_markdown(empty)
     assert md.splitlines()[:5] == [
         "## gpudiag: (no input named)",
