@@ -90,7 +90,8 @@ def generic_section(result) -> str:
 def _finding_view(f, metrics: dict | None = None, shown: set[str] | None = None) -> dict:
     metrics = metrics or {}
     subjects = [s.to_json() for s in f.subjects[:MAX_SUBJECT_ROWS]]
-    columns: list[str] = []
+    kinds = list(dict.fromkeys(s.kind for s in f.subjects))
+    columns: list[str] = ["kind"] if len(kinds) > 1 else []  # mixed subjects (a rank, then its worst steps)
     for s in subjects:
         for k in s:
             if k not in columns and k != "kind":
@@ -115,7 +116,7 @@ def _finding_view(f, metrics: dict | None = None, shown: set[str] | None = None)
         "subjects": subjects,
         "subject_columns": columns,
         "subject_rows": rows,
-        "subject_kind": f.subjects[0].kind if f.subjects else "",
+        "subject_kind": (kinds[0] if len(kinds) == 1 else "subject") if kinds else "",
         "recommendation": code_spans(f.recommendation) if f.recommendation else "",
     }
 
