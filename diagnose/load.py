@@ -1,28 +1,43 @@
-"""Turn a path into a :class:`Profile`: a run folder, or one artifact whose format is detected by content.
+"""Turn a path into a :class:`Profile`: a run folder, a folder of artifacts (rank traces), or one artifact.
 
 The formats and their detection are :mod:`parsers.registry`'s; the run folder's layout is
-:mod:`parsers.run_folder`'s. This module only puts what the readers return into a Profile,
+:mod:`parsers.run_folder`'s; reading many files at once (a run's ranks) in worker processes is
+:mod:`diagnose.parallel_ingest`'s. This module only puts what the readers return into a Profile,
 and turns readers' warnings (a cut last line) and unreadable artifacts into the report's notes.
+Reading that lasts over 2 s shows its progress on stderr (:mod:`diagnose.progress`) unless ``quiet``.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
+from collections.abc import Sequence
+from pathlib import Path
 
+from diagnose import parallel_ingest as ingest
 from diagnose.profile_data import Profile
+from diagnose.progress import Progress
 from parsers import registry, run_folder
 from parsers.errors import InputError
-from parsers.reader import FINDINGS, Reader
+from parsers.reader import FINDINGS, TRACES, Reader
+
+WORKERS_ENV = "GPUDIAG_WORKERS"  # processes reading a folder's files when the caller does not say; 1: in-process
 
 
-def load(path: str | os.PathLike) -> Profile:
-    """Read a run folder or a single artifact into a Profile."""
+def load(path: str | os.PathLike, *, workers: int | None = None, quiet: bool = False) -> Profile:
+    """Read a run folder, a folder of artifacts (say, ``rank<N>.json.gz`` traces) or a single artifact.
+
+    ``workers``: processes reading a folder's files (1: in this process); by default ``$GPUDIAG_WORKERS``,
+    else as many as the files, cores and memory allow when there is enough to read
+    (:func:`diagnose.parallel_ingest.worker_count`).
+    """
+    if Path(path).is_dir() and not run_folder.is_run_folder(path):
+        return load_folder(path, workers=workers, quiet=quiet)
     reader = registry.detect(path)
     if reader is None:
-        return load_run_folder(path)
+        return load_run_folder(path, workers=workers, quiet=quiet)
     profile = Profile(sources=[os.fspath(path)])
-    add_artifact(profile, path, reader)
+    (read,), profile.ingest = _read_many([path], [reader.kind], 1, quiet, what=f"reading {Path(path).name}")
+    _put(profile, read)
     return profile
 
 
@@ -31,33 +46,118 @@ def add_artifact(
 ) -> None:
     """Read one artifact into the matching table of ``profile``; a reader's warning (a cut last line)
     becomes one of ``profile.warnings``, which the report shows."""
-    reader = reader or registry.detect(path)
-    if reader is None:
-        raise InputError(path, "is a run folder, not one artifact: load it with diagnose.load")
-    if reader.table == FINDINGS:
-        raise InputError(
-            path,
-            "is a gpudiag findings JSON: it holds findings, not measurements to analyse; "
-            "gate on it with `gpudiag check`, or report the run it came from",
-        )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UserWarning)
-        value = reader.read(path)
-    profile.add(reader.table, value, run_folder.rank_of(path) if rank is None else rank)
-    profile.warnings.extend(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
-    if os.fspath(path) not in profile.sources:
-        profile.sources.append(os.fspath(path))
+    _put(profile, ingest.read_artifact(path, reader.kind if reader else None), rank)
 
 
-def load_run_folder(folder: str | os.PathLike) -> Profile:
+def load_run_folder(folder: str | os.PathLike, *, workers: int | None = None, quiet: bool = False) -> Profile:
     """Read every artifact of a run folder that finished writing; one that cannot be read becomes a note."""
     manifest = run_folder.read_manifest(os.path.join(folder, run_folder.MANIFEST))
     profile = Profile(sources=[os.fspath(folder)], manifest=manifest)
-    for path in run_folder.artifact_paths(folder):
+    paths = run_folder.artifact_paths(folder)
+    reads, profile.ingest = _read_many(paths, None, workers, quiet, what=f"reading {len(paths)} files")
+    for read in reads:
         try:
-            add_artifact(profile, path)
+            _put(profile, read)
         except InputError as e:
             profile.warnings.append(str(e))
     # how the run ended, and what is missing or cut short with the reason the manifest gives
     profile.warnings.extend(run_folder.report_notes(manifest))
     return profile
+
+
+def load_folder(folder: str | os.PathLike, *, workers: int | None = None, quiet: bool = False) -> Profile:
+    """A folder without a manifest (rank traces copied off a cluster, HTA's trace folder): every file in it
+    whose format gpudiag reads, in name order. Two traces of one rank keep the first, with a note."""
+    folder = Path(folder)
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not run_folder.is_temporary(p))
+    paths, kinds, left_out = [], [], []
+    for p in files:
+        try:
+            reader = registry.detect(p)
+        except InputError:
+            left_out.append(p.name)
+            continue
+        if reader is None or reader.table == FINDINGS:
+            left_out.append(p.name)
+            continue
+        paths.append(p)
+        kinds.append(reader.kind)
+    if not paths:
+        raise InputError(
+            folder,
+            "is a folder but not a gpudiag run folder (no manifest.json in it), and none of its "
+            f"{len(files)} files is a format gpudiag reads",
+        )
+    profile = Profile(sources=[os.fspath(folder)])
+    reads, profile.ingest = _read_many(paths, kinds, workers, quiet, what=f"reading {len(paths)} files")
+    for read in reads:
+        if read.table == TRACES and read.value is not None:
+            rank = read.value.rank if read.value.rank is not None else run_folder.rank_of(read.path)
+            if rank in profile.traces:
+                profile.warnings.append(
+                    f"{read.path}: left out, a trace of rank {rank} was read already "
+                    f"({profile.traces[rank].path}); each rank's trace is read once"
+                )
+                continue
+        try:
+            _put(profile, read)
+        except InputError as e:
+            profile.warnings.append(str(e))
+    if left_out:
+        profile.warnings.append(
+            f"{folder}: {len(left_out)} file(s) left out, not a format gpudiag reads: {', '.join(left_out[:10])}"
+            + (" …" if len(left_out) > 10 else "")
+        )
+    return profile
+
+
+def _read_many(
+    paths: Sequence[str | os.PathLike], kinds: Sequence[str | None] | None, workers: int | None, quiet: bool, what: str
+) -> tuple[list[ingest.ArtifactRead], dict]:
+    """Every file's read, in order, in worker processes when there are enough bytes to pay for them; and how
+    (``Profile.ingest``: the workers, each file's seconds, reading process and its peak RSS)."""
+    sizes_on_disk = {os.fspath(p): _size(p) for p in paths}
+    if workers is None and os.environ.get(WORKERS_ENV, "").strip().isdigit():
+        workers = max(1, int(os.environ[WORKERS_ENV]))
+    if workers is None:
+        parsed = [_input_bytes(p) for p in paths]
+        worth_it = len(paths) >= 2 and sum(parsed) >= ingest.PARALLEL_MIN_INPUT_BYTES
+        workers = ingest.worker_count(parsed) if worth_it else 1
+    with Progress(sum(sizes_on_disk.values()), what, quiet=quiet, autostart=False) as progress:
+        reads = ingest.read_all(
+            paths,
+            workers,
+            kinds,
+            on_done=lambda r: progress.advance(sizes_on_disk[r.path]),
+            on_started=progress.start,  # its thread after the workers are forked
+        )
+    return reads, {
+        "workers": workers,
+        "files": [
+            {"path": r.path, "read_s": r.read_s, "peak_rss_bytes": r.peak_rss_bytes, "pid": r.pid} for r in reads
+        ],
+    }
+
+
+def _put(profile: Profile, read: ingest.ArtifactRead, rank: int | None = None) -> None:
+    """One read into ``profile``'s table, its warnings into the report's notes; its error raised as InputError."""
+    if read.error is not None:
+        raise InputError(read.path, read.error)
+    profile.add(read.table, read.value, run_folder.rank_of(read.path) if rank is None else rank)
+    profile.warnings.extend(read.warnings)
+    if read.path not in profile.sources:
+        profile.sources.append(read.path)
+
+
+def _size(path: str | os.PathLike) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _input_bytes(path: str | os.PathLike) -> int:
+    try:
+        return ingest.input_bytes(path)
+    except OSError:
+        return 0

@@ -29,6 +29,7 @@ class Profile:
     nvml: pd.DataFrame | None = None  # NVML samples
     launch_starts: pd.DataFrame | None = None  # under --ncu: when each launch's profiling began (unix ns)
     warnings: list[str] = field(default_factory=list)  # what could not be read, said in the report
+    ingest: dict[str, Any] = field(default_factory=dict)  # how it was read: workers, per file seconds and peak RSS
 
     def __post_init__(self) -> None:
         if self.kernels is None:

@@ -55,7 +55,7 @@ SCHEMA_PREFIX = "gpudiag.run/"
 SUPPORTED_MAJOR = 1
 _LISTS = ("gpus", "ranks", "missing", "notes", "command", "faults")
 _DICTS = ("artifacts", "unavailable", "versions", "host", "options", "missing_reasons", "incomplete")
-_RANK = re.compile(r"rank(\d+)")
+_RANK = re.compile(r"rank[-_]?(\d+)")  # rank3, and rank-3 / rank_3 as HTA's and other tools' files name it
 
 
 # ---- layout --------------------------------------------------------------------------------------
@@ -67,7 +67,7 @@ def is_run_folder(path: str | os.PathLike) -> bool:
 
 
 def rank_of(path: str | os.PathLike, default: int = 0) -> int:
-    """The rank in an artifact's name (``rank3.json.gz`` → 3), else ``default``."""
+    """The rank in an artifact's name (``rank3.json.gz``, ``trace_rank-3.json.gz`` → 3), else ``default``."""
     m = _RANK.search(Path(path).name)
     return int(m.group(1)) if m else default
 

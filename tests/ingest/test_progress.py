@@ -1,0 +1,109 @@
+"""Progress on stderr: a bar on a terminal (a real pty), a line at most every interval in a log, nothing for
+short work or under -q."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import select
+import time
+
+from diagnose.progress import Progress
+from tests.cli_run import gpudiag
+from tests.paths import FIXTURES
+
+
+def read_pty(master: int) -> str:
+    out = b""
+    while select.select([master], [], [], 0.2)[0]:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out.decode()
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_bar_is_drawn_on_a_terminal():
+    master, slave = os.openpty()
+    with os.fdopen(slave, "w") as tty:
+        assert tty.isatty()
+        with Progress(200 * 2**20, "reading 8 files", stream=tty, show_after_s=0.05, redraw_every_s=0.02) as p:
+            p.advance(100 * 2**20)
+            time.sleep(0.4)
+            p.advance(100 * 2**20)
+        drawn = read_pty(master)
+    os.close(master)
+    bars = drawn.split("\r")
+    assert "reading 8 files [" + "#" * 15 + "." * 15 + "]  50%  100 of 200 MiB  0 s" in bars
+    assert bars[-2:] == ["reading 8 files [" + "#" * 30 + "] 100%  200 of 200 MiB  0 s", "\n"]  # finished, new line
+
+
+def test_nothing_on_a_terminal_for_short_work():
+    master, slave = os.openpty()
+    with os.fdopen(slave, "w") as tty:
+        with Progress(100, "reading 2 files", stream=tty, redraw_every_s=0.02) as p:  # default: after 2 s
+            p.advance(100)
+            time.sleep(0.2)
+        drawn = read_pty(master)
+    os.close(master)
+    assert drawn == ""
+
+
+def test_lines_without_a_terminal_at_most_every_interval():
+    log, clock = io.StringIO(), FakeClock()
+    p = Progress(1000, "reading 4 files", stream=log, clock=clock, line_every_s=10.0)
+    for step in range(71):  # 35 s of work, ticked every 0.5 s
+        clock.now = step * 0.5
+        p.advance(1000 / 71)
+        p.tick()
+    lines = log.getvalue().splitlines()
+    assert [re.search(r"after (\d+) s", line).group(1) for line in lines] == ["2", "12", "22", "32"]
+    assert lines[0] == "gpudiag: reading 4 files: 7% (0 of 0 MiB) after 2 s"
+    assert "\r" not in log.getvalue()
+
+
+def test_lines_from_the_thread_with_a_short_interval():
+    log = io.StringIO()
+    t0 = time.monotonic()
+    with Progress(3, "reading 3 files", stream=log, unit="files", show_after_s=0.0, line_every_s=0.25) as p:
+        for _ in range(3):
+            time.sleep(0.3)
+            p.advance()
+    elapsed = time.monotonic() - t0
+    lines = log.getvalue().splitlines()
+    assert 2 <= len(lines) <= elapsed / 0.25 + 2  # one per interval at most, plus the final one
+    assert lines[-1].startswith("gpudiag: reading 3 files: 100% (3 of 3 files)")
+
+
+def test_nothing_for_short_work_or_when_quiet():
+    log, clock = io.StringIO(), FakeClock()
+    p = Progress(10, "reading", stream=log, clock=clock, terminal=False)
+    for step in range(4):  # 1.5 s of work
+        clock.now = step * 0.5
+        p.tick()
+    p.__exit__(None, None, None)
+    assert log.getvalue() == ""
+    quiet = Progress(10, "reading", stream=log, clock=clock, quiet=True, terminal=True)
+    for step in range(100):
+        clock.now = step
+        quiet.tick()
+    quiet.__exit__(None, None, None)
+    assert log.getvalue() == ""
+
+
+def test_report_takes_quiet(tmp_path):
+    r = gpudiag("report", "-q", FIXTURES / "comm" / "gloo_straggler", "--no-html", "--json", tmp_path / "r.json")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert "comm.straggler" in (tmp_path / "r.json").read_text()
