@@ -13,7 +13,11 @@ launches (not replicated: a report cannot be made by copying rows).
 The machine's load average is printed too: on a shared machine the absolute rate moves
 with it, the ratio much less.
 
-    python benchmarks/ncu_parse.py [--launches 100000]
+End to end: ``gpudiag report --no-html --json`` on the same file in a fresh process (parse, the kernels
+table, every analyzer, the findings JSON), its wall time and its own peak RSS (``os.wait4``), against the
+targets of issue 21 (≤ 5 s, ≤ 1 GB) and the anchor's extrapolated time (``--no-report`` skips it).
+
+    python benchmarks/ncu_parse.py [--launches 100000] [--no-report]
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import csv
 import gzip
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -87,9 +92,23 @@ def time_ncu_report(report_gz: Path) -> tuple[float, int, int] | None:
     return dt, launches, values
 
 
+def time_report(path: Path) -> tuple[float, int]:
+    """(wall seconds, peak RSS bytes) of ``python -m diagnose report --no-html --json`` on ``path``."""
+    with tempfile.TemporaryDirectory(prefix="gpudiag-ncu-report-") as tmp:
+        cmd = [sys.executable, "-m", "diagnose", "report", "--no-html", "--json", os.path.join(tmp, "f.json")]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([*cmd, str(path)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"gpudiag report failed on {path} (exit {os.waitstatus_to_exitcode(status)})")
+    return wall, usage.ru_maxrss * 1024
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--launches", type=int, default=100_000)
+    ap.add_argument("--no-report", action="store_true", help="time the parse only, not the whole report")
     args = ap.parse_args()
     name, src, report = sources()
     scratch = REPO / "scratch"
@@ -110,6 +129,15 @@ def main() -> None:
         f"in {dt:.2f} s = {rate:,.0f} launches/s (target ≥ 50,000/s: {'met' if rate >= 50_000 else 'NOT met'})"
     )
     del df
+    report_s = peak = None
+    if not args.no_report:
+        load = os.getloadavg()[0]
+        report_s, peak = time_report(path)
+        print(
+            f"gpudiag report --no-html --json, whole process: {report_s:.2f} s, peak RSS {peak / 2**30:.2f} GiB "
+            f"(targets ≤ 5 s: {'met' if report_s <= 5 else 'NOT met'}, ≤ 1 GB: "
+            f"{'met' if peak <= 1e9 else 'NOT met'}; load average {load:.1f} → {os.getloadavg()[0]:.1f})"
+        )
     anchor = time_ncu_report(report)
     if anchor is None:
         print("ncu_report not installed: no anchor measured")
@@ -122,6 +150,11 @@ def main() -> None:
         f"{args.launches:,} launches extrapolated: {per_launch * args.launches:,.0f} s)"
     )
     print(f"ratio gpudiag / ncu_report: {rate * per_launch:.1f}× faster")
+    if report_s is not None:
+        print(
+            f"whole report vs the anchor's reads alone ({per_launch * args.launches:,.0f} s): "
+            f"{per_launch * args.launches / report_s:,.0f}× faster"
+        )
 
 
 if __name__ == "__main__":

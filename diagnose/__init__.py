@@ -11,15 +11,56 @@ The library API (the CLI is a thin layer over it)::
 
 from __future__ import annotations
 
-from diagnose.analysis import Analysis, analyze
-from diagnose.findings import Evidence, Finding, Result, Severity, Subject
-from diagnose.launch.api import profile
-from diagnose.load import load
-from diagnose.outputs import write_html, write_json
-from diagnose.profile_data import Profile
-from diagnose.thresholds import Thresholds
+import importlib
+import sys
+import types
+
 from diagnose.version import __version__
-from parsers.errors import InputError
+
+# name → the module that defines it, imported on first use (PEP 562): `gpudiag --help`, a bad argument or a
+# JSON-only report need not pay for pandas, the launcher or the HTML stack until something asks for them
+_LAZY = {
+    "Analysis": "diagnose.analysis",
+    "analyze": "diagnose.analysis",
+    "Evidence": "diagnose.findings",
+    "Finding": "diagnose.findings",
+    "Result": "diagnose.findings",
+    "Severity": "diagnose.findings",
+    "Subject": "diagnose.findings",
+    "profile": "diagnose.launch.api",
+    "load": "diagnose.load",
+    "write_html": "diagnose.outputs",
+    "write_json": "diagnose.outputs",
+    "Profile": "diagnose.profile_data",
+    "Thresholds": "diagnose.thresholds",
+    "InputError": "parsers.errors",
+}
+
+
+class _Package(types.ModuleType):
+    """``diagnose.load`` is the function, as it was when this module imported it eagerly: the import system
+    binds a submodule to its package's attribute when it is first imported, and ``diagnose/load.py`` would
+    otherwise take the function's place."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # once: later lookups are plain attribute reads
+        return value
+    raise AttributeError(f"module 'diagnose' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def step() -> None:

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from diagnose.kernel_stats import kernel_key
+from diagnose.table_memo import memo
 
 SUFFIX = ".avg.pct_of_peak_sustained_elapsed"
 
@@ -179,13 +180,16 @@ def _listed_mask(kernels: pd.DataFrame, members: list[str]) -> np.ndarray:
         kernels[c].to_numpy(dtype=object) if c in kernels.columns else np.full(n, None, dtype=object)
         for c in ("sol_breakdown_sm", "sol_breakdown_memory")
     ]
-    keys = pd.Series([",".join(str(v) for v in (sm, mem) if not pd.isna(v)) for sm, mem in zip(*columns)], dtype=object)
-    codes, distinct = pd.factorize(keys)
+    (sm_codes, sm_lists), (mem_codes, mem_lists) = (pd.factorize(c) for c in columns)  # missing: code -1
+    pair_codes, pairs = pd.factorize(sm_codes.astype(np.int64) * (len(mem_lists) + 1) + (mem_codes + 1))
     catalogue = set(BREAKDOWN_SM + BREAKDOWN_MEMORY)
-    rows = np.array(
-        [[m in (set(key.split(",")) if key else catalogue) for m in members] for key in distinct], dtype=bool
-    ).reshape(len(distinct), len(members))
-    return rows[codes]
+    rows = []
+    for pair in pairs:
+        sm, mem = divmod(int(pair), len(mem_lists) + 1)
+        key = ",".join(str(lists[i]) for lists, i in ((sm_lists, sm), (mem_lists, mem - 1)) if i >= 0)
+        listed = set(key.split(",")) if key else catalogue
+        rows.append([m in listed for m in members])
+    return np.array(rows, dtype=bool).reshape(len(pairs), len(members))[pair_codes]
 
 
 def path_of(unit: str | None) -> str | None:
@@ -270,21 +274,32 @@ def kernel_limiters(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
     """The limiter of each kernel of ``stats`` (kernel_stats.per_kernel rows, same order): the breakdown's
     duration-weighted means over its launches, then their highest."""
     members = _members(kernels)
-    key = kernel_key(kernels).to_numpy()
-    w = pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0).to_numpy()
     if members:
-        raw = np.column_stack(
-            [pd.to_numeric(kernels[column_of(m)], errors="coerce").to_numpy(dtype=float) for m in members]
+        depends_on = ("kernel_name", "kernel_short", "dur_ns", "sol_breakdown_sm", "sol_breakdown_memory")
+        means = memo(
+            kernels,
+            "kernel_limiter_means",
+            depends_on + tuple(column_of(m) for m in members),
+            lambda: _breakdown_means(kernels, members),
         )
-        raw = np.where(_listed_mask(kernels, members), raw, np.nan)
-        ok = ~np.isnan(raw)
-        num = pd.DataFrame(np.where(ok, raw * w[:, None], 0.0)).groupby(key).sum()
-        den = pd.DataFrame(np.where(ok, w[:, None], 0.0)).groupby(key).sum()
-        plain = pd.DataFrame(raw).groupby(key).mean()
-        means = (num / den.where(den > 0)).where(den > 0, plain)
         values = means.reindex(stats["kernel_name"]).to_numpy(dtype=float)
     else:
         values = np.empty((len(stats), 0))
     frame = limiter_frame(values, members, stats)
     frame.index = stats.index
     return frame
+
+
+def _breakdown_means(kernels: pd.DataFrame, members: list[str]) -> pd.DataFrame:
+    """Per kernel key (rows) × member (columns): the duration-weighted mean of each listed breakdown metric."""
+    key = kernel_key(kernels).to_numpy()
+    w = pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0).to_numpy()
+    raw = np.column_stack(
+        [pd.to_numeric(kernels[column_of(m)], errors="coerce").to_numpy(dtype=float) for m in members]
+    )
+    raw = np.where(_listed_mask(kernels, members), raw, np.nan)
+    ok = ~np.isnan(raw)
+    num = pd.DataFrame(np.where(ok, raw * w[:, None], 0.0)).groupby(key).sum()
+    den = pd.DataFrame(np.where(ok, w[:, None], 0.0)).groupby(key).sum()
+    plain = pd.DataFrame(raw).groupby(key).mean()
+    return (num / den.where(den > 0)).where(den > 0, plain)

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Severity
+from diagnose.table_memo import memo
 
 KEY_COLUMNS = ["kernel", "kernel_short", "kernel_name", "launches", "gpu_time_ns", "mean_dur_ns", "share"]
 
@@ -32,6 +33,12 @@ def weighted_mean(values: pd.Series, weights: pd.Series) -> float:
     """Duration-weighted mean ignoring NaN values (and their weights); NaN when nothing is left."""
     v = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
     w = pd.to_numeric(weights, errors="coerce").to_numpy(dtype=float)
+    return weighted_mean_of_arrays(v, w)
+
+
+def weighted_mean_of_arrays(v: np.ndarray, w: np.ndarray) -> float:
+    """:func:`weighted_mean` on float arrays: the same arithmetic without the pandas conversions, for loops
+    over thousands of groups (the L2 heatmap's cells)."""
     ok = ~np.isnan(v) & ~np.isnan(w)
     if not ok.any():
         v_ok = v[~np.isnan(v)]
@@ -42,16 +49,41 @@ def weighted_mean(values: pd.Series, weights: pd.Series) -> float:
 
 
 def kernel_key(kernels: pd.DataFrame) -> pd.Series:
-    """The grouping key of each launch: the full name, else the short name, else a placeholder."""
-    key = kernels["kernel_name"].astype(object)
-    key = key.where(key.notna() & (key.astype(str) != ""), kernels["kernel_short"].astype(object))
-    return key.where(key.notna(), "<unnamed kernel>").astype(str)
+    """The grouping key of each launch: the full name, else the short name, else a placeholder (object str)."""
+    key = memo(kernels, "kernel_key", ("kernel_name", "kernel_short"), lambda: _kernel_key(kernels))
+    return pd.Series(key, index=kernels.index, dtype=object, copy=True)
+
+
+def _kernel_key(kernels: pd.DataFrame) -> np.ndarray:
+    key = _text_where_present(kernels["kernel_name"])
+    missing = pd.isna(key)
+    if missing.any():
+        shorts = kernels["kernel_short"].to_numpy(dtype=object)[missing]
+        key[missing] = ["<unnamed kernel>" if pd.isna(s) else str(s) for s in shorts]
+    return key
 
 
 def short_names(kernels: pd.DataFrame) -> pd.Series:
     """kernel_short of each launch, falling back to the key when the parser had none."""
-    short = kernels["kernel_short"].astype(object)
-    return short.where(short.notna() & (short.astype(str) != ""), kernel_key(kernels)).astype(str)
+    short = memo(kernels, "short_names", ("kernel_name", "kernel_short"), lambda: _short_names(kernels))
+    return pd.Series(short, index=kernels.index, dtype=object, copy=True)
+
+
+def _short_names(kernels: pd.DataFrame) -> np.ndarray:
+    short = _text_where_present(kernels["kernel_short"])
+    missing = pd.isna(short)
+    if missing.any():
+        short[missing] = kernel_key(kernels).to_numpy()[missing]
+    return short
+
+
+def _text_where_present(values: pd.Series) -> np.ndarray:
+    """Each value as ``str``, None where it is missing or empty. Worked out once per distinct value: a
+    100,000-launch table has a few dozen kernel names, and these keys are asked for by every ncu analyzer."""
+    codes, distinct = pd.factorize(values.to_numpy(dtype=object))
+    text = [str(v) for v in distinct]
+    lookup = np.array([t if t != "" else None for t in text] + [None], dtype=object)
+    return lookup[codes]
 
 
 def slim(kernels: pd.DataFrame, *columns: str) -> pd.DataFrame:

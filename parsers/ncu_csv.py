@@ -140,19 +140,25 @@ def _fields(path, line: str) -> list[str]:
         raise InputError(path, f"is not a well-formed CSV: {e} (a stray or unclosed quote?)") from None
 
 
-def _read_at_most(f, limit: int, chunk: int = 16 << 20) -> bytes:
-    """Up to ``limit`` bytes in 16 MiB reads: one ``read(limit)`` would ask for a 2 GiB buffer per file."""
+def _read_at_most(f, limit: int, chunk: int = 16 << 20) -> bytearray:
+    """Up to ``limit`` bytes in 16 MiB reads: one ``read(limit)`` would ask for a 2 GiB buffer per file.
+
+    The bytearray itself, not a ``bytes`` copy of it: on a 500 MB page the copy doubled the peak memory.
+    """
     buf = bytearray()
     while len(buf) < limit:
         part = f.read(min(chunk, limit - len(buf)))
         if not part:
             break
         buf += part
-    return bytes(buf)
+    return buf
 
 
-def _csv_bytes(path) -> bytes:
-    """The file's bytes, gunzipped when it is gzip, with a UTF-8 byte-order mark removed."""
+def _csv_bytes(path) -> bytearray:
+    """The file's bytes, gunzipped when it is gzip, with a UTF-8 byte-order mark removed.
+
+    Changed in place where it can be (no second copy of a file of hundreds of MB); the raw page's fast
+    path empties it once pyarrow has parsed it (:func:`_raw_columns`)."""
     try:
         with open_input(path, lines=True) as f:
             raw = _read_at_most(f, MAX_BYTES + 1)
@@ -163,11 +169,12 @@ def _csv_bytes(path) -> bytes:
     if not raw[:65536].strip() and not raw.strip():
         raise InputError(path, "is empty; expected an Nsight Compute CSV export (ncu --csv --page raw|details)")
     if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
+        del raw[:3]
     if b"\x00" in raw[:4096]:
         raise InputError(path, "is a binary file, not an Nsight Compute CSV export (it holds NUL bytes)")
     try:
-        raw.decode("utf-8")  # once here, so no later step meets a byte that is not UTF-8
+        if not raw.isascii():  # ncu's pages are ASCII but for kernel names: no decoded copy of an ASCII file
+            raw.decode("utf-8")  # once here, so no later step meets a byte that is not UTF-8
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise InputError(
@@ -334,9 +341,10 @@ def _raw_columns(path, data: bytes, header: list[str], skip_units: bool, strict:
             s = df[name]
             out[name] = s.to_numpy(dtype=float) if s.dtype.kind in "fiub" else _maybe_numbers(s)
         return out
+    source = pa.BufferReader(pa.py_buffer(data))
     try:
         table = pacsv.read_csv(
-            pa.BufferReader(data),
+            source,
             read_options=pacsv.ReadOptions(skip_rows_after_names=1 if skip_units else 0, block_size=1 << 24),
             parse_options=pacsv.ParseOptions(newlines_in_values=False),
             convert_options=pacsv.ConvertOptions(
@@ -349,11 +357,22 @@ def _raw_columns(path, data: bytes, header: list[str], skip_units: bool, strict:
         if strict:
             raise _NotPlain() from None
         raise InputError(path, f"is not a well-formed ncu CSV: {str(e).splitlines()[0]}") from None
+    del source
+    if isinstance(data, bytearray):
+        try:
+            data.clear()  # the caller's copy of the file: parsed, no longer needed (as large as the table)
+        except BufferError:  # still exported somewhere: keep it
+            pass
+    # each column's buffers go back as soon as it is converted: the arrow table and the numpy columns
+    # are not both held whole
+    names, columns = table.column_names, table.columns
+    del table
     out = {}
-    for name, col in zip(table.column_names, table.columns):
+    for i, name in enumerate(names):
+        col, columns[i] = columns[i], None  # the last reference: its buffers are freed after this column
         t = col.type
         if name in TEXT_COLUMNS:
-            out[name] = col.to_numpy(zero_copy_only=False)
+            out[name] = _shared_text(col.to_numpy(zero_copy_only=False))
         elif pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t):
             out[name] = col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         elif pa.types.is_null(t):
@@ -362,8 +381,18 @@ def _raw_columns(path, data: bytes, header: list[str], skip_units: bool, strict:
             try:
                 out[name] = pc.cast(pc.replace_substring(col, ",", ""), pa.float64()).to_numpy(zero_copy_only=False)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                out[name] = col.to_numpy(zero_copy_only=False)  # names, enums: text as it is
+                out[name] = _shared_text(col.to_numpy(zero_copy_only=False))  # names, enums: text as it is
+        del col
     return out
+
+
+def _shared_text(values: np.ndarray) -> np.ndarray:
+    """Text values with one ``str`` object per distinct value (100,000 launches name a few dozen kernels:
+    ~25 MB of copies of ~230-character names otherwise); missing values stay None."""
+    codes, distinct = pd.factorize(values)
+    if len(distinct) * 2 > len(values):
+        return values
+    return np.append(distinct.astype(object), None)[codes]
 
 
 def _maybe_numbers(s: pd.Series) -> np.ndarray:

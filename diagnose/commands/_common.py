@@ -10,11 +10,14 @@ import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from diagnose.thresholds import Thresholds, load_config, parse_assignments
 from parsers.errors import InputError
+
+if TYPE_CHECKING:
+    from diagnose.thresholds import Thresholds
 
 
 def threshold_options(f):
@@ -37,6 +40,8 @@ def threshold_options(f):
 
 
 def build_thresholds(config_path: str | None, assignments: tuple[str, ...]) -> Thresholds:
+    from diagnose.thresholds import Thresholds, load_config, parse_assignments
+
     th = Thresholds()
     if config_path:
         th = th.with_overrides(load_config(config_path), origin=config_path)

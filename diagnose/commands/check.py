@@ -20,8 +20,6 @@ from diagnose.commands._common import (
     terminal_width,
     threshold_options,
 )
-from diagnose.findings import Severity
-from parsers import registry
 from parsers.errors import InputError
 from parsers.reader import FINDINGS
 
@@ -59,7 +57,9 @@ def command(path, fail_on, ignore, json_path, md_path, config_path, thresholds):
     Every finding is listed with its id ([l2.low_hit_rate]), the id --ignore takes.
     Exit code: 0 (pass), 1 (a finding at or above --fail-on), 2 (bad input, nothing to judge, unknown --ignore).
     """
+    from diagnose.findings import Severity
     from diagnose.outputs import write_json, write_markdown
+    from parsers import registry
     from reports.terminal import render_terminal
 
     require_input_path(path)
@@ -117,6 +117,8 @@ class FindingsDocument:
 
 def findings_document(data: dict, path) -> FindingsDocument:
     """The parts of a ``gpudiag.findings/1`` document at ``path`` that the gate and its summaries show."""
+    from diagnose.findings import Severity
+
     findings = [
         SimpleNamespace(
             id=str(f["id"]),

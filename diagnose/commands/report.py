@@ -41,8 +41,9 @@ from diagnose.commands._common import (
     help="Also write a Markdown summary (verdict, findings table, what was not measured) for CI logs and PR comments.",
 )
 @click.option("--no-html", is_flag=True, help="Write only the JSON / Markdown / terminal summary.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr while reading (shown for reads over 2 s).")
 @threshold_options
-def command(path, output, json_path, md_path, no_html, config_path, thresholds):
+def command(path, output, json_path, md_path, no_html, quiet, config_path, thresholds):
     """Diagnose PATH (a run folder, .ncu-rep, ncu CSV, trace or memory snapshot) into one offline HTML page.
 
     Exit code: 0, or 2 for bad input, including an input in which nothing could be judged.
@@ -57,7 +58,7 @@ def command(path, output, json_path, md_path, no_html, config_path, thresholds):
     for out, option in ((html_path, "-o"), (json_path, "--json"), (md_path, "--md")):
         require_output_path(out, option)
     th = build_thresholds(config_path, thresholds)
-    profile = load(path)
+    profile = load(path, quiet=quiet)
     require_measurement(describe_source(profile)["artifacts"], path, profile.warnings)
     analysis = analyze(profile, th)
     click.echo(render_terminal(analysis, color=sys.stdout.isatty(), width=terminal_width()), nl=False)

@@ -1,0 +1,134 @@
+"""The ncu hot paths made fast for 100,000-launch captures give what the plain pandas code gave.
+
+The L2 heatmap's cells (a numpy pass instead of a pandas groupby), the per-launch kernel keys (worked out
+once per distinct name and kept per table by diagnose.table_memo), the limiter breakdown's per-kernel
+means (kept per table): each against a straightforward reference on a real H200 capture.
+"""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from diagnose.analyzers import l2
+from diagnose.kernel_limiter import kernel_limiters
+from diagnose.kernel_stats import kernel_key, label_of_launch, per_kernel, short_names, slim, weighted_mean
+from diagnose.load import load
+from diagnose.table_memo import memo
+from diagnose.thresholds import Thresholds
+from tests.paths import FIXTURES
+
+KINDS = FIXTURES / "ncu" / "kernel_kinds" / "raw.csv.gz"
+
+
+@pytest.fixture(scope="module")
+def kinds():
+    return load(str(KINDS))
+
+
+def heatmap_by_groupby(kernels: pd.DataFrame, stats: pd.DataFrame, max_columns: int) -> pd.DataFrame:
+    """The heatmap cells as the pandas groupby computed them before (the reference)."""
+    top = stats[stats["l2_hit_pct"].notna()]["kernel"].head(l2.HEATMAP_MAX_KERNELS).tolist()
+    k = slim(kernels, "launch_id", "l2_hit_pct", "dram_throughput_pct", "grid_size", "grid_x", "grid_y", "grid_z")
+    k = k.sort_values(["launch_id"], kind="stable").reset_index(drop=True)
+    k = k.assign(label=label_of_launch(k, stats).to_numpy())
+    k["order"] = np.arange(len(k))
+    bin_size = max(1, int(np.ceil(len(k) / max_columns)))
+    k = k[k["label"].isin(top) & k["l2_hit_pct"].notna()].copy()
+    k["bin"] = k["order"] // bin_size
+    rows = []
+    for (label, b), g in k.groupby(["label", "bin"], sort=False):
+        w = g["dur_ns"]
+        first = g.iloc[int(np.argmax(w.fillna(0).to_numpy()))]
+        rows.append(
+            {
+                "kernel": label,
+                "bin": int(b),
+                "first_launch": int(g["order"].min()),
+                "last_launch": int(g["order"].max()),
+                "launches": int(len(g)),
+                "l2_hit_pct": weighted_mean(g["l2_hit_pct"], w),
+                "dur_ns": float(w.sum()),
+                "dram_throughput_pct": weighted_mean(g["dram_throughput_pct"], w),
+                "grid_size": float(first["grid_size"]),
+                "grid": "×".join(str(int(first[c])) for c in ("grid_x", "grid_y", "grid_z")),
+            }
+        )
+    cells = pd.DataFrame(rows)
+    cells.insert(1, "kernel_rank", cells["kernel"].map({name: i for i, name in enumerate(top)}))
+    return cells.sort_values(["kernel_rank", "bin"]).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("max_columns", [400, 5, 2])
+def test_heatmap_cells_equal_the_groupby_reference(kinds, monkeypatch, max_columns):
+    monkeypatch.setattr(l2, "HEATMAP_MAX_COLUMNS", max_columns)
+    result = l2.analyze(kinds, Thresholds())
+    cells, stats = result.tables["heatmap"], result.tables["kernels"]
+    pd.testing.assert_frame_equal(cells, heatmap_by_groupby(kinds.kernels, stats, max_columns), check_exact=True)
+    assert cells.attrs["bin_size"] == math.ceil(23 / max_columns)
+    assert cells["launches"].sum() == 23  # every launch with a hit rate is in one cell
+
+
+def test_heatmap_cells_numbers_on_kernel_kinds(kinds, monkeypatch):
+    monkeypatch.setattr(l2, "HEATMAP_MAX_COLUMNS", 5)  # bins of 5 launches: cells that average several
+    cells = l2.analyze(kinds, Thresholds()).tables["heatmap"]
+    assert len(cells) == 18
+    dist = cells[cells["kernel"] == "execute_dist"]
+    assert dist["bin"].tolist() == [0, 1]
+    assert dist["launches"].tolist() == [4, 2]  # duration-weighted means of 4 and of 2 launches
+    assert dist["l2_hit_pct"].tolist() == pytest.approx([93.057735, 96.489185], abs=1e-6)
+    assert cells.iloc[0][["kernel", "bin", "grid"]].tolist() == ["stream_add", 1, "1056×1×1"]
+
+
+def test_kernel_keys_of_fake_frame_with_missing_names():
+    fake = pd.DataFrame(
+        {
+            "kernel_name": ["void a<int>()", None, "", "void b()", np.nan, "", "void a<int>()"],
+            "kernel_short": ["a", "y", "z", None, None, "", "a"],
+        }
+    )
+    assert list(kernel_key(fake)) == ["void a<int>()", "y", "z", "void b()", "<unnamed kernel>", "", "void a<int>()"]
+    assert list(short_names(fake)) == ["a", "y", "z", "void b()", "<unnamed kernel>", "", "a"]
+    assert all(type(k) is str for k in kernel_key(fake))
+
+
+def test_kernel_key_follows_a_reassigned_column(kinds):
+    kernels = kinds.kernels.copy()
+    before = kernel_key(kernels)
+    assert before.iloc[0] == kernels["kernel_name"].iloc[0]
+    kernels["kernel_name"] = "void renamed()"
+    assert set(kernel_key(kernels)) == {"void renamed()"}
+    assert per_kernel(kernels)["kernel_name"].tolist() == ["void renamed()"]
+
+
+def test_memo_is_per_table_and_columns():
+    fake_a = pd.DataFrame({"x": [1.0, 2.0]})
+    fake_b = pd.DataFrame({"x": [1.0, 2.0]})
+    calls = []
+
+    def compute(frame):
+        calls.append(1)
+        return float(frame["x"].sum())
+
+    assert memo(fake_a, "sum", ("x",), lambda: compute(fake_a)) == 3.0
+    assert memo(fake_a, "sum", ("x",), lambda: compute(fake_a)) == 3.0
+    assert len(calls) == 1
+    assert memo(fake_b, "sum", ("x",), lambda: compute(fake_b)) == 3.0  # another table: computed again
+    fake_a["x"] = [5.0, 5.0]
+    assert memo(fake_a, "sum", ("x",), lambda: compute(fake_a)) == 10.0
+    assert len(calls) == 3
+
+
+def test_kernel_limiters_kept_per_table_equal_a_fresh_table(kinds):
+    kernels = kinds.kernels
+    stats = per_kernel(kernels)
+    first = kernel_limiters(kernels, stats)
+    again = kernel_limiters(kernels, stats)
+    fresh = kernel_limiters(kernels.copy(deep=True), stats)
+    pd.testing.assert_frame_equal(first, again)
+    pd.testing.assert_frame_equal(first, fresh)
+    assert first["limiter_unit"].notna().all()
+    column = next(c for c in kernels.columns if c.startswith("l1tex__data_pipe_lsu_wavefronts.avg.pct"))
+    changed = kernels.assign(**{column: 100.0})
+    assert set(kernel_limiters(changed, stats)["limiter_pct"]) == {100.0}
