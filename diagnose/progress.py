@@ -84,7 +84,7 @@ class Progress:
         with self._lock:
             self.done = min(self.total, self.done + amount) if self.total else self.done + amount
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -92,9 +92,9 @@ class Progress:
             return
         with self._lock:
             now = self.clock()
-            if self.bar_drawn:  # the finished bar, then the cursor on a new line
-                self._write("\r" + self.bar(now) + "\n")
-            elif self.lines_written:
+            if self.bar_drawn:  # the finished bar (or, when the work failed, just the end of its line)
+                self._write(("\r" + self.bar(now) if exc_type is None else "") + "\n")
+            elif self.lines_written and exc_type is None:  # a failed read says so itself, not "100 %"
                 self._write(self.line(now) + "\n")
 
     # ---- drawing ----------------------------------------------------------------------------------
@@ -106,7 +106,9 @@ class Progress:
         with self._lock:
             now = self.clock() if now is None else now
             elapsed = now - self.started
-            if elapsed < self.show_after_s:
+            # a terminal's bar after show_after_s; a CI log's first line only after a whole interval, so a
+            # refusal or error a few seconds in is the only thing the log says
+            if elapsed < (self.show_after_s if self.terminal else max(self.show_after_s, self.line_every_s)):
                 return
             if self.terminal:
                 self._write("\r" + self.bar(now))

@@ -69,8 +69,9 @@ def test_lines_without_a_terminal_at_most_every_interval():
         p.advance(1000 / 71)
         p.tick()
     lines = log.getvalue().splitlines()
-    assert [re.search(r"after (\d+) s", line).group(1) for line in lines] == ["2", "12", "22", "32"]
-    assert lines[0] == "gpudiag: reading 4 files: 7% (0 of 0 MiB) after 2 s"
+    # without a terminal the first line waits a whole interval: a failure a few seconds in is all the log says
+    assert [re.search(r"after (\d+) s", line).group(1) for line in lines] == ["10", "20", "30"]
+    assert lines[0] == "gpudiag: reading 4 files: 30% (0 of 0 MiB) after 10 s"
     assert "\r" not in log.getvalue()
 
 
@@ -107,3 +108,18 @@ def test_report_takes_quiet(tmp_path):
     r = gpudiag("report", "-q", FIXTURES / "comm" / "gloo_straggler", "--no-html", "--json", tmp_path / "r.json")
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert "comm.straggler" in (tmp_path / "r.json").read_text()
+
+
+def test_a_failed_read_ends_without_a_100_percent_line():
+    log, clock = io.StringIO(), FakeClock()
+    try:
+        with Progress(
+            10, "reading x", stream=log, clock=clock, terminal=False, show_after_s=0.0, line_every_s=1.0
+        ) as p:
+            clock.now = 1.5
+            p.advance(3)
+            p.tick()
+            raise ValueError("refused")
+    except ValueError:
+        pass
+    assert log.getvalue().splitlines() == ["gpudiag: reading x: 30% (0 of 0 MiB) after 2 s"]
