@@ -2,12 +2,17 @@
 
     python benchmarks/trace_load.py                       # the shared traces
     python benchmarks/trace_load.py --grow-mb 1000        # plus a ~1 GB trace grown from a real one
+    python benchmarks/trace_load.py --no-hta scratch/grown_1000mb.trace.json   # ours only (HTA takes minutes)
 
-Each side runs in its own subprocess, so peak RSS (ru_maxrss) is that side's alone. HTA runs
+Each side runs in its own subprocess, so peak RSS (ru_maxrss) is that side's alone. Ours is measured
+twice: the whole ``gpudiag report FILE --json OUT --no-html`` process (wall clock and peak RSS taken by
+this parent from ``os.wait4``: start-up, imports, reading, every analyzer, the JSON), and the API alone
+(``read_trace`` + the idle, sync and launch analyzers, timed after imports, as HTA's side is). HTA runs
 from its own venv (``--hta-python``, default /work/venvs/hta/bin/python; install with
 ``python -m venv /work/venvs/hta && /work/venvs/hta/bin/pip install holistictraceanalysis``).
 The grown trace repeats the real trace's events, shifted in time by its span and with ids
-offset per copy, into ``scratch/`` (git-ignored). Prints time and peak-memory ratios.
+offset per copy, into ``scratch/`` (git-ignored). Prints which JSON reader each side uses, the load
+average around each timing (the machine may be shared), and time and peak-memory ratios.
 """
 
 from __future__ import annotations
@@ -15,8 +20,11 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +48,42 @@ print("OURS_RESULT " + json.dumps({{"load_s": load_s, "total_s": total_s, "event
       "gpu_idle_pct": r.summary.get("gpu_idle_pct"),
       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))
 """
+
+
+def whole_process(path: Path) -> dict:
+    """``gpudiag report PATH --json OUT --no-html`` in a child: wall seconds and the child's peak RSS."""
+    with tempfile.TemporaryDirectory(prefix="gpudiag-bench-") as tmp:
+        out = Path(tmp) / "findings.json"
+        cmd = [sys.executable, "-m", "diagnose", "report", str(path), "--json", str(out), "--no-html"]
+        load_before = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - t0
+        child.returncode = os.waitstatus_to_exitcode(status)
+        err = child.stderr.read().decode(errors="replace")
+        if child.returncode != 0:
+            raise SystemExit(f"gpudiag report failed ({child.returncode}):\n{err[-4000:]}")
+        summary = json.loads(out.read_text())["summary"]
+    return {
+        "wall_s": wall,
+        "peak_rss_bytes": usage.ru_maxrss * 1024,
+        "load": (load_before, os.getloadavg()[0]),
+        "gpu_idle_pct": summary.get("gpu_idle_pct"),
+    }
+
+
+def our_reader() -> str:
+    from parsers.trace_events import READER
+
+    return f"streamed in 16 MiB pieces; {READER}, orjson (dicts) for a piece it does not take"
+
+
+def hta_reader(hta_python: str) -> str:
+    probe = "from hta.common.trace_parser import get_default_trace_parsing_backend as b; print(b().value)"
+    backend = subprocess.run([hta_python, "-c", probe], capture_output=True, text=True).stdout.strip() or "unknown"
+    whole = " (the standard library's json.load of the whole file)" if backend == "json" else ""
+    return f"ParserBackend {backend!r}{whole}"
 
 
 def run(cmd: list[str], tag: str) -> dict:
@@ -91,21 +135,35 @@ def grow(src: Path, dst: Path, target_bytes: int) -> Path:
     return dst
 
 
-def compare(path: Path, hta_python: str, hta_breakdown: bool = True) -> None:
+def compare(path: Path, hta_python: str | None, hta_breakdown: bool = True) -> None:
+    cli = whole_process(path)
+    load_api = os.getloadavg()[0]
     ours = run([sys.executable, "-c", OURS.format(root=str(ROOT), path=str(path))], "OURS_RESULT")
+    size = path.stat().st_size
+    print(f"{path.name} ({size / 2**20:,.1f} MiB on disk, {ours['events']:,} events)")
+    print(
+        f"  ours, gpudiag report --json (whole process) {cli['wall_s']:8.2f} s  {cli['peak_rss_bytes'] / 2**20:6.0f} MiB"
+        f"   load avg {cli['load'][0]:.2f} -> {cli['load'][1]:.2f}"
+    )
+    print(
+        f"  ours, API read_trace + idle/sync/launch     {ours['total_s']:8.2f} s  {ours['peak_rss_bytes'] / 2**20:6.0f} MiB"
+        f"   (read {ours['load_s']:.2f} s; load avg {load_api:.2f})"
+    )
+    if hta_python is None:
+        print(f"  gpu idle %   ours {ours['gpu_idle_pct']:.2f} (report {cli['gpu_idle_pct']:.2f})")
+        return
+    load_hta = os.getloadavg()[0]
     hta_cmd = [hta_python, str(ROOT / "benchmarks" / "hta_reference.py"), str(path)]
     hta = run(hta_cmd if hta_breakdown else hta_cmd + ["--load-only"], "HTA_RESULT")
     hta_total = hta["load_s"] + hta.get("breakdown_s", 0.0)
     hta_idle = hta["temporal"][0]["idle_time_pctg"] if "temporal" in hta else float("nan")
-    size = path.stat().st_size
-    print(f"{path.name} ({size / 2**20:,.1f} MiB on disk, {ours['events']:,} events)")
     print(
-        f"  time   ours {ours['total_s']:8.2f} s (load {ours['load_s']:.2f} s)   HTA {hta_total:8.2f} s "
-        f"(load {hta['load_s']:.2f} s)   HTA/ours = {hta_total / ours['total_s']:.1f}x"
+        f"  HTA TraceAnalysis + temporal/idle breakdown {hta_total:8.2f} s  {hta['peak_rss_bytes'] / 2**20:6.0f} MiB"
+        f"   (load {hta['load_s']:.2f} s; load avg {load_hta:.2f} -> {os.getloadavg()[0]:.2f})"
     )
     print(
-        f"  peak   ours {ours['peak_rss_bytes'] / 2**20:8.0f} MiB   HTA {hta['peak_rss_bytes'] / 2**20:8.0f} MiB   "
-        f"ours/HTA = {ours['peak_rss_bytes'] / hta['peak_rss_bytes']:.2f}"
+        f"  HTA / ours: time {hta_total / ours['total_s']:.1f}x (API), {hta_total / cli['wall_s']:.1f}x (whole report); "
+        f"peak memory {hta['peak_rss_bytes'] / cli['peak_rss_bytes']:.1f}x"
     )
     print(f"  gpu idle %   ours {ours['gpu_idle_pct']:.2f}   HTA {hta_idle:.2f}")
 
@@ -115,21 +173,25 @@ def main() -> None:
     ap.add_argument("--hta-python", default="/work/venvs/hta/bin/python")
     ap.add_argument("--grow-mb", type=int, default=0, help="also grow a trace of about this many MB and compare")
     ap.add_argument("--grow-from", default=str(SHARED / "hta" / "nccl_parser_config_nccl_data.json.gz"))
+    ap.add_argument("--no-hta", action="store_true", help="ours only (HTA takes minutes on a 1 GB trace)")
     ap.add_argument("traces", nargs="*")
     args = ap.parse_args()
-    if not Path(args.hta_python).exists():
-        raise SystemExit(f"HTA's python not found at {args.hta_python}; see this script's docstring")
+    hta_python = None if args.no_hta else args.hta_python
+    if hta_python and not Path(hta_python).exists():
+        raise SystemExit(f"HTA's python not found at {hta_python}; see this script's docstring")
+    sys.path.insert(0, str(ROOT))
+    print(f"JSON readers: ours {our_reader()}" + (f"; HTA {hta_reader(hta_python)}" if hta_python else ""))
     paths = [Path(p) for p in args.traces] or sorted((SHARED / "hta").glob("*.json.gz")) + [
         SHARED / "torch" / "convnet.trace.json.gz"
     ]
     for p in paths:
         if p.exists():
-            compare(p, args.hta_python)
+            compare(p, hta_python)
     if args.grow_mb:
         dst = ROOT / "scratch" / f"grown_{args.grow_mb}mb.trace.json"
         if not dst.exists() or dst.stat().st_size < args.grow_mb * 2**20 * 0.8:
             grow(Path(args.grow_from), dst, args.grow_mb * 2**20)
-        compare(dst, args.hta_python)
+        compare(dst, hta_python)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from parsers.schema import F64, I64, STR, Schema, conform
+from parsers.trace_events import UNSET
 from parsers.trace_stream import read_chunks
 
 COLLECTIVES_SCHEMA = Schema(
@@ -110,6 +111,45 @@ class CollectiveArgs:
                     a.get("Out msg nelems"),
                     a.get("dtype"),
                     a.get("Seq"),
+                )
+            )
+
+    def on_structs(self, cat: str, events: list) -> None:
+        """Like :meth:`on_events` for one category's ``ph: X`` events as ``parsers.trace_events.Event`` structs."""
+        if cat in ("kernel", "Kernel"):
+            source, names = "kernel", {n for n in {e.name for e in events} if n is not None and NCCL_KERNEL.match(n)}
+        elif cat == "cpu_op":
+            source, names = "cpu_op", {"record_param_comms"}
+        else:
+            return
+        if not names:
+            return
+        unset = UNSET
+        for e in [e for e in events if e.name in names]:
+            a = e.args
+            if a is None or a.collective_name is unset and a.pg_name is unset:
+                continue
+            if e.ts is None:
+                continue
+            self.rows.append(
+                (
+                    source,
+                    int(np.rint(e.ts * 1000.0)),
+                    *(
+                        None if v is unset else v
+                        for v in (
+                            a.correlation,
+                            a.external_id,
+                            a.collective_name,
+                            a.pg_name,
+                            a.pg_ranks,
+                            a.group_size,
+                            a.in_nelems,
+                            a.out_nelems,
+                            a.dtype,
+                            a.seq,
+                        )
+                    ),
                 )
             )
 

@@ -278,13 +278,19 @@ def _timeline(occ: pd.DataFrame, m: pd.DataFrame, times: dict, step: int | None)
         if step is not None and len(t.steps) and (t.steps["step"] == step).any():
             w = t.steps[t.steps["step"] == step].iloc[0]
             t0, t1 = min(t0, int(w.ts_ns)), max(t1, int(w.end_ns))
-    rows = []
+    rows = []  # at most MAX_TIMELINE_ROWS are drawn: stop building there (a whole 1 GB trace has 500 k bars)
     for rank, t in times.items():
+        room = MAX_TIMELINE_ROWS - len(rows)
+        if room <= 0:
+            break
         s, e = t.compute
         keep = (e > t0) & (s < t1)
-        for a, b in zip(np.maximum(s[keep], t0), np.minimum(e[keep], t1)):
-            rows.append((rank, "compute", (a - t0) / 1e6, (b - t0) / 1e6, "compute kernels"))
+        starts_ms = ((np.maximum(s[keep], t0)[:room] - t0) / 1e6).tolist()
+        ends_ms = ((np.minimum(e[keep], t1)[:room] - t0) / 1e6).tolist()
+        rows += [(rank, "compute", a, b, "compute kernels") for a, b in zip(starts_ms, ends_ms)]
     for r in sel.itertuples():
+        if len(rows) >= MAX_TIMELINE_ROWS:
+            break
         w = int(waits.get((r.rank, r.ts_ns), 0)) if len(waits) else 0
         if w > 0:
             rows.append((r.rank, "wait", (r.ts_ns - t0) / 1e6, (r.ts_ns + w - t0) / 1e6, f"{r.collective}: waiting"))

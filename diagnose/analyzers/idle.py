@@ -160,21 +160,20 @@ def step_breakdown(trace, gaps: pd.DataFrame, windows: pd.DataFrame) -> pd.DataF
         win = pd.DataFrame(
             {"step": [-1], "gpu_start_ns": [int(s.min())], "gpu_end_ns": [int(e.max())], "kernels": [len(trace.gpu)]}
         )
-    rows = []
     g_s, g_e, cause = gaps["start_ns"].to_numpy(), gaps["end_ns"].to_numpy(), gaps["cause"].to_numpy()
-    for w in win.itertuples():
-        lo, hi = int(w.gpu_start_ns), int(w.gpu_end_ns)
-        row = {
-            "step": int(w.step),
-            "step_ns": float(hi - lo),
-            "busy_ns": tl.clip_sum(s, e, lo, hi),
-            "kernels": int(w.kernels),
+    lo, hi = win["gpu_start_ns"].to_numpy(dtype=np.int64), win["gpu_end_ns"].to_numpy(dtype=np.int64)
+    out = pd.DataFrame(
+        {
+            "step": win["step"].to_numpy(dtype=np.int64),
+            "step_ns": (hi - lo).astype(np.float64),
+            "busy_ns": tl.clip_sums(s, e, lo, hi).astype(np.float64),
+            "kernels": win["kernels"].to_numpy(dtype=np.int64),
         }
-        for c in tl.GAP_CAUSES:
-            m = cause == c
-            row[f"idle_{c}_ns"] = tl.clip_sum(g_s[m], g_e[m], lo, hi)
-        rows.append(row)
-    return pd.DataFrame(rows)
+    )
+    for c in tl.GAP_CAUSES:
+        m = cause == c
+        out[f"idle_{c}_ns"] = tl.clip_sums(g_s[m], g_e[m], lo, hi).astype(np.float64)
+    return out
 
 
 def idle_finding(rank: int, b: dict, by_cause: dict, per_step: pd.DataFrame, th: Thresholds) -> Finding | None:

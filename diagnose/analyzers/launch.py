@@ -128,15 +128,14 @@ def launch_table(trace) -> pd.DataFrame:
     op_i = rt["cpu_op_index"].to_numpy()[ri]
     if len(ops):
         top = np.where(op_i >= 0, ops["top_index"].to_numpy()[np.maximum(op_i, 0)], -1)
-        names = ops["name"].astype(object).to_numpy()
-        op = np.where(top >= 0, names[np.maximum(top, 0)], "(no CPU op)")
+        op = np.where(top >= 0, tl.names_at(ops["name"], np.maximum(top, 0)), "(no CPU op)")
     else:
         op = np.full(len(kern), "(no CPU op)", dtype=object)
     dur = kern["dur_ns"].to_numpy()
     return pd.DataFrame(
-        {
-            "kernel": kern["name"].astype(str).to_numpy(),
-            "op": op,
+        {  # names stay object columns (parsers.schema.STR): pandas 3 would copy them into Arrow strings
+            "kernel": pd.Series(tl.names_at(kern["name"], np.arange(len(kern))), dtype=object),
+            "op": pd.Series(op, dtype=object),
             "stream": kern["stream"].to_numpy(),
             "launch_ts_ns": launch_ts,
             "launch_ns": launch_ns,

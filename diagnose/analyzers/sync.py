@@ -242,11 +242,10 @@ def trace_syncs(trace, th: Thresholds) -> tuple[pd.DataFrame, float, int]:
         idx = idx[rt["ts_ns"].to_numpy()[idx] < cut]
     sub = rt.iloc[idx]
     op_i = sub["cpu_op_index"].to_numpy()
-    names = ops["name"].astype(object).to_numpy() if len(ops) else np.array([], dtype=object)
     top_i = np.where(op_i >= 0, ops["top_index"].to_numpy()[np.maximum(op_i, 0)] if len(ops) else -1, -1)
     call = sub["name"].astype(str).to_numpy()
-    op = np.where(top_i >= 0, names[np.maximum(top_i, 0)] if len(names) else "", call)
-    inner = np.where(op_i >= 0, names[np.maximum(op_i, 0)] if len(names) else "", call)
+    op = np.where(top_i >= 0, tl.names_at(ops["name"], np.maximum(top_i, 0)) if len(ops) else "", call)
+    inner = np.where(op_i >= 0, tl.names_at(ops["name"], np.maximum(op_i, 0)) if len(ops) else "", call)
     py_i = sub["python_index"].to_numpy()
     if len(py_i) and len(ops):  # ops on threads without frames: use the op's own frame
         op_py = np.where(top_i >= 0, ops["python_index"].to_numpy()[np.maximum(top_i, 0)], -1)
