@@ -67,3 +67,33 @@ def table_html(
         f'<table id="{html.escape(table_id)}" class="{cls}"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>{more}"
     )
+
+
+NOT_RECORDED_FILL = "rgba(120,120,120,0.22)"
+
+
+def draw_not_recorded(fig, x0: float, x1: float, label: str) -> None:
+    """A grey, dotted band over [x0, x1] of the x axis with its label written across it: the part of a chart's
+    span its data did not cover, drawn as such rather than as the last value seen (memory, NVML, L2 timelines)."""
+    fig.add_shape(
+        type="rect",
+        xref="x",
+        yref="paper",
+        x0=x0,
+        x1=x1,
+        y0=0,
+        y1=1,
+        fillcolor=NOT_RECORDED_FILL,
+        line=dict(color="rgba(90,90,90,0.8)", width=1, dash="dot"),
+        layer="above",
+    )
+    fig.add_annotation(
+        x=(x0 + x1) / 2,
+        y=0.5,
+        xref="x",
+        yref="paper",
+        text=html.escape(label).replace(", ", "<br>", 1),
+        showarrow=False,
+        textangle=-90,
+        font=dict(size=11, color="#333"),
+    )

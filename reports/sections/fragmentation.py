@@ -17,12 +17,11 @@ import numpy as np
 
 from reports import chart_budget
 from reports.chart_budget import binning_note, duration_text_ms, thin_line
-from reports.figures import figure_html, table_html
+from reports.figures import draw_not_recorded, figure_html, table_html
 from reports.format import bytes_human
 
 GIB = 2**30
 BAND_SHARE = 0.12  # a not-recorded band's width, as a share of the recorded span drawn
-BAND_FILL = "rgba(120,120,120,0.22)"
 CURVE_POINTS = 2000  # per fragmentation curve (two curves, within the mark budget)
 TABLES = (
     ("history_coverage", "What the allocator history recorded of the run"),
@@ -154,30 +153,9 @@ def _bands(meta: dict, lo: float, hi: float) -> list[tuple[float, float, str]]:
     return out
 
 
-def _draw_bands(fig, bands, yref: str = "paper") -> None:
+def _draw_bands(fig, bands) -> None:
     for x0, x1, label in bands:
-        fig.add_shape(
-            type="rect",
-            xref="x",
-            yref=yref,
-            x0=x0,
-            x1=x1,
-            y0=0,
-            y1=1,
-            fillcolor=BAND_FILL,
-            line=dict(color="rgba(90,90,90,0.8)", width=1, dash="dot"),
-            layer="above",
-        )
-        fig.add_annotation(
-            x=(x0 + x1) / 2,
-            y=0.5,
-            xref="x",
-            yref="paper",
-            text=html.escape(label).replace(", ", "<br>", 1),
-            showarrow=False,
-            textangle=-90,
-            font=dict(size=11, color="#333"),
-        )
+        draw_not_recorded(fig, x0, x1, label)
 
 
 def _time_axis(fig, meta: dict, lo: float, hi: float, bands) -> None:

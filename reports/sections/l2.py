@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from reports import chart_budget
 from reports.chart_budget import binning_note, duration_text_ms, kernel_axis, thin_line
-from reports.figures import figure_html, table_html
+from reports.figures import draw_not_recorded, figure_html, table_html
 from reports.format import ns_human
 
 TABLE_COLUMNS = [
@@ -218,16 +218,7 @@ def _timeline(launches, segments, meta) -> str:
                 (end, float(outside.max())),
             ):
                 if x1 > x0:
-                    fig.add_vrect(
-                        x0=x0,
-                        x1=x1,
-                        fillcolor="#bbb",
-                        opacity=0.3,
-                        line_width=0,
-                        layer="below",
-                        annotation_text="allocator history not recorded",
-                        annotation_position="top left",
-                    )
+                    draw_not_recorded(fig, x0, x1, "allocator history not recorded")
         line = thinned(segments, "reserved_bytes")
         fig.add_trace(
             go.Scatter(

@@ -15,7 +15,7 @@ import numpy as np
 
 from reports import chart_budget
 from reports.chart_budget import binning_note, duration_text_ms, thin_line
-from reports.figures import figure_html, table_html
+from reports.figures import draw_not_recorded, figure_html, table_html
 
 ROWS = (  # (columns drawn, y-axis title)
     (("gpu_util_pct", "mem_util_pct"), "util %"),
@@ -112,16 +112,7 @@ def _timeline_figure(result) -> str:
                 line=dict(color="#999" if mark.warmup else "#555", width=1, dash="dot"),
             )
     for x0, x1, side in _not_recorded(timeline, marks):
-        fig.add_vrect(
-            x0=x0,
-            x1=x1,
-            fillcolor="#bbb",
-            opacity=0.3,
-            line_width=0,
-            layer="below",
-            annotation_text=f"NVML not recorded ({side})",
-            annotation_position="top left",
-        )
+        draw_not_recorded(fig, x0, x1, f"NVML not recorded ({side})")
     fig.update_xaxes(title_text="seconds since the first sample", row=len(ROWS), col=1)
     title = "NVML samples"
     notes = []
