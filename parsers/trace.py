@@ -357,9 +357,6 @@ class _Builder:
             except (TypeError, ValueError, AttributeError, OverflowError):
                 self.bad_events += len(flows)
 
-    def _times(self, evs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        return self._times_of([e.get("ts") for e in evs], [e.get("dur") for e in evs])
-
     def _times_of(self, ts: list, dur: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         ts = _floats(ts)
         dur = _floats(dur)
@@ -389,61 +386,53 @@ class _Builder:
         return "other", None
 
     def _bucket(self, cat, evs: list) -> None:
+        self._fill(cat, evs, _DICT_FIELDS)
+
+    def _fill(self, cat, evs: list, fields: _Fields) -> None:
+        """One category's events into their table's columns, through ``fields`` (dicts or typed structs)."""
         table, kind = self._table_of(cat, len(evs))
-        ok, ts_ns, dur_ns, end_ns = self._times(evs)
+        ok, ts_ns, dur_ns, end_ns = self._times_of(fields.top(evs, "ts"), fields.top(evs, "dur"))
         if not ok.all():
             evs = [e for e, k in zip(evs, ok) if k]
         if not evs:
             return
+        n = len(evs)
         t = _Pending()
         t.add("ts_ns", ts_ns)
         t.add("dur_ns", dur_ns)
         t.add("end_ns", end_ns)
-        t.add("pid", _ints([e.get("pid") for e in evs]))
-        t.add("tid", _ints([e.get("tid") for e in evs]))
-        t.add_codes("name", [e.get("name") for e in evs])
-        args = [e.get("args") or _EMPTY for e in evs]
-        if table == "gpu":
-            t.add_codes("cat", [kind] * len(evs))
-            t.add("device", _ints([a.get("device") for a in args]))
-            t.add("stream", _ints([a.get("stream") for a in args]))
-            t.add("correlation", _ints([a.get("correlation") for a in args]))
-            t.add("external_id", _ints([a.get("External id") for a in args]))
-            t.add("bytes", _numbers([a.get("bytes") for a in args]))
-        elif table == "runtime":
-            t.add_codes("cat", [cat] * len(evs))
-            t.add("correlation", _ints([a.get("correlation") for a in args]))
-            t.add("external_id", _ints([a.get("External id") for a in args]))
-        elif table == "cuda_sync":
-            t.add("device", _ints([a.get("device") for a in args]))
-            t.add("stream", _ints([a.get("stream") for a in args]))
-            t.add("correlation", _ints([a.get("correlation") for a in args]))
-            t.add_codes("kind", [a.get("cuda_sync_kind") for a in args])
-            t.add("wait_on_stream", _ints([a.get("wait_on_stream") for a in args]))
-        elif table == "cpu_ops":
-            t.add("external_id", _ints([a.get("External id") for a in args]))
-        elif table == "python":
-            t.add("python_id", _ints([a.get("Python id") for a in args]))
-            t.add("parent_id", _ints([a.get("Python parent id") for a in args]))
-        elif table in ("annotations", "other"):
-            t.add_codes("cat", [cat] * len(evs))
+        t.add("pid", _ints(fields.top(evs, "pid")))
+        t.add("tid", _ints(fields.top(evs, "tid")))
+        t.add_codes("name", fields.top(evs, "name"))
+        if table in ("gpu", "runtime", "annotations", "other"):
+            t.add_constant("cat", kind if table == "gpu" else cat, n)
+        columns = ARG_COLUMNS.get(table)
+        if columns:
+            args = fields.args(evs)
+            for column, key, attr, convert in columns:
+                values = fields.arg(args, key, attr)
+                if convert is None:
+                    t.add_codes(column, values)
+                else:
+                    t.add(column, convert(values))
         t.commit(self.tables[table])
         if table == "cpu_ops" or (table == "gpu" and kind == "kernel"):
-            self.collectives.on_events(evs)  # after the commit: a bucket retried after an error is seen once
+            fields.collectives(self.collectives, cat, evs)  # after the commit: a retried bucket is seen once
 
-    def _flows(self, evs: list) -> None:
-        ts = _floats([e.get("ts") for e in evs])
+    def _flows(self, evs: list, fields: _Fields | None = None) -> None:
+        fields = fields or _DICT_FIELDS
+        ts = _floats(fields.top(evs, "ts"))
         ok = np.abs(ts) < _MAX_US
         if not ok.all():
             evs = [e for e, k in zip(evs, ok) if k]
             ts = ts[ok]
         t = _Pending()
         t.add("ts_ns", us_to_ns(ts))
-        t.add("pid", _ints([e.get("pid") for e in evs]))
-        t.add("tid", _ints([e.get("tid") for e in evs]))
-        t.add("id", _ints([e.get("id") for e in evs]))
-        t.add_codes("ph", [e.get("ph") for e in evs])
-        t.add_codes("cat", [e.get("cat") for e in evs])
+        t.add("pid", _ints(fields.top(evs, "pid")))
+        t.add("tid", _ints(fields.top(evs, "tid")))
+        t.add("id", _ints(fields.top(evs, "id")))
+        t.add_codes("ph", fields.top(evs, "ph"))
+        t.add_codes("cat", fields.top(evs, "cat"))
         t.commit(self.tables["flows"])
 
     # the typed fast path (parsers.trace_events): the same buckets and columns as the dict path above, for
@@ -464,68 +453,9 @@ class _Builder:
             else:
                 other[ph] += 1
         for cat, evs in buckets.items():
-            self._struct_bucket(cat, evs)
+            self._fill(cat, evs, _STRUCT_FIELDS)
         if flows:
-            self._struct_flows(flows)
-
-    def _struct_bucket(self, cat, evs: list) -> None:
-        table, kind = self._table_of(cat, len(evs))
-        ok, ts_ns, dur_ns, end_ns = self._times_of([e.ts for e in evs], [e.dur for e in evs])
-        if not ok.all():
-            evs = [e for e, k in zip(evs, ok) if k]
-        if not evs:
-            return
-        n = len(evs)
-        t = _Pending()
-        t.add("ts_ns", ts_ns)
-        t.add("dur_ns", dur_ns)
-        t.add("end_ns", end_ns)
-        t.add("pid", _ints([e.pid for e in evs]))
-        t.add("tid", _ints([e.tid for e in evs]))
-        t.add_codes("name", [e.name for e in evs])
-        args = [e.args or EMPTY_ARGS for e in evs]
-        if table == "gpu":
-            t.add_constant("cat", kind, n)
-            t.add("device", _ints([a.device for a in args]))
-            t.add("stream", _ints([a.stream for a in args]))
-            t.add("correlation", _ints([a.correlation for a in args]))
-            t.add("external_id", _ints([a.external_id for a in args]))
-            t.add("bytes", _numbers([a.bytes for a in args]))
-        elif table == "runtime":
-            t.add_constant("cat", cat, n)
-            t.add("correlation", _ints([a.correlation for a in args]))
-            t.add("external_id", _ints([a.external_id for a in args]))
-        elif table == "cuda_sync":
-            t.add("device", _ints([a.device for a in args]))
-            t.add("stream", _ints([a.stream for a in args]))
-            t.add("correlation", _ints([a.correlation for a in args]))
-            t.add_codes("kind", [a.cuda_sync_kind for a in args])
-            t.add("wait_on_stream", _ints([a.wait_on_stream for a in args]))
-        elif table == "cpu_ops":
-            t.add("external_id", _ints([a.external_id for a in args]))
-        elif table == "python":
-            t.add("python_id", _ints([a.python_id for a in args]))
-            t.add("parent_id", _ints([a.python_parent_id for a in args]))
-        elif table in ("annotations", "other"):
-            t.add_constant("cat", cat, n)
-        t.commit(self.tables[table])
-        if table == "cpu_ops" or (table == "gpu" and kind == "kernel"):
-            self.collectives.on_structs(cat, evs)
-
-    def _struct_flows(self, evs: list) -> None:
-        ts = _floats([e.ts for e in evs])
-        ok = np.abs(ts) < _MAX_US
-        if not ok.all():
-            evs = [e for e, k in zip(evs, ok) if k]
-            ts = ts[ok]
-        t = _Pending()
-        t.add("ts_ns", us_to_ns(ts))
-        t.add("pid", _ints([e.pid for e in evs]))
-        t.add("tid", _ints([e.tid for e in evs]))
-        t.add("id", _ints([e.id for e in evs]))
-        t.add_codes("ph", [e.ph for e in evs])
-        t.add_codes("cat", [e.cat for e in evs])
-        t.commit(self.tables["flows"])
+            self._flows(flows, _STRUCT_FIELDS)
 
 
 _EMPTY: dict = {}
@@ -589,6 +519,80 @@ def _number(v) -> float:
         return float(v)
     except OverflowError:
         return np.nan
+
+
+# The columns each table takes from an event's args: (column, Kineto's key, the attribute of
+# parsers.trace_events' typed args, how to convert: _ints / _numbers, or None for names kept as codes).
+# One list for the dict path and the typed fast path, so both make the same tables.
+ARG_COLUMNS: dict[str, tuple[tuple[str, str, str, Any], ...]] = {
+    "gpu": (
+        ("device", "device", "device", _ints),
+        ("stream", "stream", "stream", _ints),
+        ("correlation", "correlation", "correlation", _ints),
+        ("external_id", "External id", "external_id", _ints),
+        ("bytes", "bytes", "bytes", _numbers),
+    ),
+    "runtime": (
+        ("correlation", "correlation", "correlation", _ints),
+        ("external_id", "External id", "external_id", _ints),
+    ),
+    "cuda_sync": (
+        ("device", "device", "device", _ints),
+        ("stream", "stream", "stream", _ints),
+        ("correlation", "correlation", "correlation", _ints),
+        ("kind", "cuda_sync_kind", "cuda_sync_kind", None),
+        ("wait_on_stream", "wait_on_stream", "wait_on_stream", _ints),
+    ),
+    "cpu_ops": (("external_id", "External id", "external_id", _ints),),
+    "python": (
+        ("python_id", "Python id", "python_id", _ints),
+        ("parent_id", "Python parent id", "python_parent_id", _ints),
+    ),
+}
+
+
+class _Fields:
+    """How the builder reads events of one kind: orjson's dicts or parsers.trace_events' typed structs."""
+
+    def __init__(self, top, args, arg, collectives):
+        self.top, self.args, self.arg, self.collectives = top, args, arg, collectives
+
+
+_DICT_FIELDS = _Fields(
+    top=lambda evs, name: [e.get(name) for e in evs],
+    args=lambda evs: [e.get("args") or _EMPTY for e in evs],
+    arg=lambda args, key, attr: [a.get(key) for a in args],
+    collectives=lambda found, cat, evs: found.on_events(evs),
+)
+# Typed structs are read by plain comprehensions, one per field: twice as fast as map(attrgetter(...)) or
+# getattr on the 1 GB trace's 5.4 M events (this path is the one the speed target is met on).
+_STRUCT_TOP = {
+    "ts": lambda evs: [e.ts for e in evs],
+    "dur": lambda evs: [e.dur for e in evs],
+    "pid": lambda evs: [e.pid for e in evs],
+    "tid": lambda evs: [e.tid for e in evs],
+    "name": lambda evs: [e.name for e in evs],
+    "id": lambda evs: [e.id for e in evs],
+    "ph": lambda evs: [e.ph for e in evs],
+    "cat": lambda evs: [e.cat for e in evs],
+}
+_STRUCT_ARGS = {
+    "device": lambda args: [a.device for a in args],
+    "stream": lambda args: [a.stream for a in args],
+    "correlation": lambda args: [a.correlation for a in args],
+    "external_id": lambda args: [a.external_id for a in args],
+    "bytes": lambda args: [a.bytes for a in args],
+    "cuda_sync_kind": lambda args: [a.cuda_sync_kind for a in args],
+    "wait_on_stream": lambda args: [a.wait_on_stream for a in args],
+    "python_id": lambda args: [a.python_id for a in args],
+    "python_parent_id": lambda args: [a.python_parent_id for a in args],
+}
+_STRUCT_FIELDS = _Fields(
+    top=lambda evs, name: _STRUCT_TOP[name](evs),
+    args=lambda evs: [e.args or EMPTY_ARGS for e in evs],
+    arg=lambda args, key, attr: _STRUCT_ARGS[attr](args),
+    collectives=lambda found, cat, evs: found.on_structs(cat, evs),
+)
 
 
 def read_trace(path: str | os.PathLike) -> Trace:
