@@ -58,15 +58,14 @@ def analyze(profile: Profile, thresholds: Thresholds | None = None, only: list[s
 
 
 def declared_metrics() -> tuple[Metric, ...]:
-    """Every analyzer's declared summary metrics (``SUMMARY_METRICS``, or ``METRICS`` holding Metric), in match order, each tagged with its analyzer's name."""
+    """Every analyzer's declared summary metrics (its ``SUMMARY_METRICS``), in match order, tagged with its name."""
     from dataclasses import replace
 
     from diagnose.analyzers import discover
 
     found = []
     for mod in discover():
-        declared = getattr(mod, "SUMMARY_METRICS", None) or getattr(mod, "METRICS", ())
-        found.extend(replace(m, analyzer=m.analyzer or mod.NAME) for m in declared if isinstance(m, Metric))
+        found.extend(replace(m, analyzer=m.analyzer or mod.NAME) for m in getattr(mod, "SUMMARY_METRICS", ()))
     return in_match_order(found)
 
 

@@ -1,7 +1,7 @@
 """What a summary metric means: its label, unit, which way is better, and its resolution.
 
 Each analyzer declares the metrics it writes into ``Result.summary`` next to the code that
-writes them, as ``METRICS = (Metric(...), ...)`` in its module. Reports label the summary
+writes them, as ``SUMMARY_METRICS = (Metric(...), ...)`` in its module. Reports label the summary
 with them (the appendix), and ``diff`` judges changes with them: the direction is declared,
 not guessed from the key's name, and a change smaller than ``resolution`` is "unchanged".
 

@@ -20,7 +20,7 @@ from diagnose.thresholds import Thresholds
 NAME = "comm"
 ORDER = 40
 SECTION = "section-comm"
-METRICS = (  # what analyze() writes into Result.summary, also as rank<N>.<key> (diagnose.metrics)
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary, also as rank<N>.<key> (diagnose.metrics)
     Metric("comm_overlap_pct", "Communication overlapped with compute", "%", HIGHER, 0.01),
     Metric("comm_time_share", "Time in communication", "share", LOWER, 0.001),
     Metric("comm_wait_ms_per_step", "Wait for other ranks per step", "ms", LOWER, 0.001),  # 1 us timestamps

@@ -33,7 +33,7 @@ from diagnose.thresholds import Thresholds
 NAME = "fragmentation"
 ORDER = 60
 SECTION = "section-fragmentation"
-METRICS = (  # what _publish() and the stats paths write into Result.summary
+SUMMARY_METRICS = (  # what _publish() and the stats paths write into Result.summary
     # the snapshot's state depends on when it was dumped: a moment, not an outcome
     Metric("snapshot_reserved_bytes", "Reserved at the snapshot", "bytes", NEUTRAL, 1),
     Metric("snapshot_allocated_bytes", "Allocated at the snapshot", "bytes", NEUTRAL, 1),

@@ -21,7 +21,7 @@ from diagnose.thresholds import Thresholds
 NAME = "idle"
 ORDER = 20
 SECTION = "section-idle"
-METRICS = (  # what analyze() writes into Result.summary, per rank_key (diagnose.metrics)
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary, per rank_key (diagnose.metrics)
     # shares of the trace span; trace timestamps are microseconds (Kineto) or ns (nsys): 0.01 % of a span
     Metric("gpu_idle_pct", "GPU idle", "%", LOWER, 0.01),
     Metric("gpu_compute_pct", "GPU computing (kernels)", "%", HIGHER, 0.01),

@@ -20,7 +20,7 @@ from diagnose.thresholds import Thresholds
 NAME = "launch"
 ORDER = 22
 SECTION = "section-launch"
-METRICS = (  # what analyze() writes into Result.summary, per key() (diagnose.metrics)
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary, per key() (diagnose.metrics)
     Metric("launch_kernels_per_step", "Kernel launches per step", "count", LOWER, 0.01),
     Metric("launch_kernels_in_span", "Kernel launches in the traced span (no iterations found)", "count", LOWER, 1),
     # the launch rate falls when kernels are fused: step time, not the rate, says whether that helped

@@ -37,7 +37,7 @@ from diagnose.metrics import LOWER, Metric
 NAME = "memory_access"
 ORDER = 32
 SECTION = "section-memory_access"
-METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     Metric(
         "uncoalesced_excess_sector_share", "Global-memory sectors beyond the ideal (uncoalesced)", "share", LOWER, 0.001
     ),

@@ -43,7 +43,7 @@ from diagnose.metrics import NEUTRAL, Metric
 NAME = "ncu_rules"
 ORDER = 90
 SECTION = "section-ncu_rules"
-METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     Metric("ncu_rule_results_count", "ncu rule results shown", "count", NEUTRAL, 1),
     # how often ncu's rules and gpudiag's findings disagree: about the tools, not the run
     Metric("ncu_rules_disagreement_count", "ncu rules that disagree with gpudiag's findings", "count", NEUTRAL, 1),

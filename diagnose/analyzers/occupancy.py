@@ -33,7 +33,7 @@ from diagnose.metrics import HIGHER, Metric
 NAME = "occupancy"
 ORDER = 15
 SECTION = "section-occupancy"
-METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     Metric(
         "achieved_occupancy_time_weighted_pct", "Achieved occupancy, weighted by kernel time", "%", HIGHER, 0.01
     ),  # ncu percentages: 2 decimals on the details page

@@ -27,7 +27,7 @@ from diagnose.metrics import LOWER, NEUTRAL, Metric
 NAME = "speed_of_light"
 ORDER = 30
 SECTION = "section-speed_of_light"
-METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     # moving time between memory- and compute-bound is neither better nor worse; latency-bound uses neither unit
     Metric("sol_memory_bound_gpu_time_share", "GPU time in memory-bound kernels", "share", NEUTRAL, 0.001),
     Metric("sol_compute_bound_gpu_time_share", "GPU time in compute-bound kernels", "share", NEUTRAL, 0.001),

@@ -22,7 +22,7 @@ from diagnose.thresholds import Thresholds
 NAME = "steps"
 ORDER = 40
 SECTION = "section-steps"
-METRICS = (  # what _summary() writes into Result.summary (diagnose.metrics)
+SUMMARY_METRICS = (  # what _summary() writes into Result.summary (diagnose.metrics)
     Metric("step_count", "Measured steps", "count", NEUTRAL, 1),
     Metric("step_warmup_excluded", "Warm-up steps left out", "count", NEUTRAL, 1),
     Metric("step_outlier_count", "Outlier steps", "count", LOWER, 1),

@@ -25,7 +25,7 @@ from diagnose.thresholds import Thresholds
 NAME = "sync"
 ORDER = 21
 SECTION = "section-sync"
-METRICS = (  # what analyze() writes into Result.summary, per key() (diagnose.metrics)
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary, per key() (diagnose.metrics)
     Metric("sync_count_per_step", "Host synchronisations per step", "count", LOWER, 0.01),
     Metric("sync_host_blocked_ms_per_step", "Host blocked in syncs per step", "ms", LOWER, 0.001),  # 1 us timestamps
     Metric("sync_gpu_idle_ms_per_step", "GPU idle after syncs per step", "ms", LOWER, 0.001),

@@ -21,7 +21,7 @@ from diagnose.metrics import LOWER, Metric
 NAME = "tiny_kernels"
 ORDER = 25
 SECTION = "section-tiny_kernels"
-METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     Metric("tiny_kernel_launch_share", "Launches of tiny kernels", "share", LOWER, 0.001),
     Metric("tiny_kernel_launches", "Tiny kernel launches", "count", LOWER, 1),
     Metric("tiny_kernel_est_timeline_share", "Estimated timeline taken by tiny kernels", "share", LOWER, 0.001),

@@ -22,7 +22,7 @@ from diagnose.thresholds import Thresholds
 NAME = "utilization"
 ORDER = 45
 SECTION = "section-utilization"
-METRICS = (  # what _summary() writes into Result.summary (diagnose.metrics)
+SUMMARY_METRICS = (  # what _summary() writes into Result.summary (diagnose.metrics)
     Metric("nvml_sample_count", "NVML samples", "count", NEUTRAL, 1),
     Metric("nvml_window_s", "NVML window judged", "s", NEUTRAL, 0.001),
     Metric("nvml_sample_interval_median_ms", "NVML sampling interval", "ms", NEUTRAL, 0.001),
