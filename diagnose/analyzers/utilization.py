@@ -92,6 +92,8 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             "gpus_judged": [int(g) for g in active] if len(judged) else [],
             "samples_in_window": int(len(judged)),
             "gpus_sampled": sorted(int(g) for g in samples["gpu"].unique()),
+            # (x0_s, x1_s, side) of the run's steps that no sample covers: the chart draws them as not recorded
+            "not_recorded": not_recorded(result.tables["timeline"], result.tables.get("step_marks")),
         }
     )
     for row in per_gpu.itertuples():
@@ -317,3 +319,20 @@ def _merge_per_gpu(result: Result) -> Result:
         )
     result.findings = merged
     return result
+
+
+def not_recorded(timeline: pd.DataFrame, marks: pd.DataFrame | None) -> list[tuple[float, float, str]]:
+    """Spans of the run's steps with no NVML sample (before the first, after the last): drawn as not recorded,
+    not as the last values seen. A gap under two sampling intervals is sampling, not a gap."""
+    if marks is None or not len(marks) or len(timeline) < 2:
+        return []
+    t = timeline["t_s"].to_numpy(dtype=float)
+    step = float(np.nanmedian(np.diff(np.unique(t)))) if len(np.unique(t)) > 1 else 0.0
+    first, last = float(np.nanmin(t)), float(np.nanmax(t))
+    lo, hi = float(marks["t_s"].min()), float(marks["t_s"].max())
+    spans = []
+    if first - lo > 2 * step:
+        spans.append((lo, first, "before the first sample"))
+    if hi - last > 2 * step:
+        spans.append((last, hi, "after the last sample"))
+    return spans

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import html
 
-import numpy as np
-
 from reports import chart_budget
 from reports.chart_budget import binning_note, duration_text_ms, thin_line
 from reports.figures import draw_not_recorded, figure_html, table_html
@@ -111,7 +109,7 @@ def _timeline_figure(result) -> str:
                 yref="paper",
                 line=dict(color="#999" if mark.warmup else "#555", width=1, dash="dot"),
             )
-    for x0, x1, side in _not_recorded(timeline, marks):
+    for x0, x1, side in result.meta.get("not_recorded", []):
         draw_not_recorded(fig, x0, x1, f"NVML not recorded ({side})")
     fig.update_xaxes(title_text="seconds since the first sample", row=len(ROWS), col=1)
     title = "NVML samples"
@@ -128,23 +126,6 @@ def _timeline_figure(result) -> str:
         title += f"<br><sub>{'; '.join(notes)}</sub>"
     fig.update_layout(height=220 * len(ROWS), title=title, hovermode="x unified")
     return figure_html(fig, div_id="utilization-timeline")
-
-
-def _not_recorded(timeline, marks) -> list[tuple[float, float, str]]:
-    """Spans of the run's steps with no NVML sample (before the first, after the last): drawn as not recorded,
-    not as the last values seen. A gap under two sampling intervals is sampling, not a gap."""
-    if marks is None or not len(marks) or len(timeline) < 2:
-        return []
-    t = timeline["t_s"].to_numpy(dtype=float)
-    step = float(np.nanmedian(np.diff(np.unique(t)))) if len(np.unique(t)) > 1 else 0.0
-    first, last = float(np.nanmin(t)), float(np.nanmax(t))
-    lo, hi = float(marks["t_s"].min()), float(marks["t_s"].max())
-    spans = []
-    if first - lo > 2 * step:
-        spans.append((lo, first, "before the first sample"))
-    if hi - last > 2 * step:
-        spans.append((last, hi, "after the last sample"))
-    return spans
 
 
 def _caption(result) -> str:

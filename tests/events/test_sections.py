@@ -91,8 +91,8 @@ def test_steps_after_the_last_nvml_sample_are_drawn_as_not_recorded(tmp_path):
     (run / "nvml.csv").write_text("\n".join(lines[: 1 + int(0.4 * (len(lines) - 1))]) + "\n")
     result = diagnose.analyze(diagnose.load(run)).results["utilization"]
     timeline, marks = result.tables["timeline"], result.tables["step_marks"]
-    (span,) = utilization._not_recorded(timeline, marks)
+    (span,) = result.meta["not_recorded"]
     assert span[0] == timeline["t_s"].max() and span[1] == marks["t_s"].max() and span[2] == "after the last sample"
     assert "NVML not recorded (after the last sample)" in utilization.render(result)
     full = diagnose.analyze(diagnose.load(FIXTURES / "runs" / "sync_planted")).results["utilization"]
-    assert utilization._not_recorded(full.tables["timeline"], full.tables["step_marks"]) == []
+    assert full.meta["not_recorded"] == []
