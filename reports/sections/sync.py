@@ -115,18 +115,27 @@ def _timeline(busy, points) -> str:
     return figure_html(fig, div_id="fig-sync-timeline")
 
 
-def _sync_markers(points):
+def _host_markers(t_ms, texts: list[str], name: str):
+    """Sync points on the host lane, each with its hover text (escaped)."""
     return go.Scatter(
-        x=points["t_ms"],
-        y=["host"] * len(points),
+        x=t_ms,
+        y=["host"] * len(texts),
         mode="markers",
-        name="sync",
+        name=name,
         marker=dict(symbol="x", size=12, color="#e45756"),
-        text=[
-            html.escape(f"{o} at {loc}: blocked {b:.3f} ms, GPU idle {g:.3f} ms")
+        text=[html.escape(t) for t in texts],
+        hovertemplate="%{text}<extra></extra>",
+    )
+
+
+def _sync_markers(points):
+    return _host_markers(
+        points["t_ms"],
+        [
+            f"{o} at {loc}: blocked {b:.3f} ms, GPU idle {g:.3f} ms"
             for o, loc, b, g in zip(points["op"], points["location"], points["blocked_ms"], points["gpu_idle_ms"])
         ],
-        hovertemplate="%{text}<extra></extra>",
+        "sync",
     )
 
 
@@ -142,17 +151,11 @@ def _sync_buckets(points, width: float, origin: float):
         blocked_max_ms=("blocked_ms", "max"),
         gpu_idle_ms=("gpu_idle_ms", "sum"),
     ).join(first[["t_ms", "op", "location"]])
-    return go.Scatter(
-        x=agg["t_ms"],
-        y=["host"] * len(agg),
-        mode="markers",
-        name="syncs (one marker per bucket)",
-        marker=dict(symbol="x", size=12, color="#e45756"),
-        text=[
-            html.escape(
-                f"{n:,} sync(s) from {t:.3f} ms: blocked {b:.3f} ms in all (longest {m:.3f} ms), GPU idle "
-                f"{i:.3f} ms; first: {o} at {loc}"
-            )
+    return _host_markers(
+        agg["t_ms"],
+        [
+            f"{n:,} sync(s) from {t:.3f} ms: blocked {b:.3f} ms in all (longest {m:.3f} ms), GPU idle "
+            f"{i:.3f} ms; first: {o} at {loc}"
             for n, t, b, m, i, o, loc in zip(
                 agg["syncs"],
                 agg["t_ms"],
@@ -163,5 +166,5 @@ def _sync_buckets(points, width: float, origin: float):
                 agg["location"],
             )
         ],
-        hovertemplate="%{text}<extra></extra>",
+        "syncs (one marker per bucket)",
     )
