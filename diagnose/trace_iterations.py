@@ -7,7 +7,10 @@ this order; the first found with enough repeats is used, and the steps' ``source
 
 1. ``Optimizer.step#...`` annotations (outermost): an iteration ends at each optimizer step;
 2. backward passes, from the Python frames of ``Tensor.backward`` / ``torch.autograd.backward``
-   (traces with stacks): an iteration ends at the end of each outermost backward;
+   (traces with stacks): an iteration ends at the end of each outermost backward; in traces without
+   stacks, from the autograd engine's ``autograd::engine::evaluate_function: ...`` ops: one pass is a
+   run of them that no other top-level op interrupts (the forward and a hand-written update run between
+   passes, on the main thread; with CUDA the engine runs on its own thread);
 3. JAX dispatches ``PjitFunction(name)``: the dominant jitted computation, as XProf infers steps
    from the most frequently executed XLA program. Of the functions dispatched at least
    ``MIN_REPEATS`` times, the one dispatched least often (a helper dispatched several times per
@@ -34,7 +37,7 @@ _PJIT = re.compile(r"^PjitFunction\((.+)\)$")
 
 def infer_iterations(trace, first_host_ns: int) -> tuple[np.ndarray, np.ndarray, str] | None:
     """(starts, ends, source) of the iterations found in ``trace``, or None when nothing repeats."""
-    for finder in (_optimizer_steps, _backward_passes, _jax_dispatches, _repeated_user_frame):
+    for finder in (_optimizer_steps, _backward_passes, _autograd_engine_passes, _jax_dispatches, _repeated_user_frame):
         found = finder(trace, first_host_ns)
         if found is not None:
             return found
@@ -83,6 +86,43 @@ def _backward_passes(trace, first_host_ns: int):
     is_backward = (py["function"].astype(str) == "backward") & file.str.endswith(_BACKWARD_FILES)
     return _ends_based(
         outermost(py[is_backward]), first_host_ns, "backward passes (no ProfilerStep or optimizer in the trace)"
+    )
+
+
+_ENGINE_OP = "autograd::engine::evaluate_function:"
+
+
+def _autograd_engine_passes(trace, first_host_ns: int):
+    ops = trace.cpu_ops
+    if not len(ops):
+        return None
+    top = ops[ops["parent_index"].to_numpy() < 0]
+    is_engine = top["name"].astype(str).str.startswith(_ENGINE_OP).to_numpy()
+    engine = top[is_engine].sort_values("ts_ns", kind="stable")
+    if len(engine) < 2:
+        return None
+    # what interrupts a pass: top-level ops of the threads the engine does not run on (the main thread,
+    # with CUDA); where the engine runs on the main thread (CPU), that thread's other top-level ops
+    engine_tids = set(engine["tid"].tolist())
+    others = top[~is_engine]
+    elsewhere = others[~others["tid"].isin(engine_tids)]
+    breakers = np.sort((elsewhere if len(elsewhere) else others)["ts_ns"].to_numpy(dtype=np.int64))
+    starts = engine["ts_ns"].to_numpy(dtype=np.int64)
+    run_end = np.maximum.accumulate(engine["end_ns"].to_numpy(dtype=np.int64))
+    between = np.searchsorted(breakers, starts[1:], side="left") - np.searchsorted(breakers, run_end[:-1], side="left")
+    first = np.r_[True, between > 0]
+    pass_id = np.cumsum(first) - 1
+    passes = (
+        pd.DataFrame({"ts_ns": starts, "end_ns": run_end})
+        .groupby(pass_id)
+        .agg(ts_ns=("ts_ns", "min"), end_ns=("end_ns", "max"))
+    )
+    if len(passes) < MIN_REPEATS:
+        return None
+    return _ends_based(
+        passes,
+        first_host_ns,
+        "backward passes of the autograd engine (no ProfilerStep, optimizer or stacks in the trace)",
     )
 
 

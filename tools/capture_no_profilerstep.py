@@ -5,7 +5,7 @@ What a user who calls ``torch.profiler.profile()`` around a few iterations, with
 8 iterations after 5 of warm-up,
 
     OUT/sgd_stacks.json.gz     with_stack=True: backward passes visible in the Python frames
-    OUT/sgd_nostacks.json.gz   no stacks: no optimizer, no frames, no step markers (nothing repeats at the top)
+    OUT/sgd_nostacks.json.gz   no stacks: no optimizer, no frames, no step markers; the autograd engine's ops repeat
 
     PYTHONPATH=$PWD python3 tools/capture_no_profilerstep.py OUT
 """

@@ -39,7 +39,7 @@ def test_hand_written_sgd_light(tmp_path):
     steps = [e for e in _events(run) if e["kind"] == "step"]
     assert len(steps) >= 0.9 * iterations and {s["source"] for s in steps} == {"backward"}, len(steps)
     assert "trace/rank0.json.gz" in manifest["artifacts"] and "memory/rank0.snapshot.json.gz" in manifest["artifacts"]
-    line = _line_of(script, "SYNC-1")
+    line = _line_of(script, "# SYNC-1")
     assert (str(script), line) in {(s["file"], s["line"]) for s in syncs}, {(s["file"], s["line"]) for s in syncs}
     sync_findings = [f for f in findings["findings"] if f["id"] == "sync.host_sync"]
     assert any(f"sgd_by_hand.py:{line}" in json.dumps(f["subjects"]) for f in sync_findings)

@@ -94,3 +94,57 @@ def test_a_trace_where_nothing_repeats_gets_span_figures_never_per_step(tmp_path
     assert {s.figures.get("count") for s in sync.subjects} and not any(
         "count_per_step" in s.figures for s in sync.subjects
     )
+
+
+NO_PROFILERSTEP = FIXTURES / "trace" / "no_profilerstep"
+
+
+def _ops_per_iteration(trace, windows, name: str) -> list[int]:
+    """Top-level ops named ``name`` that start in each iteration."""
+    ops = trace.cpu_ops[(trace.cpu_ops["name"].astype(str) == name) & (trace.cpu_ops["parent_index"] < 0)]
+    starts = ops["ts_ns"].to_numpy()
+    return [int(((starts >= a) & (starts < b)).sum()) for a, b in zip(windows["cpu_start_ns"], windows["cpu_end_ns"])]
+
+
+@pytest.mark.parametrize(
+    "name, source",
+    [
+        ("sgd_stacks.json.gz", "backward passes (no ProfilerStep or optimizer in the trace)"),
+        (
+            "sgd_nostacks.json.gz",
+            "backward passes of the autograd engine (no ProfilerStep, optimizer or stacks in the trace)",
+        ),
+    ],
+)
+def test_hand_written_sgd_on_the_h200_gets_one_step_per_iteration(name, source):
+    """fixtures/trace/no_profilerstep: torch.profiler.profile() around 8 iterations of examples/sgd_by_hand.py's
+    loop on the H200 (no schedule, no optimizer). Without stacks the whole trace had been one step."""
+    trace = read_trace(NO_PROFILERSTEP / name)
+    windows = tl.steps(trace)
+    assert windows.attrs["source"] == source
+    assert len(windows) == 8
+    # each iteration holds one backward pass (one loss backward) and the next iteration's forward is not cut
+    assert _ops_per_iteration(trace, windows, "autograd::engine::evaluate_function: NllLossBackward0") == [1] * 8
+    assert _ops_per_iteration(trace, windows, "aten::cross_entropy_loss") == [1] * 8
+
+
+def test_backward_on_the_main_thread_without_stacks(tmp_path):
+    """On the CPU the autograd engine runs on the main thread: a pass still ends where the forward begins."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    x = torch.randn(32, 64)
+    path = tmp_path / "cpu_nostacks.json"
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(6):
+            loss = model(x).square().mean()
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+                    p.grad = None
+    prof.export_chrome_trace(str(path))
+    trace = read_trace(path)
+    windows = tl.steps(trace)
+    assert windows.attrs["source"].startswith("backward passes of the autograd engine")
+    assert len(windows) == 6
+    assert _ops_per_iteration(trace, windows, "aten::mean") == [1] * 6
