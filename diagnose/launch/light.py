@@ -248,6 +248,8 @@ class _NcuMode:
         self._env: dict = {}
         self._follower = None
         self._stopper = None
+        self.orphans: list[int] = []  # pids of the script's processes still alive when ncu ended
+        self._exit_code = None
 
     def option_record(self) -> dict:
         ncu = self.options.ncu
@@ -311,8 +313,12 @@ class _NcuMode:
     def after_exit(self, child: Child, killed_by: str | None) -> None:
         if self._stopper is not None:
             self._stopper.cancel()
-        if killed_by:
-            _stop_process_group(child.process.pid)  # the application ncu ran is orphaned: end it
+        # ncu gone while the application it ran still lives: ncu died (on the H200 its wrapper printed
+        # "Segmentation fault" and exited 139 under a JAX script, which then ran on, orphaned, for minutes)
+        pid, self._exit_code = child.process.pid, child.process.returncode
+        self.orphans = [p for p in group_members(pid) if p != pid]
+        if killed_by or self.orphans:
+            _stop_process_group(pid)  # the application ncu ran is orphaned: end it
 
     def finish(
         self, folder: Path, tail: EventsTail, killed_by: str | None, start_ns: int, faults: list, notes: list
@@ -327,6 +333,12 @@ class _NcuMode:
                 "profiled"
             )
             faults.append({"kind": "ncu-stopped", "reason": stopped, "after_s": round(self._stopper.after_s, 1)})
+        if not killed_by and self.orphans:
+            killed_by = f"exit code {self._exit_code}, with the script still running"
+            notes.append(
+                f"ncu ended (exit code {self._exit_code}) while the script under it still ran: "
+                f"{len(self.orphans)} process(es) of the script were stopped"
+            )
         if killed_by:
             faults.append(_ncu_killed(self.options, folder, log, killed_by))
             return
