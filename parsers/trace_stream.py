@@ -4,8 +4,10 @@ Loading a 1 GB trace with one ``orjson.loads`` costs several GB of Python object
 Instead the decompressed bytes are read in pieces and cut at event boundaries (``}, {``);
 each piece is parsed on its own and handed to the caller, then dropped. A cut is accepted
 only if the piece parses, so a ``}, {`` inside a string or a nested ``args`` list merely moves
-the cut to an earlier boundary. Anything unexpected falls back to one whole-file parse,
-whose error (if any) becomes the :class:`InputError`.
+the cut to an earlier boundary. The last piece ends at the ``]`` that closes ``traceEvents``, found by
+one vectorised pass over its brackets and quotes (:func:`_array_close`), not by parsing at every ``]``
+of what follows (a trace's log lines are full of them). Anything unexpected falls back to one
+whole-file parse, whose error (if any) becomes the :class:`InputError`.
 
 A caller may pass ``decode``, a faster typed decoder for a piece (``parsers.trace_events``, msgspec) that
 returns None for what it does not take; orjson reads those pieces. With ``decode`` the bytes are not
@@ -19,6 +21,8 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable, Iterator
+
+import numpy as np
 
 try:  # orjson is a dependency; the stdlib fallback keeps gpudiag working where it is missing
     import orjson as _json_impl
@@ -38,7 +42,13 @@ from parsers.limits import check_json_nesting, limit, nesting_error, open_input
 
 PIECE_BYTES = 16 * 2**20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_MAX_TAIL_TRIES = 64
+_JSON_ESCAPE = re.compile(rb"\\.", re.S)  # a backslash and the byte it escapes
+_NOT_STRUCTURAL = bytes(c for c in range(256) if c not in b'[]{}"')
+_DEPTH_STEP = np.zeros(256, dtype=np.int8)
+_DEPTH_STEP[list(b"[{")] = 1
+_DEPTH_STEP[list(b"]}")] = -1
+_SCAN_MARKS = 4 << 20  # brackets and quotes walked at a time: bounds the scan's arrays to ~30 MB
+_CLOSERS_BY_RFIND = 256  # past this many "]" after the close, locate it with numpy instead
 
 
 class _Fallback(Exception):
@@ -270,19 +280,66 @@ def _cut(pending: _Pending, parse: _Parser):
 
 
 def _finish(pending: _Pending, on_events: Callable[[list], None], parse: _Parser) -> bytes:
-    """Parse the last events up to the array's closing ``]``; return what follows it."""
-    end = pending.end
-    for _ in range(_MAX_TAIL_TRIES):
-        j = pending.buf.rfind(b"]", 1, end)
-        if j < 0:
-            break
-        try:
-            events = _parse_view(pending, j + 1, parse)
-        except JSONDecodeError:
-            end = j
-            continue
-        if isinstance(events, list):
-            on_events(events)
-            return bytes(pending.buf[j + 1 : pending.end])
-        end = j
-    raise _Fallback
+    """Parse the last events up to the array's closing ``]``; return what follows it.
+
+    The parse proves the cut: ``[`` … ``]`` that parses as one array is the whole array, so a wrong
+    position from the scan (only possible on invalid JSON) ends in the whole-file fallback, never in
+    wrong events.
+    """
+    close = _array_close(pending.buf, pending.end)
+    if close is None:
+        raise _Fallback
+    try:
+        events = _parse_view(pending, close + 1, parse)
+    except JSONDecodeError:
+        raise _Fallback from None
+    if not isinstance(events, list):  # pragma: no cover - "[...]" parses to a list
+        raise _Fallback
+    on_events(events)
+    return bytes(pending.buf[close + 1 : pending.end])
+
+
+def _array_close(buf: bytearray, stop: int) -> int | None:
+    """Index in ``buf`` of the ``]`` that closes the array ``buf[0]`` opens, or None if none before ``stop``.
+
+    ``buf[1:]`` starts at an event (or right after ``traceEvents: [``), so the scan starts one level
+    deep and outside a string. Escapes are dropped first (``\\"`` is no quote), then every byte but
+    brackets and quotes, then adjacent ``""`` pairs (strings with no bracket in them; removing two
+    adjacent quotes leaves every other byte in or out of a string as it was). What is left is ~1/60
+    of a Kineto trace, walked with numpy: ~15 ms for the 10 MB HTA NCCL trace, less than one parse of
+    it, where parsing at each ``]`` from the end took 12 parses (0.5 s).
+    """
+    text = buf[1:stop]
+    if b"\\" in text:
+        text = _JSON_ESCAPE.sub(b"", text)  # "\\]" is not JSON: a "]" lost here only costs the fallback
+    marks = np.frombuffer(text.translate(None, _NOT_STRUCTURAL).replace(b'""', b""), dtype=np.uint8)
+    del text
+    depth, in_string = 1, 0
+    for lo in range(0, len(marks), _SCAN_MARKS):
+        chunk = marks[lo : lo + _SCAN_MARKS]
+        parity = np.bitwise_xor.accumulate((chunk == 34).view(np.uint8))  # 1 inside a string (or on its opening quote)
+        parity ^= in_string
+        step = _DEPTH_STEP[chunk]
+        step[parity.view(bool)] = 0  # brackets inside strings are text
+        level = np.cumsum(step, dtype=np.int32)
+        level += depth
+        if int(level.min()) <= 0:
+            at = lo + int(np.argmax(level <= 0))
+            if marks[at] != 93:  # a "}" closed the array: not JSON
+                return None
+            return _nth_last_bracket(buf, int(np.count_nonzero(marks[at:] == 93)), stop)
+        depth, in_string = int(level[-1]), int(parity[-1])
+    return None
+
+
+def _nth_last_bracket(buf: bytearray, n: int, stop: int) -> int | None:
+    """Index of the ``n``-th ``]`` counted back from ``stop`` in ``buf[1:stop]`` (n ≥ 1), or None."""
+    if n <= _CLOSERS_BY_RFIND:  # the usual tail: a few log lines and small arrays
+        at = stop
+        for _ in range(n):
+            at = buf.rfind(b"]", 1, at)
+            if at < 0:
+                return None
+        return at
+    where = np.flatnonzero(np.frombuffer(bytes(buf[1:stop]), dtype=np.uint8) == 93)
+    return int(where[-n]) + 1 if n <= len(where) else None
