@@ -48,6 +48,7 @@ STEPS_SCHEMA = Schema(
         "gpu_ms": F64,
         "instrumented": BOOL,
         "overhead_us": F64,
+        "input_ms": F64,
     },
     docs={
         "rank": "process rank (0 for a single process)",
@@ -59,6 +60,8 @@ STEPS_SCHEMA = Schema(
         "instrumented": "the step ran inside gpudiag's profiler/sync-debug window (slower by design)",
         "overhead_us": "host time gpudiag's own step-boundary work took inside this step, µs "
         "(part of host_ms; NaN when the source does not record it)",
+        "input_ms": "host time the loop spent blocked in torch DataLoader iterators' __next__ during this step "
+        "(part of host_ms; 0 when the step asked no DataLoader for data; NaN when not measured)",
     },
 )
 
@@ -211,6 +214,7 @@ def _step_record(r: dict) -> dict:
         "gpu_ms": gpu_ms,
         "instrumented": bool(r.get("instrumented", False)),
         "overhead_us": _duration(r, "overhead_us"),
+        "input_ms": _duration(r, "input_ms"),
     }
 
 

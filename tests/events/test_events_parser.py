@@ -42,7 +42,7 @@ def test_real_run_header_only_log_reads_as_empty_tables():
 def test_jsonl_step_and_sync_records(tmp_file):
     path = tmp_file("fake_rank1.jsonl", jsonl({"kind": "run", "rank": 1}, STEP, SYNC, {"kind": "from_the_future"}))
     steps, syncs = read_events(path)
-    assert steps.drop(columns="overhead_us").to_dict("records") == [
+    assert steps.drop(columns=["overhead_us", "input_ms"]).to_dict("records") == [
         {
             "rank": 1,
             "step": 3,
@@ -53,7 +53,7 @@ def test_jsonl_step_and_sync_records(tmp_file):
             "instrumented": False,
         }
     ]
-    assert steps["overhead_us"].isna().all()  # not recorded by this writer
+    assert steps["overhead_us"].isna().all() and steps["input_ms"].isna().all()  # not recorded by this writer
     assert steps["step"].dtype == "int64"
     sync = syncs.iloc[0]
     assert sync["location"] == "/abs/train.py:19" and sync["op"] == "aten::item"
@@ -65,6 +65,15 @@ def test_own_time_per_step_is_read_as_microseconds(tmp_file):
     steps, _ = read_events(tmp_file("fake_own.jsonl", jsonl(dict(STEP, overhead_us=21.437), dict(STEP, step=4))))
     assert steps["overhead_us"].dtype == "float64"
     assert steps["overhead_us"].iloc[0] == 21.437 and pd.isna(steps["overhead_us"].iloc[1])
+
+
+def test_input_wait_per_step_is_read_in_ms_and_nan_where_absent(tmp_file):
+    records = jsonl(dict(STEP, input_ms=9.75), dict(STEP, step=4, input_ms=0.0), dict(STEP, step=5))
+    steps, _ = read_events(tmp_file("fake_input.jsonl", records))
+    assert steps["input_ms"].dtype == "float64"
+    assert steps["input_ms"].tolist()[:2] == [9.75, 0.0] and pd.isna(steps["input_ms"].iloc[2])
+    with pytest.raises(InputError, match="input_ms should be a duration"):
+        read_events(tmp_file("fake_negative_input.jsonl", jsonl(dict(STEP, input_ms=-1.0))))
 
 
 def test_sync_without_user_frame_has_no_location(tmp_file):

@@ -8,6 +8,7 @@ One module per concern, wired by one coordinator:
     steps.py           the step boundary, the step records, and where boundaries come from: diagnose.step()'s
                        marker, the optimizer hook, the end of each backward pass
     jit_steps.py       JAX without a marker: the jitted function dispatched once per iteration
+    input_wait.py      the time the loop blocks in torch DataLoader iterators: each step's input_ms
     gpu_time.py        CUDA-event GPU time per step, and k when only one step in k is timed
     nvtx_ranges.py     an NVTX range per step, when a tool can receive it (always under ncu)
     trace_window.py    the profiler window of a few steps

@@ -76,11 +76,14 @@ class Runtime:
         self._torch_hooked = True
         self.steps.hook_optimizers()
         self.steps.hook_backward(torch)
+        self.steps.hook_input_wait(torch)
+        self.steps.arm_time_slices()
         self._memory_capture().record_history_from_cuda_init(torch)
 
     def on_jax_imported(self, jax) -> None:
         if not self.disabled:
             self.steps.hook_jit(jax)
+            self.steps.arm_time_slices()
 
     def _memory_capture(self):
         if self.memory is None:

@@ -50,6 +50,10 @@ class Steps:
         self._backward_depth = 0  # nested backward passes (reentrant checkpointing) are not boundaries
         self._main_thread = threading.get_ident()
         self.jit = None  # jit_steps.JitStepFinder once jax is imported
+        self.input_wait = None  # input_wait.InputWait once torch is imported
+        self._input_mark_ns = 0  # input_wait.total_ns at the last boundary
+        self.time_slices = None  # time_slices.TimeSlices once a framework is imported
+        self.other_source_seen = False  # a step ended by anything but a time slice: no slicing from then on
         self._source = None
         self._perf_ns = 0
         self._wall_ns = 0
@@ -57,7 +61,7 @@ class Steps:
         self._instrumented = False
         self._overhead_ns = 0  # host time of the boundary that started the current step (our own cost)
         # finished steps not yet written: (step, t_start_ns, host_ms, start_event, end_event, source, instrumented,
-        # overhead_ns), plain tuples (a class instance per step cost more on the H200 host)
+        # overhead_ns, input_ms), plain tuples (a class instance per step cost more on the H200 host)
         self._pending = collections.deque()
         self._last_drain_perf_ns = 0
         # the parts every boundary calls, wired by the runtime at the first boundary; None: that part is off
@@ -83,9 +87,25 @@ class Steps:
             self.optimizer_hook_handle.remove()
             self.optimizer_hook_handle = None
         self.unhook_backward()
+        if self.input_wait is not None:
+            self.input_wait.unhook()
+            self.input_wait = None
         if self.jit is not None:
             self.jit.unhook()
             self.jit = None
+        if self.time_slices is not None:
+            self.time_slices.disarm()
+            self.time_slices = None
+
+    def arm_time_slices(self) -> None:
+        """The last source: time slices when nothing else ends a step (time_slices)."""
+        from diagnose.launch.runtime.time_slices import TimeSlices, start_after_from_env
+
+        start_after_s = start_after_from_env()
+        if self.time_slices is None and start_after_s is not None:
+            slices = TimeSlices(self, start_after_s=start_after_s)
+            if slices.arm():
+                self.time_slices = slices
 
     def hook_jit(self, jax) -> None:
         """JAX: the jitted function dispatched once per iteration defines steps (jit_steps)."""
@@ -99,6 +119,16 @@ class Steps:
         if self._runtime.disabled or self._marker_seen or self._optimizer_id is not None or self._source == "backward":
             return
         self.boundary("jit")
+
+    def hook_input_wait(self, torch) -> None:
+        """Time the loop's waits in torch DataLoader iterators: each step record's ``input_ms`` (input_wait)."""
+        from diagnose.launch.runtime.input_wait import InputWait
+
+        if self.input_wait is None:
+            wait = InputWait(self._main_thread)
+            if wait.hook(torch):
+                self._input_mark_ns = wait.total_ns
+                self.input_wait = wait
 
     def hook_backward(self, torch) -> None:
         """Wrap ``torch.autograd.backward`` so the end of each outermost backward pass on the main thread is a
@@ -182,10 +212,17 @@ class Steps:
     def _boundary(self, source: str) -> None:
         perf_ns = time.perf_counter_ns()
         wall_ns = time.time_ns()
+        if source != "time":
+            self.other_source_seen = True
         finished = self.current_step
         if finished is None and not self._runtime.start():  # the first boundary wires the parts
             return
         step = 0 if finished is None else finished + 1
+        input_ms = None
+        if self.input_wait is not None:  # the DataLoader wait since the last boundary is this step's
+            input_ns = self.input_wait.total_ns
+            input_ms = (input_ns - self._input_mark_ns) / 1e6
+            self._input_mark_ns = input_ns
         gpu = self.gpu
         event = None
         if gpu is not None and (self._event is not None or step % gpu.every == 0):
@@ -207,6 +244,7 @@ class Steps:
                     self._source,
                     self._instrumented,
                     self._overhead_ns,
+                    input_ms,
                 )
             )
             # only the window's close and the snapshot are heavy; most steps have neither left to do
@@ -264,7 +302,9 @@ class Steps:
         pending, line_of, rank = self._pending, step_line, self._runtime.rank
         try:
             while pending:
-                step, t_start_ns, host_ms, start_event, end_event, source, instrumented, overhead_ns = pending[0]
+                step, t_start_ns, host_ms, start_event, end_event, source, instrumented, overhead_ns, input_ms = (
+                    pending[0]
+                )
                 gpu_ms = None
                 if end_event is not None and start_event is not None:
                     while not end_event.query():
@@ -276,17 +316,19 @@ class Steps:
                     else:
                         gpu_ms = start_event.elapsed_time(end_event)
                 pending.popleft()
-                lines.append(line_of(rank, step, t_start_ns, host_ms, gpu_ms, source, instrumented, overhead_ns / 1e3))
+                lines.append(
+                    line_of(rank, step, t_start_ns, host_ms, gpu_ms, source, instrumented, overhead_ns / 1e3, input_ms)
+                )
         finally:
             if lines:
                 self._runtime.events.append_lines(lines)
                 self.recorded += len(lines)
 
 
-_STEP_SOURCES = ("optimizer", "marker", "backward", "jit")
+_STEP_SOURCES = ("optimizer", "marker", "backward", "jit", "time")
 _STEP_FORMAT = (
     '{"kind":"step","rank":%d,"step":%d,"t_start_ns":%d,"host_ms":%.6f,"gpu_ms":%s,"source":"%s",'
-    '"instrumented":%s,"overhead_us":%.3f}\n'
+    '"instrumented":%s,"overhead_us":%.3f%s}\n'
 )
 
 
@@ -299,15 +341,18 @@ def step_line(
     source: str,
     instrumented: bool,
     overhead_us: float,
+    input_ms: float | None = None,
 ) -> bytes:
     """A step record as one JSON line: ms to 6 decimals (the ns), µs to 3. One %-format instead of the JSON
     encoder, because this runs for every training step: on the H200 host writing ~40 step records took
-    440 µs with the encoder-equivalent formatting (2026-12-03), about 10 µs a step."""
+    440 µs with the encoder-equivalent formatting (2026-12-03), about 10 µs a step. ``input_ms`` (the
+    DataLoader wait) is written only where it was measured (torch imported)."""
     if (
         source in _STEP_SOURCES
         and math.isfinite(host_ms)
         and math.isfinite(overhead_us)
         and (gpu_ms is None or math.isfinite(gpu_ms))
+        and (input_ms is None or math.isfinite(input_ms))
     ):
         return (
             _STEP_FORMAT
@@ -320,22 +365,24 @@ def step_line(
                 source,
                 "true" if instrumented else "false",
                 overhead_us,
+                "" if input_ms is None else ',"input_ms":%.6f' % input_ms,
             )
         ).encode()
     # an unknown source (a string that may need escaping) or a value JSON cannot hold: the encoder
-    return encode_line(
-        {
-            "kind": "step",
-            "rank": rank,
-            "step": step,
-            "t_start_ns": t_start_ns,
-            "host_ms": _rounded(host_ms, 6),
-            "gpu_ms": _rounded(gpu_ms, 6),
-            "source": source,
-            "instrumented": instrumented,
-            "overhead_us": _rounded(overhead_us, 3),
-        }
-    )
+    record = {
+        "kind": "step",
+        "rank": rank,
+        "step": step,
+        "t_start_ns": t_start_ns,
+        "host_ms": _rounded(host_ms, 6),
+        "gpu_ms": _rounded(gpu_ms, 6),
+        "source": source,
+        "instrumented": instrumented,
+        "overhead_us": _rounded(overhead_us, 3),
+    }
+    if input_ms is not None:
+        record["input_ms"] = _rounded(input_ms, 6)
+    return encode_line(record)
 
 
 def _rounded(value: float | None, digits: int) -> float | None:

@@ -1,0 +1,67 @@
+"""Input wait: the host time the training loop spends blocked in a torch DataLoader's ``__next__``.
+
+Every torch DataLoader iterator (single- and multi-process) inherits ``__next__`` from
+``_BaseDataLoaderIter``; one wrapper there sees every batch the loop asks for. It sums the wall time
+of the outermost call on the main thread (a loader that iterates another loader is counted once),
+never looks at the batch, and lets every exception, StopIteration included, through unchanged. The
+step boundary reads ``total_ns`` and records the difference since the previous boundary as the
+step's ``input_ms``: how long the step waited for its input.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import threading
+import time
+
+_ITERATOR_MODULE = "torch.utils.data.dataloader"
+_ITERATOR_CLASS = "_BaseDataLoaderIter"
+
+
+class InputWait:
+    """Sums the time spent in DataLoader iterators' ``__next__`` on one thread."""
+
+    def __init__(self, main_thread: int):
+        self.total_ns = 0  # wall time in outermost __next__ calls on the main thread, since hooked
+        self._main_thread = main_thread
+        self._depth = 0
+        self._iterator_class = None
+        self._original = None
+
+    def hook(self, torch) -> bool:
+        """Wrap ``_BaseDataLoaderIter.__next__``; False when this torch has no such class (nothing hooked)."""
+        if self._original is not None:
+            return True
+        iterator_class = getattr(importlib.import_module(_ITERATOR_MODULE), _ITERATOR_CLASS, None)
+        original = getattr(iterator_class, "__next__", None)
+        if original is None:
+            return False
+        wait, perf_ns, get_ident = self, time.perf_counter_ns, threading.get_ident
+
+        @functools.wraps(original)
+        def __next__(iterator):
+            if wait._depth or get_ident() != wait._main_thread:
+                return original(iterator)
+            wait._depth = 1
+            started_ns = perf_ns()
+            try:
+                return original(iterator)
+            finally:
+                wait.total_ns += perf_ns() - started_ns
+                wait._depth = 0
+
+        __next__._gpudiag_original = original
+        iterator_class.__next__ = __next__
+        self._iterator_class, self._original = iterator_class, original
+        return True
+
+    def unhook(self) -> None:
+        """Put the original ``__next__`` back, unless someone wrapped it after us (then ours stays, harmless)."""
+        iterator_class, original = self._iterator_class, self._original
+        self._iterator_class = self._original = None
+        if original is None:
+            return
+        current = iterator_class.__dict__.get("__next__")
+        if getattr(current, "_gpudiag_original", None) is original:
+            iterator_class.__next__ = original

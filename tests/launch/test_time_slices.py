@@ -1,0 +1,46 @@
+"""Time slices, the last step source (issue 17): a loop no other source sees still gets steps, labelled "time"."""
+
+from __future__ import annotations
+
+import json
+
+from diagnose.launch.runtime.time_slices import start_after_from_env
+from tests.launch.launch_helpers import SCRIPTS, base_env, gpudiag
+
+
+def _steps(run):
+    lines = (run / "events" / "rank0.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e.get("kind") == "step"]
+
+
+def test_a_loop_without_any_step_source_is_sliced_by_time(tmp_path):
+    run = tmp_path / "r"
+    env = base_env(GPUDIAG_TIME_SLICES_AFTER_S="0.5")
+    r = gpudiag("profile", "-o", run, "--", "python3", SCRIPTS / "no_step_loop.py", "5", env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    steps = _steps(run)
+    # slices start 0.5 s after torch's import, one a second, over a 5 s loop: 3-4 whole slices recorded
+    assert 3 <= len(steps) <= 5, len(steps)
+    assert {s["source"] for s in steps} == {"time"}
+    host_ms = sorted(s["host_ms"] for s in steps)
+    assert 700 < host_ms[len(host_ms) // 2] < 1500, host_ms
+
+
+def test_time_slices_stay_off_when_told_and_while_another_source_ends_steps(tmp_path):
+    run = tmp_path / "r"
+    env = base_env(GPUDIAG_TIME_SLICES_AFTER_S="off")
+    r = gpudiag("profile", "-o", run, "--", "python3", SCRIPTS / "no_step_loop.py", "2", env=env, timeout=120)
+    assert r.returncode == 0 and "no steps seen" in r.stderr, r.stderr[-2000:]
+    run2 = tmp_path / "r2"
+    env = base_env(GPUDIAG_TIME_SLICES_AFTER_S="0")
+    r = gpudiag("profile", "-o", run2, "--", "python3", SCRIPTS / "no_step_loop.py", "2", "marker", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert {s["source"] for s in _steps(run2)} == {"marker"}
+
+
+def test_start_after_reads_the_environment():
+    assert start_after_from_env({}) == 30.0
+    assert start_after_from_env({"GPUDIAG_TIME_SLICES_AFTER_S": "2.5"}) == 2.5
+    assert start_after_from_env({"GPUDIAG_TIME_SLICES_AFTER_S": "off"}) is None
+    assert start_after_from_env({"GPUDIAG_TIME_SLICES_AFTER_S": "-1"}) is None
+    assert start_after_from_env({"GPUDIAG_TIME_SLICES_AFTER_S": "soon"}) is None
