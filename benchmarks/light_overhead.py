@@ -172,6 +172,8 @@ def main(argv=None) -> int:
         f"run-to-run spread of plain's per-repeat medians: {min(spread):+.2f}% to {max(spread):+.2f}% "
         f"(differences inside it are noise)"
     )
+    if "light" not in pooled:  # variants only (e.g. --trace-steps 0): the table is the result
+        return 0
     light_pct = 100 * (statistics.median(pooled["light"]) / plain - 1)
     verdict = "PASS" if light_pct <= TARGET_PCT else "FAIL"
     print(f"{verdict}: light mode adds {light_pct:+.2f}% to the median step (target <= {TARGET_PCT:.0f}%)")

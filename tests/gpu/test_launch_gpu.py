@@ -72,11 +72,11 @@ def _env() -> dict:
     return env
 
 
-def _profile(run: Path, args: list[str], command: list[str], timeout: int = 600):
+def _profile(run: Path, args: list[str], command: list[str], timeout: int = 600, env_extra: dict | None = None):
     t0 = time.monotonic()
     r = subprocess.run(
         [sys.executable, "-m", "diagnose", "profile", "-o", str(run), *args, "--", *command],
-        env=_env(),
+        env={**_env(), **(env_extra or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -86,3 +86,52 @@ def test_unchanged_jax_ncu(tmp_path):
         "jax-unchanged-ncu",
         [sys.executable, str(EXAMPLES / "jax_unchanged.py"), "--epochs", "1", "--batches", "20"],
     )
+
+
+NO_STEP_LOOP = Path(__file__).resolve().parents[1] / "launch" / "scripts" / "no_step_loop.py"
+SLICES_AFTER = {"GPUDIAG_TIME_SLICES_AFTER_S": "2"}
+
+
+def test_time_slices_light(tmp_path):
+    """A CUDA loop with no optimizer, backward, marker or jit: time slices give it steps, a trace and a snapshot."""
+    run = tmp_path / "slices-light"
+    r, wall = _profile(run, [], [sys.executable, str(NO_STEP_LOOP), "20", "cuda"], env_extra=SLICES_AFTER)
+    assert r.returncode == 0, r.stderr[-3000:]
+    findings = _report(run)
+    manifest, _, _ = _record("no_step_loop", "light", r, run, wall, findings)
+    steps = [e for e in _events(run) if e["kind"] == "step"]
+    assert len(steps) >= 14 and {s["source"] for s in steps} == {"time"}, len(steps)
+    assert all(s["gpu_ms"] is None or s["gpu_ms"] > 0 for s in steps)
+    assert "trace/rank0.json.gz" in manifest["artifacts"]
+
+
+def test_time_slices_ncu(tmp_path):
+    """--ncu on a loop no other source sees: the default window (step 5) is a time slice, profiled end to end."""
+    run = tmp_path / "slices-ncu"
+    r, wall = _profile(
+        run,
+        ["--ncu"],
+        [sys.executable, str(NO_STEP_LOOP), "15", "cuda"],
+        timeout=NCU_LIMIT_S + 60,
+        env_extra=SLICES_AFTER,
+    )
+    manifest, _, _ = _record("no_step_loop", "ncu", r, run, wall, note=f"time slices, {wall:.0f} s")
+    assert r.returncode == 0, r.stderr[-3000:]
+    raw = (run / "ncu" / "raw.csv").read_text()
+    assert raw.count("\n") >= 3 and "gpu__time_duration.sum" in raw
+    assert wall < NCU_LIMIT_S
+
+
+def test_ncu_timeout_stops_a_long_jax_run(tmp_path):
+    """--ncu-timeout on an unchanged JAX script that would run for many minutes under ncu: gpudiag stops the script
+    and ncu, keeps what ncu profiled, and says so in the manifest (issue 17: it had not ended 4 min after SIGTERM)."""
+    pytest.importorskip("jax")
+    run = tmp_path / "jax-ncu-timeout"
+    command = [sys.executable, str(EXAMPLES / "jax_unchanged.py"), "--epochs", "1000", "--batches", "50"]
+    r, wall = _profile(run, ["--ncu", "--ncu-timeout", "30"], command, timeout=120)
+    manifest, _, _ = _record("jax_unchanged", "ncu-timeout", r, run, wall, note=f"--ncu-timeout 30, {wall:.0f} s")
+    assert wall < 30 + 10 + 15, wall  # the budget, the 10 s stop bound, gpudiag's own start and CSV export
+    assert "Traceback" not in r.stderr
+    (stopped,) = [f for f in manifest["faults"] if f["kind"] == "ncu-stopped"]
+    assert stopped["reason"] == "--ncu-timeout 30 s"
+    assert any(n.startswith("the run was stopped (--ncu-timeout 30 s)") for n in manifest["notes"])
