@@ -11,9 +11,11 @@
   program's own output between the rows; only lines that start with ``"`` are CSV.
 Thousands separators, ``n/a``, ``no data`` and empty cells are handled. A copy cut
 short (a partial last row, a quote never closed) keeps its whole rows with a warning in
-``df.attrs["warnings"]``; with no whole kernel row left it is an :class:`InputError`. The raw page is parsed straight from the bytes by pyarrow
-(strictly: every line a whole record); anything irregular falls back to the
-line-by-line path, which skips non-CSV lines (noted in ``df.attrs["warnings"]``).
+``df.attrs["warnings"]``; with no whole kernel row left it is an :class:`InputError`. The raw page is
+streamed by pyarrow block by block (:mod:`parsers.ncu_raw_stream`; strictly: every line a whole record),
+so neither the file nor a whole arrow table is held; anything irregular falls back to the whole-file
+paths (pyarrow on the bytes, then line by line, which skips non-CSV lines, noted in
+``df.attrs["warnings"]``). ``df.attrs["reader"]`` says which path read the file.
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ from parsers.ncu_kernels import (
     finish_rules,
     parse_dims,
 )
+from parsers.ncu_raw_stream import NA, TEXT_COLUMNS, stream_raw_columns
 from parsers.ncu_units import column_name, to_base
 from parsers.reader import KERNELS, TEXT, Reader, head_text, is_json
 
-NA = ["", "n/a", "N/A", "no data", "nan", "-"]
 MAX_BYTES = 2 * 1024**3
 
 # (section, label) → standard column, for the details page
@@ -71,6 +73,9 @@ RULE_COLUMNS = ["Rule Name", "Rule Type", "Rule Description", "Estimated Speedup
 
 
 def read_ncu_csv(path: str | os.PathLike) -> pd.DataFrame:
+    df = _raw_streamed(path)
+    if df is not None:
+        return df
     data = _csv_bytes(path)
     if data.startswith(b'"'):
         header = _header(path, data)
@@ -88,6 +93,7 @@ def read_ncu_csv(path: str | os.PathLike) -> pd.DataFrame:
                 df = finish(df, path)
                 df.attrs["warnings"] = []
                 df.attrs["source_format"] = "raw"
+                df.attrs["reader"] = "pyarrow, whole file" if _has_pyarrow() else "pandas, whole file"
                 return df
     text, warnings = _csv_text(path, data)
     header = _fields(path, text.split("\n", 1)[0])
@@ -98,7 +104,58 @@ def read_ncu_csv(path: str | os.PathLike) -> pd.DataFrame:
     df = finish(df, path)
     df.attrs["warnings"] = warnings
     df.attrs["source_format"] = "details" if "Metric Name" in header else "raw"
+    arrow = "Metric Name" not in header and _has_pyarrow() and len(set(header)) == len(header)  # as _raw_columns
+    df.attrs["reader"] = "line by line, " + ("pyarrow" if arrow else "pandas")
     return df
+
+
+HEAD_BYTES = 1 << 20  # read for the header and unit rows before streaming; ~30 KB with four sections
+
+
+def _raw_streamed(path) -> pd.DataFrame | None:
+    """The raw page streamed block by block (:mod:`parsers.ncu_raw_stream`), or None for anything else: a
+    details page, ncu's stdout, a page pyarrow rejects, or one whose head the whole-file path must judge
+    (its errors stay the whole-file path's)."""
+    try:
+        with open_input(path, lines=True) as f:
+            head = bytearray()
+            while head.count(b"\n") < 2 and len(head) < MAX_BYTES:
+                piece = f.read(HEAD_BYTES)
+                if not piece:
+                    break
+                head += piece
+    except (OSError, EOFError, zlib.error, InputError):
+        return None
+    if head.startswith(b"\xef\xbb\xbf"):
+        del head[:3]
+    lines = bytes(head).split(b"\n", 2)
+    if not head.startswith(b'"') or b"\x00" in head[:4096] or b"\r" in head or len(lines) < 2:
+        return None  # the whole-file path reads (or refuses) it
+    try:
+        header = _fields(path, lines[0].decode("utf-8"))
+        _check_header(path, header)
+        units_line = _fields(path, lines[1].decode("utf-8"))
+    except (InputError, UnicodeDecodeError):
+        return None
+    if "Metric Name" in header or len(set(header)) != len(header):
+        return None
+    has_units = _is_units(units_line, header)
+    cols = stream_raw_columns(path, header, skip_units=has_units, max_bytes=MAX_BYTES)
+    if cols is None:
+        return None
+    df = finish(_raw_table(path, cols, units_line if has_units else [""] * len(header)), path)
+    df.attrs["warnings"] = []
+    df.attrs["source_format"] = "raw"
+    df.attrs["reader"] = "pyarrow, streamed"
+    return df
+
+
+def _has_pyarrow() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class _NotPlain(Exception):
@@ -310,9 +367,6 @@ def _read_frame(path, text: str, **kw) -> pd.DataFrame:
         raise InputError(path, f"is not a well-formed ncu CSV: {str(e).splitlines()[0]}") from None
 
 
-TEXT_COLUMNS = ("Process Name", "Host Name", "Kernel Name", "CC", "Block Size", "Grid Size")
-
-
 def _raw_columns(path, data: bytes, header: list[str], skip_units: bool, strict: bool = False) -> dict[str, np.ndarray]:
     """Every column of the raw page as a numpy array: float64 where every value is a number
     (thousands separators removed), object (str / None) where not.
@@ -420,9 +474,19 @@ def _raw(path, data: bytes, header: list[str], strict: bool = False) -> pd.DataF
     second_end = data.find(b"\n", first_end + 1)
     second = data[first_end + 1 : second_end if second_end >= 0 else len(data)].decode("utf-8", errors="replace")
     units_line = _fields(path, second) if first_end >= 0 else []
-    has_units = len(units_line) == len(header) and units_line[0] == "" and units_line[header.index("Kernel Name")] == ""
+    has_units = _is_units(units_line, header)
     units = units_line if has_units else [""] * len(header)
     cols = _raw_columns(path, data, header, skip_units=has_units, strict=strict)
+    return _raw_table(path, cols, units)
+
+
+def _is_units(line: list[str], header: list[str]) -> bool:
+    """Whether the raw page's second row holds units: as many fields as the header, the identity fields empty."""
+    return len(line) == len(header) and line[0] == "" and line[header.index("Kernel Name")] == ""
+
+
+def _raw_table(path, cols: dict[str, np.ndarray], units: list[str]) -> pd.DataFrame:
+    """The raw page's columns (in header order) and each one's unit → the kernels table's columns."""
     n = len(next(iter(cols.values()))) if cols else 0
     if n == 0:
         raise InputError(
@@ -436,7 +500,7 @@ def _raw(path, data: bytes, header: list[str], strict: bool = False) -> pd.DataF
             v = cols[col]
             out[std] = v if std in ("process_name", "host", "kernel_name", "cc") else _as_float(v)
     for prefix, col in (("grid", "Grid Size"), ("block", "Block Size")):
-        dims = _dims_columns(pd.Series(cols[col]) if col in cols else pd.Series([None] * n))
+        dims = _dims_columns(pd.Series(cols[col] if col in cols else [None] * n, dtype=object))
         for axis in "xyz":
             out[f"{prefix}_{axis}"] = dims[axis]
     metrics: dict[str, tuple[np.ndarray, str]] = {}
@@ -446,7 +510,10 @@ def _raw(path, data: bytes, header: list[str], strict: bool = False) -> pd.DataF
         values = cols[col]
         scale, base = to_base(unit)
         if values.dtype.kind == "f" and scale != 1.0:
-            values = values * scale
+            if values.flags.writeable:  # the readers' own arrays (not pyarrow's zero-copy ones): no copy
+                np.multiply(values, scale, out=values)
+            else:
+                values = values * scale
         metrics[col] = (values, base)
     for std, names in STANDARD_METRICS.items():
         for name in names:
@@ -458,7 +525,17 @@ def _raw(path, data: bytes, header: list[str], strict: bool = False) -> pd.DataF
     out["nvtx_range"] = _nvtx(pd.DataFrame({c: cols[c] for c in cols if _is_nvtx_column(c)}, index=range(n)))
     for col, (values, base) in metrics.items():
         out[column_name(col, base)] = values
-    return pd.DataFrame(out, copy=False)
+    # text stays object: pandas would infer its string dtype, and finish() would turn that back into
+    # object with a new str per row (~80 MB for 100,000 launches) instead of the readers' shared ones
+    return pd.DataFrame({c: _object_series(v) for c, v in out.items()}, copy=False)
+
+
+def _object_series(values):
+    if isinstance(values, list):
+        values = np.array(values, dtype=object)
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        return pd.Series(values, dtype=object, copy=False)
+    return values
 
 
 def _as_float(values: np.ndarray) -> np.ndarray:
@@ -472,9 +549,10 @@ def _is_nvtx_column(c: str) -> bool:
 
 
 def _dims_columns(s: pd.Series) -> dict[str, np.ndarray]:
-    """``"(16, 1, 1)"`` strings → x, y, z arrays, parsing each distinct value once."""
-    uniq = {v: parse_dims(v) for v in pd.unique(s.astype(object))}
-    parsed = np.array([uniq[v] for v in s.astype(object)], dtype=float).reshape(len(s), 3)
+    """``"(16, 1, 1)"`` strings → x, y, z arrays, parsing each distinct value once (missing: NaN)."""
+    codes, distinct = pd.factorize(s.to_numpy(dtype=object))
+    table = np.array([parse_dims(v) for v in distinct] + [(np.nan, np.nan, np.nan)], dtype=float).reshape(-1, 3)
+    parsed = table[codes]  # code -1 (missing): the last row
     return {"x": parsed[:, 0], "y": parsed[:, 1], "z": parsed[:, 2]}
 
 

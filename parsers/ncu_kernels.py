@@ -229,9 +229,10 @@ def finish(df: pd.DataFrame, path) -> pd.DataFrame:
         )
     declared = {c: df[c] for c in KERNELS_SCHEMA.columns if c in df.columns}
     if "kernel_short" not in declared or declared["kernel_short"].isna().all():
-        names = df["kernel_name"].astype(object)
-        shorts = {n: short_name(n) for n in pd.unique(names)}
-        declared["kernel_short"] = names.map(shorts)
+        # one short name per distinct name, kept as object: a str per row otherwise (~8 MB at 100,000 launches)
+        codes, names = pd.factorize(df["kernel_name"].to_numpy(dtype=object))
+        shorts = np.array([short_name(n) for n in names] + [None], dtype=object)
+        declared["kernel_short"] = pd.Series(shorts[codes], index=df.index, dtype=object)
     for axis in ("grid", "block"):
         xs = [declared.get(f"{axis}_{a}") for a in "xyz"]
         size = declared.get(f"{axis}_size")
