@@ -49,6 +49,7 @@ STEPS_SCHEMA = Schema(
         "instrumented": BOOL,
         "overhead_us": F64,
         "input_ms": F64,
+        "source": STR,
     },
     docs={
         "rank": "process rank (0 for a single process)",
@@ -62,6 +63,8 @@ STEPS_SCHEMA = Schema(
         "(part of host_ms; NaN when the source does not record it)",
         "input_ms": "host time the loop spent blocked in torch DataLoader iterators' __next__ during this step "
         "(part of host_ms; 0 when the step asked no DataLoader for data; NaN when not measured)",
+        "source": "what ended the step in light mode: marker | optimizer | backward | jit | time (fixed time "
+        "slices, not iterations); empty for step timings from elsewhere",
     },
 )
 
@@ -215,7 +218,16 @@ def _step_record(r: dict) -> dict:
         "instrumented": bool(r.get("instrumented", False)),
         "overhead_us": _duration(r, "overhead_us"),
         "input_ms": _duration(r, "input_ms"),
+        "source": _source(r),
     }
+
+
+STEP_SOURCES = ("marker", "optimizer", "backward", "jit", "time")
+
+
+def _source(r: dict) -> str:
+    source = r.get("source")
+    return source if source in STEP_SOURCES else ""
 
 
 def _gpu_time_choice(r: dict) -> GpuTimeChoice:

@@ -11,6 +11,8 @@ records (``steps.attrs["gpu_time_choices"]``, parsers/events.py).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
@@ -113,13 +115,39 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             "gpu_time_budget_pct": gpu_time_budget_pct(profile),
         }
     )
+    sources = steps["source"].fillna("").astype(str) if "source" in steps else pd.Series([], dtype=object)
+    sources = sources[sources != ""]
+    if len(sources):
+        counts = sources.value_counts(sort=False)
+        result.meta["step_sources"] = {str(k): int(v) for k, v in counts.items()}
+        result.meta["step_source_sentence"] = source_sentence(list(dict.fromkeys(sources)))
     if len(measured) >= th.steps.min_steps:
-        result.findings.extend(
+        found = [
             f
             for f in (_host_bound(measured, th), _unstable(steps, measured, th), _own_overhead(result.summary, th))
             if f
-        )
+        ]
+        if len(sources) and set(sources) == {"time"}:  # never let a slice read as an iteration
+            found = [dataclasses.replace(f, title=f"{f.title} ({TIME_SLICE_WORDS})") for f in found]
+        result.findings.extend(found)
     return result
+
+
+TIME_SLICE_WORDS = "steps here are fixed time slices, not iterations"
+# What ended the steps, as the report says it (light mode's step records, docs/profile.md)
+STEP_SOURCE_WORDS = {
+    "marker": "diagnose.step() markers",
+    "optimizer": "optimizer steps",
+    "backward": "the end of each backward pass (no optimizer or diagnose.step() was seen)",
+    "jit": "dispatches of the jitted function called once per iteration (JAX; no diagnose.step() was seen)",
+    "time": "fixed time slices of about 1 s (no optimizer, backward pass, jitted step or diagnose.step() was "
+    "seen): figures per step are per slice, not per iteration",
+}
+
+
+def source_sentence(sources: list[str]) -> str:
+    """'Steps were ended by …', the sources in the order the run used them."""
+    return "Steps were ended by " + ", then ".join(STEP_SOURCE_WORDS.get(s, s) for s in sources) + "."
 
 
 def _summary(steps: pd.DataFrame, measured: pd.DataFrame) -> dict[str, float]:

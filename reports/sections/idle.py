@@ -7,6 +7,8 @@ spike stays visible; the title says the group size.
 
 from __future__ import annotations
 
+from html import escape
+
 import plotly.graph_objects as go
 
 from reports import chart_budget
@@ -32,6 +34,13 @@ def render(result) -> str:
     )
     parts.append(table_html(view, "idle-breakdown"))
     per_step = result.tables.get("per_step")
+    sources = {r: s for r, s in (result.meta.get("step_source") or {}).items() if s and s != "ProfilerStep annotations"}
+    if sources:  # the trace had no ProfilerStep ranges: say what its steps are
+        words = {"whole trace": "none (no ProfilerStep and nothing repeats at the top): figures are over the span"}
+        said = "; ".join(
+            f"rank {r}: {words.get(s, s)}" if len(sources) > 1 else words.get(s, s) for r, s in sorted(sources.items())
+        )
+        parts.append(f'<p class="muted">Steps of the trace: {escape(said)}.</p>')
     if per_step is not None and len(per_step):
         for rank, rows in per_step.groupby("rank"):
             parts.append(_per_step_figure(rank, rows.sort_values("step", kind="stable")))

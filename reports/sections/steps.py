@@ -38,6 +38,8 @@ def render(result) -> str:
             f"measured steps): light mode times a sample when a CUDA event costs {cost} "
             "(or when --gpu-time-every asks); `gpudiag profile --gpu-time-every 1` times every step."
         )
+    if meta.get("step_source_sentence"):
+        note += " " + meta["step_source_sentence"]
     if meta.get("chart_stride", 1) > 1:
         note += f" Every {meta['chart_stride']}th step is drawn, plus all warm-up and outlier steps."
     parts.append(f'<p class="muted">{note}</p>')

@@ -51,6 +51,7 @@ def test_jsonl_step_and_sync_records(tmp_file):
             "host_ms": 12.5,
             "gpu_ms": 11.9,
             "instrumented": False,
+            "source": "",
         }
     ]
     assert steps["overhead_us"].isna().all() and steps["input_ms"].isna().all()  # not recorded by this writer
@@ -59,6 +60,12 @@ def test_jsonl_step_and_sync_records(tmp_file):
     assert sync["location"] == "/abs/train.py:19" and sync["op"] == "aten::item"
     assert sync["dur_ns"] == 812000.0 and sync["line"] == 19.0
     assert sync["stack"] == ("/abs/train.py:19 main", "/abs/run.py:4 <module>")
+
+
+def test_step_source_is_kept_and_unknown_sources_are_empty(tmp_file):
+    records = jsonl(dict(STEP, source="backward"), dict(STEP, step=4, source="time"), dict(STEP, step=5, source="<x>"))
+    steps, _ = read_events(tmp_file("fake_sources.jsonl", records))
+    assert steps["source"].tolist() == ["backward", "time", ""]
 
 
 def test_own_time_per_step_is_read_as_microseconds(tmp_file):

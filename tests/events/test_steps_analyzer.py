@@ -136,3 +136,22 @@ def test_sampled_gpu_time_is_counted_drawn_and_said():
     assert "GPU time was measured on one step in 9 (999 of 8,997 measured steps)" in html
     every = steps.analyze(fake_profile(step_events={0: fake_steps([3.0] * 20, [1.0] * 20)}), TH)
     assert every.meta["gpu_time_every"] == 1 and "one step in" not in render(every)
+
+
+def test_the_report_says_what_ended_the_steps():
+    """fixtures/runs/input_bound (H200): light mode's step records say the optimizer ended every step."""
+    import diagnose
+    from tests.paths import FIXTURES
+
+    result = steps.analyze(diagnose.load(FIXTURES / "runs" / "input_bound"), TH)
+    assert result.meta["step_sources"] == {"optimizer": 59}
+    assert result.meta["step_source_sentence"] == "Steps were ended by optimizer steps."
+
+
+def test_time_slices_are_never_read_as_iterations():
+    frame = fake_steps([30] * 12, [10] * 12).assign(source="time")
+    result = steps.analyze(fake_profile(step_events={0: frame}), TH)
+    assert result.meta["step_sources"] == {"time": 12}
+    assert "not per iteration" in result.meta["step_source_sentence"]
+    (bound,) = result.findings
+    assert bound.id == "steps.host_bound" and bound.title.endswith(f"({steps.TIME_SLICE_WORDS})")

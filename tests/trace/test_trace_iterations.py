@@ -148,3 +148,17 @@ def test_backward_on_the_main_thread_without_stacks(tmp_path):
     assert windows.attrs["source"].startswith("backward passes of the autograd engine")
     assert len(windows) == 6
     assert _ops_per_iteration(trace, windows, "aten::mean") == [1] * 6
+
+
+def test_the_idle_section_says_what_the_steps_of_a_trace_are():
+    import diagnose
+    from diagnose.analyzers import idle
+    from reports.sections import idle as idle_section
+
+    result = idle.analyze(diagnose.load(NO_PROFILERSTEP / "sgd_nostacks.json.gz"))
+    html = idle_section.render(result)
+    assert "Steps of the trace: backward passes of the autograd engine (no ProfilerStep" in html
+    profilerstep = idle_section.render(
+        idle.analyze(diagnose.load(FIXTURES / "trace" / "sync_planted" / "trace.json.gz"))
+    )
+    assert "Steps of the trace" not in profilerstep  # ProfilerStep ranges need no word
