@@ -12,7 +12,9 @@ A gap of the merged timeline gets one cause:
            queue stayed empty until the host came back and launched more;
 ``host``   the next work's launch call began after the gap opened: the GPU waited for
            the CPU (launch-bound Python, data loading, CPU work);
-``other``  the next work was queued yet did not start (cross-stream or event waits).
+``other``  the next work was queued yet did not start (cross-stream or event waits);
+``unlinked`` the work that closed the gap has no launch call in the trace (JAX/XLA's perfetto traces
+           link no kernel to its launch), so the trace cannot say why the GPU waited.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pandas as pd
 from diagnose.trace_iterations import infer_iterations
 
 HOST_BLOCKING_SYNCS = ("stream", "event", "device", "memcpy")
-GAP_CAUSES = ("sync", "host", "short", "other")
+GAP_CAUSES = ("sync", "host", "short", "other", "unlinked")
 PROFILER_FILES = ("torch/profiler/", "torch/autograd/profiler")
 
 
@@ -183,6 +185,7 @@ def _gaps(trace, kernel_gap_ns: float, sync_slack_ns: float) -> pd.DataFrame:
     cause = np.full(len(g_start), "other", dtype=object)
     host = (ri >= 0) & (launch > g_start)
     cause[host] = "host"
+    cause[ri < 0] = "unlinked"
     sync_index = host_sync_covering(trace, g_start, int(sync_slack_ns))
     cause[sync_index >= 0] = "sync"
     dur = g_end - g_start

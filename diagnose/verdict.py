@@ -48,12 +48,14 @@ BUDGET_PARTS = (
     ("host", "idle_host_ns", "GPU idle: waiting for the host to launch work"),
     ("short", "idle_short_ns", "GPU idle: short gaps between kernels"),
     ("other", "idle_other_ns", "GPU idle: waiting on other streams or events"),
+    ("unlinked", "idle_unlinked_ns", "GPU idle: cause not in the trace (no kernel linked to its launch)"),
 )
 IDLE_CAUSE_WORDS = {
     "sync": "host syncs",
     "host": "waiting for the host to launch work",
     "short": "short gaps between kernels",
     "other": "waiting on other streams or events",
+    "unlinked": "for a cause the trace cannot show",
 }
 # a cause of idle time is named when it holds at least this share of the idle time: the main
 # one always, a second one only when it is a real part of the story

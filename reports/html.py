@@ -50,6 +50,7 @@ BUDGET_COLORS = {
     "host": "#f58518",
     "short": "#bab0ac",
     "other": "#72b7b2",
+    "unlinked": "#d4d4d4",
 }
 BAR_LABEL_MIN_SHARE = 0.06  # a narrower segment has no room for its % inside the bar (the legend has it)
 

@@ -49,6 +49,9 @@ CAUSE_ADVICE = {
     "(cudaStreamWaitEvent) and collectives that wait for other ranks.",
     "short": "Idle time is made of many short gaps between kernels: fuse small kernels (torch.compile) "
     "or capture the step in a CUDA graph.",
+    "unlinked": "The trace does not link kernels to their launch calls (JAX/XLA's traces do not), so it cannot "
+    "say why the GPU waited. Run the script under `gpudiag profile`: its step timings measure how long each "
+    "step takes on the host and the loop's waits.",
 }
 
 
@@ -141,7 +144,8 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         g.insert(0, "rank", rank)
         gap_tables.append(g)
 
-        finding = idle_finding(rank, b, by_cause, per_step, th)
+        shown = host_activity_words(trace) if by_cause["unlinked"] > 0 else ""
+        finding = idle_finding(rank, b, by_cause, per_step, th, shown)
         if finding:
             result.findings.append(finding)
     if breakdown_rows:
@@ -176,7 +180,10 @@ def step_breakdown(trace, gaps: pd.DataFrame, windows: pd.DataFrame) -> pd.DataF
     return out
 
 
-def idle_finding(rank: int, b: dict, by_cause: dict, per_step: pd.DataFrame, th: Thresholds) -> Finding | None:
+def idle_finding(
+    rank: int, b: dict, by_cause: dict, per_step: pd.DataFrame, th: Thresholds, shown: str = ""
+) -> Finding | None:
+    """``shown``: what the trace shows of the host (host_activity_words), said when the cause cannot be read."""
     span = b["span_ns"]
     if span <= 0:
         return None
@@ -193,6 +200,7 @@ def idle_finding(rank: int, b: dict, by_cause: dict, per_step: pd.DataFrame, th:
         "host": "waiting for the host to launch work",
         "short": "in short kernel-to-kernel gaps",
         "other": "waiting on other streams or events",
+        "unlinked": "for a cause the trace cannot show",
     }
     evidence = [
         Evidence("gpu_idle_pct", idle_pct, "%", th.sync.gpu_idle_warning_pct),
@@ -210,15 +218,52 @@ def idle_finding(rank: int, b: dict, by_cause: dict, per_step: pd.DataFrame, th:
             )
             for r in worst.itertuples()
         ]
+    title = (
+        f"GPU idle {idle_pct:.1f} % of the time on rank {rank}, mostly {labels[main]} "
+        f"({100 * by_cause[main] / span:.1f} % of the span)"
+    )
+    advice = CAUSE_ADVICE[main]
+    if main == "unlinked":  # say plainly what cannot be attributed, and what the trace does show
+        title = (
+            f"GPU idle {idle_pct:.1f} % of the time on rank {rank}; the trace links no kernel to its launch, so "
+            f"{100 * by_cause[main] / span:.1f} % of the span cannot be attributed to a cause"
+        )
+        if shown:
+            advice = f"What the trace shows: {shown}. {advice}"
     return Finding(
         id="idle.gpu_idle",
         analyzer=NAME,
         severity=sev,
-        title=f"GPU idle {idle_pct:.1f} % of the time on rank {rank}, mostly {labels[main]} "
-        f"({100 * by_cause[main] / span:.1f} % of the span)",
+        title=title,
         subjects=tuple(subjects),
         evidence=tuple(evidence),
         cost_share=b["idle_ns"] / span,
-        recommendation=CAUSE_ADVICE[main],
+        recommendation=advice,
         section=SECTION,
     )
+
+
+def host_activity_words(trace) -> str:
+    """What a trace without launch links still shows of the host: JAX dispatches and host transfers."""
+    words = []
+    ops = trace.cpu_ops
+    if len(ops):
+        names = ops["name"].astype(str)
+        is_pjit = names.str.startswith("PjitFunction(")
+        if is_pjit.any():  # the longest-dispatched first: the step function, not jax.random's helpers
+            pjit = (
+                ops[is_pjit].groupby(names[is_pjit])["dur_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
+            )
+            top = ", ".join(
+                f"{name} {int(r['size']):,}x, {r['sum'] / 1e6:,.3g} ms" for name, r in pjit.head(3).iterrows()
+            )
+            words.append(f"{int(pjit['size'].sum()):,} jitted dispatches on the host ({top})")
+    gpu = trace.gpu
+    if len(gpu) and "name" in gpu:
+        copies = gpu[gpu["kind"].astype(str) == "memcpy"]
+        names = copies["name"].astype(str)
+        for tag, what in (("D2H", "device-to-host"), ("H2D", "host-to-device")):
+            mine = copies[names.str.contains(tag, regex=False)]
+            if len(mine):
+                words.append(f"{len(mine):,} {what} copies ({mine['dur_ns'].sum() / 1e6:,.3g} ms)")
+    return "; ".join(words)

@@ -21,6 +21,7 @@ CAUSES = (
     ("idle_host_ms", "idle: waiting for host launch", "#f58518"),
     ("idle_short_ms", "idle: short kernel gaps", "#bab0ac"),
     ("idle_other_ms", "idle: other streams / events", "#72b7b2"),
+    ("idle_unlinked_ms", "idle: cause not in the trace", "#d4d4d4"),
 )
 
 
