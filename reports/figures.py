@@ -69,6 +69,18 @@ def table_html(
     )
 
 
+def titled_tables(tables: dict, titles, id_prefix: str, **table_args) -> list[str]:
+    """An ``<h3>`` title and a scrolling table for each (key, title) whose table has rows (ids ``<prefix>-<key>``)."""
+    parts = []
+    for key, title in titles:
+        df = tables.get(key)
+        if df is not None and len(df):
+            parts.append(
+                f"<h3>{html.escape(title)}</h3><div class='scroll'>{table_html(df, f'{id_prefix}-{key}', **table_args)}</div>"
+            )
+    return parts
+
+
 NOT_RECORDED_FILL = "rgba(120,120,120,0.22)"
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from reports import chart_budget
 from reports.chart_budget import binning_note, duration_text_ms, thin_line
-from reports.figures import draw_not_recorded, figure_html, table_html
+from reports.figures import draw_not_recorded, figure_html, titled_tables
 from reports.format import bytes_human
 
 GIB = 2**30
@@ -54,13 +54,7 @@ def render(result) -> str:
     jax = result.tables.get("jax_per_step")
     if jax is not None and len(jax):
         parts.append(_jax_figure(jax))
-    for key, title in TABLES:
-        df = result.tables.get(key)
-        if df is not None and len(df):
-            parts.append(
-                f"<h3>{html.escape(title)}</h3><div class='scroll'>"
-                f"{table_html(df, f'fragmentation-{key}', max_rows=200, float_fmt='{:,.0f}')}</div>"
-            )
+    parts += titled_tables(result.tables, TABLES, "fragmentation", max_rows=200, float_fmt="{:,.0f}")
     if not parts:
         parts.append('<p class="muted">No allocator data in this input.</p>')
     return "\n".join(parts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from reports import chart_budget
 from reports.chart_budget import binning_note, thin_line
-from reports.figures import figure_html, table_html
+from reports.figures import figure_html, titled_tables
 
 
 def render(result) -> str:
@@ -43,10 +43,7 @@ def render(result) -> str:
     if meta.get("chart_stride", 1) > 1:
         note += f" Every {meta['chart_stride']}th step is drawn, plus all warm-up and outlier steps."
     parts.append(f'<p class="muted">{note}</p>')
-    for key, title in (("per_rank", "Per rank"), ("regions", "Timed regions")):
-        table = result.tables.get(key)
-        if table is not None and len(table):
-            parts.append(f"<h3>{title}</h3><div class='scroll'>{table_html(table, f'steps-{key}')}</div>")
+    parts += titled_tables(result.tables, (("per_rank", "Per rank"), ("regions", "Timed regions")), "steps")
     return "\n".join(parts)
 
 
