@@ -118,9 +118,27 @@ def not_measured(analyzer: str, what: str, how: str, section: str | None = None)
     )
 
 
+# Findings that say what the GPU or the step time looks like, not why, and findings that name a cause
+# those cannot see (the loop waiting in the DataLoader, stalls every N steps, the allocator). On the H200 an
+# input-bound script read "GPU ran kernels only 1 % of the time" and "waiting for the host to launch work"
+# first, with the DataLoader wait that caused both third (issue 18).
+SYMPTOM_IDS = frozenset({"utilization.low_gpu_util", "idle.gpu_idle", "steps.unstable", "launch.launch_bound"})
+ROOT_CAUSE_IDS = frozenset({"step_budget.input", "step_budget.periodic", "step_budget.allocator"})
+
+
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Most costly first: severity, then estimated cost share, then id for determinism."""
-    return sorted(findings, key=lambda f: (-int(f.severity), -(f.cost_share or 0.0), f.id))
+    """Most costly first: severity, then estimated cost share, then id for determinism.
+
+    A symptom ranks after the root causes of at least its severity: the cause is what the user can fix.
+    """
+    cause_severity = max((int(f.severity) for f in findings if f.id in ROOT_CAUSE_IDS), default=None)
+
+    def key(f: Finding):
+        demoted = cause_severity is not None and f.id in SYMPTOM_IDS and int(f.severity) <= cause_severity
+        severity = cause_severity if demoted else int(f.severity)
+        return (-severity, demoted, -(f.cost_share or 0.0), f.id)
+
+    return sorted(findings, key=key)
 
 
 def jsonable(v: Any) -> Any:

@@ -231,6 +231,32 @@ class Comm:
 
 
 @dataclass(frozen=True)
+class StepBudget:
+    """Where the median and the slow steps' wall time goes, by named cause, and slow steps that recur.
+
+    A cause (input wait, host syncs, launch-bound host work, the allocator) is a finding when it holds
+    ``cause_min_share`` (5 %) of the median steady step, a warning from ``cause_warning_share`` (10 %: a
+    tenth of every step) and critical from ``cause_critical_share`` (30 %). What no cause explains is
+    reported when it reaches ``unexplained_share``. Slow steps recur with a period N when at least
+    ``period_min_occurrences`` of them fall on the same step k mod N, those hold ``period_min_share`` of the
+    slow steps' time over the median, and ``period_min_hit_share`` of the steady steps at k mod N are slow (so N = 2 does not
+    claim every other step); a slow step is ``slow_factor`` x the median. Input wait explains a period
+    when the slow steps wait on input for ``period_input_share`` of their excess over the median.
+    """
+
+    cause_min_share: float = 0.05
+    cause_warning_share: float = 0.1
+    cause_critical_share: float = 0.3
+    unexplained_share: float = 0.2
+    slow_factor: float = 1.5
+    period_min_occurrences: int = 3
+    period_min_share: float = 0.6
+    period_min_hit_share: float = 0.6
+    period_input_share: float = 0.5
+    max_slow_steps: int = 20  # slow steps listed per rank in the table and a finding
+
+
+@dataclass(frozen=True)
 class Thresholds:
     l2: L2 = field(default_factory=L2)
     occupancy: Occupancy = field(default_factory=Occupancy)
@@ -244,6 +270,7 @@ class Thresholds:
     utilization: Utilization = field(default_factory=Utilization)
     steps: Steps = field(default_factory=Steps)
     comm: Comm = field(default_factory=Comm)
+    step_budget: StepBudget = field(default_factory=StepBudget)
 
     def with_overrides(self, overrides: dict[str, dict[str, float]], origin: str = "--threshold") -> Thresholds:
         """A copy with ``{"l2": {"warning_pct": 80}}`` applied; unknown names are an error."""

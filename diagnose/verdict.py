@@ -33,6 +33,7 @@ JUDGED = {
     "launch": "launch overhead",
     "comm": "collectives",
     "steps": "step times",
+    "step_budget": "the step-time budget",
     "utilization": "NVML utilisation",
     "fragmentation": "allocator memory",
 }

@@ -39,6 +39,7 @@ SECTION_TITLES = {
     "utilization": "NVML utilisation",
     "comm": "Collectives across ranks",
     "steps": "Step timings",
+    "step_budget": "Step-time budget",
 }
 
 MAX_SUBJECT_ROWS = 50

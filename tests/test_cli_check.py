@@ -23,6 +23,7 @@ NOT_MEASURED_ON_NCU = (
     "launch",
     "memory_access",
     "ncu_rules",
+    "step_budget",
     "steps",
     "sync",
     "utilization",
@@ -66,7 +67,7 @@ def test_check_prints_every_finding_with_its_id():
     assert f"critical  {TINY_TITLE} (cost 100.0 %)  [tiny_kernels.launch_bound]" in lines
     for analyzer in NOT_MEASURED_ON_NCU:  # check lists them all, not the report's first 15
         assert any(line.endswith(f"  [{analyzer}.not_measured]") for line in lines), analyzer
-    assert "1 critical, 0 warning, 8 info" in lines
+    assert "1 critical, 0 warning, 9 info" in lines
     assert lines[-1] == "FAIL: 1 finding(s) at or above critical: tiny_kernels.launch_bound"
 
 
@@ -76,7 +77,7 @@ def test_ignore_by_id_and_by_glob():
     assert "ignored (--ignore): tiny_kernels.launch_bound" in by_id.stdout.splitlines()
     infos = gpudiag("check", TINY, "--fail-on", "info", "--ignore", "tiny_kernels.*")
     assert infos.returncode == 1
-    assert infos.stdout.splitlines()[-1].startswith("FAIL: 8 finding(s) at or above info: fragmentation.not_measured")
+    assert infos.stdout.splitlines()[-1].startswith("FAIL: 9 finding(s) at or above info: fragmentation.not_measured")
     nothing_left = gpudiag("check", TINY, "--fail-on", "info", "--ignore", "tiny_*", "--ignore", "*.not_measured")
     assert nothing_left.returncode == 0, nothing_left.stdout
 
@@ -136,12 +137,12 @@ def _literal_ids(module_path) -> set[str]:
 
 def test_every_analyzer_declares_exactly_the_ids_its_code_makes():
     mods = discover()
-    assert len(mods) == 15
+    assert len(mods) == 16
     for mod in mods:
         path = REPO / "diagnose" / "analyzers" / f"{mod.NAME}.py"
         assert set(mod.FINDING_IDS) == _literal_ids(path), mod.NAME
         assert all(i.startswith(f"{mod.NAME}.") for i in mod.FINDING_IDS), mod.NAME
-    assert len(known_finding_ids()) == 43
+    assert len(known_finding_ids()) == 50
 
 
 @pytest.mark.parametrize(

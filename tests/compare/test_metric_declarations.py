@@ -104,6 +104,7 @@ def test_declarations_are_well_formed_and_unique():
         "ncu_rules",
         "occupancy",
         "speed_of_light",
+        "step_budget",
         "steps",
         "sync",
         "tiny_kernels",

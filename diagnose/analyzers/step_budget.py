@@ -1,0 +1,711 @@
+"""Why a step is slow: the median and the slow steps' wall time split into GPU busy and GPU idle by cause.
+
+A step's wall time (``step_ms`` of the steps analyzer) is GPU busy (compute, copies and memsets,
+collectives) plus GPU idle for a named cause: waiting for input (``input_ms``, the loop blocked in
+the DataLoader), host syncs, launch-bound host work, the allocator (cudaMalloc/cudaFree), waiting on
+other streams, gpudiag's own trace window; what none of them explains is ``unexplained``, the
+remainder, shown. Busy and the idle causes come from the trace (the idle and sync analyzers'
+per-step figures over the traced steps); input wait from every step that measured it. Each part
+says which steps it was measured in: nothing is scaled from one set of steps to another.
+
+Traced steps run inside gpudiag's profiler and are slower by design: their excess over the steady
+median is gpudiag's (it shows in the trace as host-launch idle, and is taken out of that part), never
+the script's. Warm-up steps are kept out of every figure and reported on their own. Slow steps that
+recur every N steps are named with what waits there (docs/step-budget.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from diagnose import trace_timeline as tl
+from diagnose.analyzers import idle, sync
+from diagnose.analyzers.steps import step_table
+from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.metrics import LOWER, NEUTRAL, Metric
+from diagnose.profile_data import Profile
+from diagnose.thresholds import Thresholds
+
+NAME = "step_budget"
+ORDER = 45
+SECTION = "section-step_budget"
+# (part, label, GPU busy?) in the order a budget is shown; the parts of one budget add up to its wall time
+PARTS = (
+    ("compute", "GPU busy: compute", True),
+    ("memcpy", "GPU busy: copies and memsets", True),
+    ("collective", "GPU busy: collectives", True),
+    ("input", "GPU idle: waiting for input (DataLoader)", False),
+    ("sync", "GPU idle: held by host syncs", False),
+    ("launch_bound", "GPU idle: launch-bound host work", False),
+    ("allocator", "GPU idle: allocator (cudaMalloc/cudaFree)", False),
+    ("other_wait", "GPU idle: waiting on other streams or events", False),
+    ("trace_window", "gpudiag's own trace window", False),
+    ("unexplained", "unexplained", False),
+)
+TRACE_PARTS = ("compute", "memcpy", "collective", "sync", "launch_bound", "allocator", "other_wait")
+HOST_CAUSED_SHARE = 0.5  # traced idle (outside syncs and other streams) this host-caused: the rest is host work
+CAUSES = ("input", "sync", "launch_bound", "allocator")  # the parts that are findings of their own
+SUMMARY_METRICS = (  # what analyze() writes into Result.summary, plain for the lowest rank, else rank<N>.<key>
+    Metric("step_budget_step_ms", "Median steady step (budget)", "ms", LOWER, 0.001),
+    Metric("step_budget_{part}_ms", "Median step budget: {part}", "ms", NEUTRAL, 0.001),
+    Metric("step_budget_warmup_steps", "Warm-up steps kept apart", "count", NEUTRAL, 1),
+    Metric("step_budget_warmup_ms", "Warm-up steps' total time", "ms", LOWER, 0.001),
+    Metric("step_budget_instrumented_steps", "Steps inside gpudiag's trace window", "count", NEUTRAL, 1),
+    Metric("step_budget_slow_steps", "Slow steady steps", "count", LOWER, 1),
+    Metric("step_budget_period_steps", "Period of recurring slow steps", "count", NEUTRAL, 1),
+)
+FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "step_budget.allocator",
+    "step_budget.input",
+    "step_budget.launch_bound",
+    "step_budget.not_measured",
+    "step_budget.periodic",
+    "step_budget.sync",
+    "step_budget.unexplained",
+)
+ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "cuMemCreate", "cuMemMap", "cuMemUnmap", "cuMemRelease", "cuMemSetAccess")
+ADVICE = {
+    "input": "Feed the GPU faster: DataLoader(num_workers=N) with more workers, pin_memory=True, "
+    "persistent_workers=True and a larger prefetch_factor; move augmentation onto the GPU (torchvision.transforms.v2 "
+    "on CUDA tensors, DALI) so workers only decode.",
+    "launch_bound": "The GPU waits for the host to launch work: capture the step in a CUDA graph "
+    "(torch.cuda.graphs, torch.compile(mode='reduce-overhead')), fuse small kernels with torch.compile, or use "
+    "larger batches so each launch carries more work.",
+    "allocator": "Segments are created and freed inside steps, and each cudaMalloc/cudaFree stalls: set "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, do not call torch.cuda.empty_cache() in the loop, and keep "
+    "tensor shapes steady so cached blocks are reused.",
+    "unexplained": "Part of the step is not explained by anything measured: profile with `gpudiag profile` (it "
+    "records input wait and traces some steps), and trace more steps (--trace-steps) to measure GPU busy and idle.",
+}
+PERIOD_CANDIDATES = "evaluation, checkpoint saving or logging every N steps"
+
+
+def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
+    result = Result(NAME)
+    steps = step_table(profile, th)
+    if not len(steps):
+        result.findings.append(
+            not_measured(
+                NAME,
+                "The step-time budget",
+                "It needs per-step timings: run the script under `gpudiag profile`, or pass a CSV/JSON of step "
+                "timings (docs/step-timings.md).",
+                SECTION,
+            )
+        )
+        return result
+    window = sync.window_of(profile.manifest)
+    lowest = int(steps["rank"].min())
+    budgets, slow_tables, traced_tables, meta_ranks, calls_by_rank = [], [], [], {}, {}
+    for rank, rows in steps.groupby("rank"):
+        rank = int(rank)
+        rank_meta, budget, slow, traced, calls = rank_budget(profile, rank, rows.reset_index(drop=True), window, th)
+        meta_ranks[rank] = rank_meta
+        if budget is None:
+            continue
+        budgets.append(budget)
+        slow_tables.append(slow)
+        if len(traced):
+            traced_tables.append(traced)
+        calls_by_rank[rank] = calls
+        key = (lambda k: k) if rank == lowest else (lambda k, r=rank: f"rank{r}.{k}")
+        median = budget[budget["column"] == "median step"]
+        result.summary[key("step_budget_step_ms")] = float(median["wall_ms"].iloc[0])
+        for r in median.itertuples():
+            if np.isfinite(r.ms):
+                result.summary[key(f"step_budget_{r.part}_ms")] = float(r.ms)
+        for k in ("warmup_steps", "warmup_ms", "instrumented_steps", "slow_steps", "period_steps"):
+            if rank_meta.get(k) is not None:
+                result.summary[key(f"step_budget_{k}")] = float(rank_meta[k])
+    result.meta["ranks"] = meta_ranks
+    if not budgets:
+        result.findings.append(
+            not_measured(
+                NAME,
+                "The step-time budget",
+                "Every step was warm-up or inside gpudiag's trace window: run more steps.",
+                SECTION,
+            )
+        )
+        return result
+    budget = pd.concat(budgets, ignore_index=True)
+    result.tables["budget"] = budget
+    result.tables["slow_steps"] = pd.concat(slow_tables, ignore_index=True)
+    if traced_tables:
+        result.tables["traced_steps"] = pd.concat(traced_tables, ignore_index=True)
+    result.findings.extend(cause_findings(budget, meta_ranks, calls_by_rank, th))
+    result.findings.extend(periodic_findings(meta_ranks, calls_by_rank, th))
+    return result
+
+
+# ---------------------------------------------------------------- one rank
+
+
+def rank_budget(profile: Profile, rank: int, rows: pd.DataFrame, window: range | None, th: Thresholds):
+    """(meta, budget rows, slow-step rows, traced-step rows, sync calls) of one rank; budget None without steady steps."""
+    rows = rows.assign(wall_ms=budget_wall_ms(rows))
+    instrumented = rows["instrumented"].fillna(False).astype(bool) if "instrumented" in rows else rows["warmup"] & False
+    warm = rows["warmup"] & ~instrumented
+    steady = rows[~rows["warmup"]]
+    meta = {
+        "warmup_steps": int(warm.sum()),
+        "warmup_ms": float(rows.loc[warm, "wall_ms"].sum()),
+        "warmup_step_numbers": [int(s) for s in rows.loc[warm, "step"]],
+        "instrumented_steps": int(instrumented.sum()),
+        "instrumented_ms": float(rows.loc[instrumented, "wall_ms"].sum()),
+        "instrumented_step_numbers": [int(s) for s in rows.loc[instrumented, "step"]],
+        "steady_steps": int(len(steady)),
+        "notes": [],
+    }
+    step_ms = steady["wall_ms"].dropna()
+    if not len(step_ms):
+        return meta, None, None, pd.DataFrame(), pd.DataFrame()
+    median_ms = float(step_ms.median())
+    meta["median_step_ms"] = median_ms
+    meta["steady_total_ms"] = float(step_ms.sum())
+    input_ms = pd.to_numeric(rows["input_ms"], errors="coerce") if "input_ms" in rows else pd.Series(np.nan, rows.index)
+    steady_input = input_ms[steady.index].dropna()
+    meta["input_measured_steps"] = int(len(steady_input))
+    if not len(steady_input):
+        meta["notes"].append(
+            "input wait not measured: the step timings carry no `input_ms` (time the loop blocked in the "
+            "DataLoader); it is not taken as 0, it stays in the unexplained part"
+        )
+
+    traced, calls = traced_steps(profile, rank, rows, input_ms, window, median_ms, th)
+    typical = {p: float(traced[f"{p}_ms"].median()) for p in TRACE_PARTS} if len(traced) else {}
+    host_share = traced_host_share(traced) if len(traced) else None
+    traced_where = describe_steps(traced) if len(traced) else None
+    if not len(traced):
+        meta["notes"].append(
+            "GPU busy, syncs, launch-bound work and the allocator were not measured: no trace with GPU activity "
+            "and step marks for this rank"
+        )
+
+    slow_mask = steady["wall_ms"] > th.step_budget.slow_factor * median_ms
+    slow = steady[slow_mask]
+    meta["slow_steps"] = int(len(slow))
+    seg_counts = segment_events_per_step(profile, rank, rows)
+
+    median_input = float(steady_input.median()) if len(steady_input) else np.nan
+    median_input_where = f"{len(steady_input)} steady steps" if len(steady_input) else None
+    out = []
+    out += budget_column(
+        rank,
+        "median step",
+        median_ms,
+        int(len(step_ms)),
+        median_input,
+        median_input_where,
+        typical,
+        traced_where,
+        0.0,
+        host_share,
+    )
+    if len(slow):
+        slow_input = input_ms[slow.index].dropna()
+        out += budget_column(
+            rank,
+            "slow steps",
+            float(slow["wall_ms"].median()),
+            int(len(slow)),
+            float(slow_input.median()) if len(slow_input) else np.nan,
+            f"{len(slow_input)} slow steps" if len(slow_input) else None,
+            typical,
+            traced_where + ", not in the slow steps" if traced_where else None,
+            0.0,
+            host_share,
+        )
+    if len(traced):
+        traced_input = traced["input_ms"].dropna()
+        out += budget_column(
+            rank,
+            "traced steps",
+            float(traced["wall_ms"].median()),
+            int(len(traced)),
+            float(traced_input.median()) if len(traced_input) else np.nan,
+            traced_where if len(traced_input) else None,
+            typical,
+            traced_where,
+            float(traced["trace_window_ms"].median()),
+        )
+    budget = pd.DataFrame(out)
+    median = budget[budget["column"] == "median step"].set_index("part")
+    if median.loc["unexplained", "ms"] < -0.01 * median_ms:
+        meta["notes"].append(
+            f"the parts measured in the traced steps add up to {median_ms - median.loc['unexplained', 'ms']:,.3f} ms, "
+            f"more than the median steady step ({median_ms:,.3f} ms): the traced steps ran inside gpudiag's profiler "
+            "and their idle parts read high; unexplained is shown as 0"
+        )
+
+    slow_rows = slow[["rank", "step", "host_ms", "gpu_ms", "wall_ms"]].copy()
+    slow_rows["over_median_ms"] = slow_rows["wall_ms"] - median_ms
+    slow_rows["input_ms"] = input_ms[slow.index].to_numpy()
+    slow_rows["segment_events"] = slow_rows["step"].map(seg_counts).fillna(0).astype(int) if seg_counts else 0
+    period = find_period(
+        steady["step"].to_numpy(dtype=np.int64),
+        slow_mask.to_numpy(),
+        th,
+        excess_ms=(steady["wall_ms"] - median_ms).clip(lower=0).fillna(0).to_numpy(dtype=float),
+    )
+    slow_rows["on_period"] = False
+    if period is not None:
+        n, k = period["period"], period["offset"]
+        slow_rows["on_period"] = slow_rows["step"] % n == k
+        on = slow_rows[slow_rows["on_period"]]
+        period["excess_ms"] = float(on["wall_ms"].median() - median_ms)
+        period["steps"] = [int(s) for s in on["step"]]
+        on_input = on["input_ms"].dropna()
+        period["input_ms"] = float(on_input.median()) if len(on_input) else None
+        base_input = float(steady_input.median()) if len(steady_input) else 0.0
+        period["input_wait"] = bool(
+            len(on_input) and on_input.median() - base_input >= th.step_budget.period_input_share * period["excess_ms"]
+        )
+        seen = traced[traced["run_step"] % n == k] if len(traced) else traced
+        period["traced_steps"] = [int(s) for s in seen["run_step"]] if len(seen) else []
+        meta["period_steps"] = n
+    meta["period"] = period
+    meta["slow_step_numbers"] = [int(s) for s in slow_rows["step"].head(th.step_budget.max_slow_steps)]
+    slow_rows = slow_rows.sort_values("wall_ms", ascending=False).head(th.step_budget.max_slow_steps)
+    return meta, budget, slow_rows.reset_index(drop=True), traced, calls
+
+
+def budget_wall_ms(rows: pd.DataFrame) -> pd.Series:
+    """A step's cost on the critical path: the longer of its host time and its GPU time (CUDA events).
+
+    A GPU-bound step's host time only queues work (the host runs ahead), a host-bound step's GPU time
+    waits on the host: the longer one is what the step costs, and what GPU busy plus GPU idle add up to.
+    """
+    host = pd.to_numeric(rows["host_ms"], errors="coerce")
+    gpu = pd.to_numeric(rows["gpu_ms"], errors="coerce")
+    return pd.Series(np.fmax(host.to_numpy(), gpu.to_numpy()), index=rows.index).fillna(rows["step_ms"])
+
+
+def budget_column(
+    rank: int,
+    column: str,
+    wall_ms: float,
+    steps: int,
+    input_ms: float,
+    input_where: str | None,
+    typical: dict,
+    traced_where: str | None,
+    trace_window_ms: float,
+    host_share: float | None = None,
+) -> list[dict]:
+    """One budget: a row per part whose ``ms`` add up to ``wall_ms`` (unexplained is the remainder).
+
+    ``host_share``: of the traced steps' GPU idle outside syncs and other streams, the share during which the
+    GPU waited for the host (host-gap idle). When it is most of it, the GPU idle this budget's step has left
+    after its measured causes is host work too (launch calls, Python, CPU ops between the loader and the
+    launches), and is counted as launch-bound host work rather than unexplained: the traced steps measure
+    its cause, not its size, which varies step to step (a traced step's own launch-bound time is the
+    traced column's)."""
+    values = {p: typical.get(p, np.nan) for p in TRACE_PARTS}
+    values["input"] = input_ms
+    values["trace_window"] = trace_window_ms
+    where = {p: traced_where for p in TRACE_PARTS}
+    where["input"] = input_where
+    where["trace_window"] = traced_where if column == "traced steps" else "not in these steps (not traced)"
+    known = sum(v for v in values.values() if np.isfinite(v))
+    if host_share is not None and host_share >= HOST_CAUSED_SHARE and column != "traced steps" and wall_ms > known:
+        values["launch_bound"] = (values["launch_bound"] if np.isfinite(values["launch_bound"]) else 0.0) + (
+            wall_ms - known
+        )
+        where["launch_bound"] = (
+            f"inferred: the step's GPU idle left after the measured causes, host-caused as in {traced_where}"
+        )
+        known = wall_ms
+    values["unexplained"] = wall_ms - known
+    where["unexplained"] = "the remainder"
+    rows = []
+    for part, label, busy in PARTS:
+        ms = values[part]
+        rows.append(
+            {
+                "rank": rank,
+                "column": column,
+                "wall_ms": wall_ms,
+                "steps": steps,
+                "part": part,
+                "label": label,
+                "gpu_busy": busy,
+                "ms": ms,
+                "shown_ms": max(ms, 0.0) if np.isfinite(ms) else np.nan,
+                "share": ms / wall_ms if np.isfinite(ms) and wall_ms > 0 else np.nan,
+                "measured_in": where[part] or "not measured",
+            }
+        )
+    return rows
+
+
+def traced_host_share(traced: pd.DataFrame) -> float | None:
+    """Of the traced steps' GPU idle outside syncs and other streams' waits, the share that was host-caused
+    (the GPU waited for the host: input, allocator calls, launches, gpudiag's excess)."""
+    busy = traced["compute_ms"] + traced["memcpy_ms"] + traced["collective_ms"]
+    idle = (traced["wall_ms"] - busy - traced["sync_raw_ms"] - traced["other_wait_ms"]).clip(lower=0).sum()
+    host = (traced["allocator_ms"] + traced["trace_window_ms"] + traced["launch_bound_ms"]).sum()
+    host += np.minimum(traced["input_ms"].fillna(0.0), traced["wall_ms"]).sum()
+    return float(min(host / idle, 1.0)) if idle > 0 else None
+
+
+def describe_steps(traced: pd.DataFrame) -> str:
+    mapped = traced["run_step"][traced["run_step"] >= 0]
+    if len(mapped) == len(traced):
+        return "traced steps " + step_ranges(mapped.tolist())
+    return f"{len(traced)} traced steps (trace numbering {step_ranges(traced['trace_step'].tolist())})"
+
+
+def step_ranges(numbers: list[int]) -> str:
+    """[4, 5, 6, 9] as '4–6, 9'."""
+    out, run = [], []
+    for n in sorted(int(x) for x in numbers):
+        if run and n == run[-1] + 1:
+            run.append(n)
+            continue
+        if run:
+            out.append(f"{run[0]}–{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [n]
+    if run:
+        out.append(f"{run[0]}–{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
+# ---------------------------------------------------------------- traced steps
+
+
+def traced_steps(
+    profile: Profile,
+    rank: int,
+    rows: pd.DataFrame,
+    input_ms: pd.Series,
+    window: range | None,
+    median_ms: float,
+    th: Thresholds,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per traced step (ms): the idle analyzer's busy and idle-by-cause, busy split by kind, allocator calls,
+    the input wait of the run step it was, and gpudiag's share; with the sync analyzer's calls of those steps."""
+    trace = profile.traces.get(rank)
+    if trace is None:
+        return pd.DataFrame(), pd.DataFrame()
+    trace = tl.analysed(trace)
+    if not len(trace.gpu):
+        return pd.DataFrame(), pd.DataFrame()
+    windows = tl.steps(trace)
+    gwin = tl.gpu_step_windows(trace, windows) if len(windows) else pd.DataFrame()
+    if not len(gwin):
+        return pd.DataFrame(), pd.DataFrame()
+    gaps = tl.gaps(trace, th.sync.kernel_gap_us * 1e3, th.sync.sync_slack_us * 1e3)
+    per = idle.step_breakdown(trace, gaps, windows)  # the same windows, busy and idle as the idle analyzer
+    lo, hi = gwin["gpu_start_ns"].to_numpy(np.int64), gwin["gpu_end_ns"].to_numpy(np.int64)
+    gpu = trace.gpu
+    kind = gpu["kind"].astype(str).to_numpy()
+    ts, end = gpu["ts_ns"].to_numpy(), gpu["end_ns"].to_numpy()
+    comm = kind == "comm"
+    not_compute = comm | (kind == "memcpy") | (kind == "memset")
+    collective = tl.clip_sums(*tl.merge(ts[comm], end[comm]), lo, hi).astype(float)
+    copies_or_comm = tl.clip_sums(*tl.merge(ts[not_compute], end[not_compute]), lo, hi).astype(float)
+    out = pd.DataFrame({"rank": rank, "trace_step": per["step"].to_numpy()})
+    run_steps = np.full(len(out), -1, dtype=np.int64)
+    if window is not None and len(out) <= len(window):
+        run_steps[:] = list(window)[: len(out)]
+    out["run_step"] = run_steps
+    out["wall_ms"] = per["step_ns"].to_numpy() / 1e6
+    busy = per["busy_ns"].to_numpy()
+    out["compute_ms"] = (busy - copies_or_comm) / 1e6
+    out["memcpy_ms"] = (copies_or_comm - collective) / 1e6
+    out["collective_ms"] = collective / 1e6
+    out["sync_ms"] = per["idle_sync_ns"].to_numpy() / 1e6
+    # what the trace cannot attribute (no kernel linked to its launch) is not host work either
+    out["other_wait_ms"] = (per["idle_other_ns"].to_numpy() + per["idle_unlinked_ns"].to_numpy()) / 1e6
+    host_idle = (per["idle_host_ns"].to_numpy() + per["idle_short_ns"].to_numpy()) / 1e6
+    out["allocator_host_ms"] = allocator_host_ms(trace, windows, out["trace_step"].to_numpy())
+    by_step = dict(zip(rows["step"].astype(int), input_ms))
+    out["input_ms"] = [by_step.get(int(s), np.nan) if s >= 0 else np.nan for s in run_steps]
+    # GPU idle while the host was busy: first the allocator's calls, then input wait, then gpudiag's excess
+    out["allocator_ms"] = np.minimum(out["allocator_host_ms"], host_idle)
+    left = host_idle - out["allocator_ms"].to_numpy()
+    input_here = np.minimum(out["input_ms"].fillna(0.0).to_numpy(), left)
+    left = left - input_here
+    # gpudiag's excess over the steady median slows the host: it shows as launch idle, then as a longer wait
+    # for the host to launch again after each sync; it is taken out of those, in that order
+    excess = np.maximum(out["wall_ms"].to_numpy() - median_ms, 0.0)
+    from_launch = np.minimum(excess, left)
+    from_sync = np.minimum(excess - from_launch, out["sync_ms"].to_numpy())
+    out["trace_window_ms"] = from_launch + from_sync
+    out["launch_bound_ms"] = left - from_launch
+    out["sync_raw_ms"] = out["sync_ms"]
+    out["sync_ms"] = out["sync_raw_ms"] - from_sync
+    calls, _, _ = sync.trace_syncs(trace, th)
+    records = profile.sync_records.get(rank)
+    if records is not None and len(records):
+        calls = sync.apply_records(calls, records, trace)
+    step_to_run = dict(zip(out["trace_step"], out["run_step"]))
+    calls = calls[calls["step"].isin(list(step_to_run))].copy()
+    calls["run_step"] = calls["step"].map(step_to_run)
+    blocked = calls.groupby("step")["blocked_ns"].sum()
+    out["sync_blocked_ms"] = out["trace_step"].map(blocked).fillna(0.0).to_numpy() / 1e6
+    return out, calls
+
+
+def allocator_host_ms(trace, windows: pd.DataFrame, trace_steps: np.ndarray) -> np.ndarray:
+    """Host time in cudaMalloc/cudaFree (and the expandable-segment driver calls) inside each step's host window."""
+    rt = trace.runtime
+    if not len(rt) or not len(windows):
+        return np.zeros(len(trace_steps))
+    names = rt["name"].astype(str)
+    mask = names.str.startswith(ALLOCATOR_CALLS).to_numpy()
+    s, e = tl.merge(rt["ts_ns"].to_numpy()[mask], rt["end_ns"].to_numpy()[mask])
+    win = windows.set_index("step").reindex(trace_steps)
+    lo = win["cpu_start_ns"].fillna(0).to_numpy(np.int64)
+    hi = win["cpu_end_ns"].fillna(0).to_numpy(np.int64)
+    return tl.clip_sums(s, e, lo, hi).astype(float) / 1e6
+
+
+def segment_events_per_step(profile: Profile, rank: int, rows: pd.DataFrame) -> dict[int, int]:
+    """Segment allocations/frees the allocator history saw inside each step (by time), {} without a history."""
+    snap = profile.snapshots.get(rank)
+    if snap is None or not len(getattr(snap, "trace", ())) or "t_start_ns" not in rows:
+        return {}
+    hist = snap.trace
+    seg = hist[hist["action"].astype(str).str.startswith(("segment_", "empty_cache"))]
+    starts = pd.to_numeric(rows["t_start_ns"], errors="coerce").to_numpy(dtype=float)
+    ends = starts + rows["wall_ms"].to_numpy(dtype=float) * 1e6
+    if not len(seg) or not np.isfinite(starts).any():
+        return {}
+    t_ns = pd.to_numeric(seg["t_us"], errors="coerce").to_numpy(dtype=float) * 1e3
+    order = np.argsort(starts)
+    k = np.searchsorted(starts[order], t_ns, side="right") - 1
+    counts: dict[int, int] = {}
+    for t, kk in zip(t_ns, k):
+        if kk < 0 or not np.isfinite(t):
+            continue
+        i = order[kk]
+        if t < ends[i]:
+            step = int(rows["step"].iloc[i])
+            counts[step] = counts.get(step, 0) + 1
+    return counts
+
+
+# ---------------------------------------------------------------- periodic slow steps
+
+
+def find_period(
+    step_numbers: np.ndarray, slow: np.ndarray, th: Thresholds, excess_ms: np.ndarray | None = None
+) -> dict | None:
+    """The period N and offset k at which slow steps recur (step k + iN), or None.
+
+    A (N, k) qualifies when at least ``period_min_occurrences`` slow steps sit on it, they hold
+    ``period_min_share`` of the slow steps' time over the median (``excess_ms``; of their count without it),
+    and ``period_min_hit_share`` of the steady steps at k mod N are slow. By time, not count: on the H200 an
+    epoch boundary stalled one step by ~480 ms and left one to three shorter slow steps after it (workers
+    finishing their start one after another), which outnumber the stalls but hold a fraction of the time.
+    The best score (share on it x share of its steps slow) wins, the shorter N on a tie.
+    """
+    b = th.step_budget
+    slow_steps = step_numbers[slow]
+    if len(slow_steps) < b.period_min_occurrences:
+        return None
+    weights = np.ones(len(slow_steps)) if excess_ms is None else np.asarray(excess_ms, dtype=float)[slow]
+    total = float(weights.sum()) or 1.0
+    best = None
+    for n in range(2, max(2, len(step_numbers) // b.period_min_occurrences) + 1):
+        for k in np.unique(slow_steps % n):
+            here = slow_steps % n == k
+            on = int(here.sum())
+            slots = int((step_numbers % n == k).sum())
+            share, hit = float(weights[here].sum()) / total, on / slots
+            if on < b.period_min_occurrences or share < b.period_min_share or hit < b.period_min_hit_share:
+                continue
+            score = share * hit
+            if best is None or score > best["score"] + 1e-9:
+                best = {
+                    "period": int(n),
+                    "offset": int(k),
+                    "occurrences": on,
+                    "slots": slots,
+                    "slow_total": int(len(slow_steps)),
+                    "score": score,
+                }
+    return best
+
+
+# ---------------------------------------------------------------- findings
+
+
+def severity_of(share: float, th: Thresholds) -> Severity:
+    if share >= th.step_budget.cause_critical_share:
+        return Severity.CRITICAL
+    return Severity.WARNING if share >= th.step_budget.cause_warning_share else Severity.INFO
+
+
+def cause_findings(budget: pd.DataFrame, meta: dict, calls_by_rank: dict, th: Thresholds) -> list[Finding]:
+    median = budget[budget["column"] == "median step"]
+    findings = []
+    for part in (*CAUSES, "unexplained"):
+        rows = median[(median["part"] == part) & median["share"].notna()]
+        limit = th.step_budget.unexplained_share if part == "unexplained" else th.step_budget.cause_min_share
+        rows = rows[rows["share"] >= limit]
+        if not len(rows):
+            continue
+        top = rows.sort_values("share", ascending=False).iloc[0]
+        rank, share, ms, wall = int(top["rank"]), float(top["share"]), float(top["ms"]), float(top["wall_ms"])
+        subjects = [
+            Subject(
+                "rank",
+                str(int(r.rank)),
+                severity=severity_of(r.share, th),
+                figures={"ms": float(r.ms), "step_ms": float(r.wall_ms), "share": float(r.share)},
+            )
+            for r in rows.itertuples()
+        ]
+        what = f"{ms:,.3g} ms of the {wall:,.3g} ms median step ({100 * share:.1f} %)"
+        where = f", measured in {top['measured_in']}" if top["measured_in"] != "the remainder" else ""
+        rank_words = f" on rank {rank}" if budget["rank"].nunique() > 1 else ""
+        recommendation = ADVICE.get(part, "")
+        severity = severity_of(share, th)
+        evidence = (
+            Evidence(f"step_budget_{part}_ms", ms, "ms"),
+            Evidence("step_budget_step_ms", wall, "ms"),
+            Evidence(f"step_budget_{part}_share", share, "share", limit),
+        )
+
+        def make(
+            id: str,
+            title: str,
+            severity=severity,
+            recommendation=recommendation,
+            extra=(),
+            subjects=tuple(subjects),
+            evidence=evidence,
+            share=share,
+        ) -> Finding:
+            return Finding(
+                id=id,
+                analyzer=NAME,
+                severity=severity,
+                title=title,
+                subjects=(*subjects, *extra),
+                evidence=evidence,
+                cost_share=share,
+                recommendation=recommendation,
+                section=SECTION,
+            )
+
+        if part == "sync":
+            title, fix, extra = sync_words(calls_by_rank.get(rank), what, where, rank_words)
+            findings.append(make(id="step_budget.sync", title=title, recommendation=fix, extra=tuple(extra)))
+        elif part == "input":
+            title = f"The GPU waits for input {what}{rank_words}: the loop blocks in the DataLoader{where}"
+            findings.append(make(id="step_budget.input", title=title))
+        elif part == "launch_bound":
+            title = f"The GPU waits for the host to launch work {what}{rank_words}{where}"
+            findings.append(make(id="step_budget.launch_bound", title=title))
+        elif part == "allocator":
+            title = f"The allocator's cudaMalloc/cudaFree hold the GPU idle {what}{rank_words}{where}"
+            findings.append(make(id="step_budget.allocator", title=title))
+        else:
+            missing = [n for n in meta.get(rank, {}).get("notes", ()) if "not measured" in n]
+            title = f"{what[0].upper()}{what[1:]}{rank_words} is not explained by any measured cause"
+            if missing:
+                title += " (" + "; ".join(n.split(":")[0] for n in missing) + ")"
+            findings.append(make(id="step_budget.unexplained", title=title, severity=Severity.INFO))
+    return findings
+
+
+def sync_words(calls: pd.DataFrame | None, what: str, where: str, rank_words: str) -> tuple[str, str, list[Subject]]:
+    """The sync finding's title, fix and location subjects: the costliest line of the traced steps first."""
+    title = f"Host syncs hold the GPU idle {what}{rank_words}{where}"
+    if calls is None or not len(calls):
+        return title, "Move the synchronising calls out of the step (see the sync section).", []
+    n = max(1, calls["step"].nunique())
+    groups = (
+        calls.groupby(["location", "op"], sort=False)
+        .agg(
+            gpu_idle_ns=("gpu_idle_ns", "sum"),
+            blocked_ns=("blocked_ns", "sum"),
+            count=("op", "size"),
+            call=("call", "first"),
+            line_exact=("line_exact", "all"),
+        )
+        .reset_index()
+        .sort_values(["gpu_idle_ns", "blocked_ns"], ascending=False)
+    )
+    top = groups.iloc[0]
+    title += (
+        f"; the costliest is {top['op']} at {top['location']} ({top['gpu_idle_ns'] / n / 1e6:,.3g} ms a step as traced)"
+    )
+    subjects = [
+        Subject(
+            "location",
+            str(g.location),
+            figures={
+                "op": str(g.op),
+                "gpu_idle_ms_per_step": float(g.gpu_idle_ns / n / 1e6),
+                "blocked_ms_per_step": float(g.blocked_ns / n / 1e6),
+                "count_per_step": float(g.count / n),
+                "line_exact": bool(g.line_exact),
+            },
+        )
+        for g in groups.head(10).itertuples()
+    ]
+    fix = f"At {top['location']}: {sync.advice_for(str(top['op']), str(top['call']))}."
+    return title, fix, subjects
+
+
+def periodic_findings(meta: dict, calls_by_rank: dict, th: Thresholds) -> list[Finding]:
+    findings = []
+    for rank, m in sorted(meta.items()):
+        p = m.get("period")
+        if not p:
+            continue
+        n, k, median = p["period"], p["offset"], m["median_step_ms"]
+        steps_words = f"step {k} + {n}i" if k else f"step {n}i"
+        title = (
+            f"Every {n} steps ({steps_words}: steps {step_ranges(p['steps'][:6])}{', …' if len(p['steps']) > 6 else ''})"
+            f" a step is {p['excess_ms']:,.3g} ms slower than the median {median:,.3g} ms"
+            + (f" on rank {rank}" if len(meta) > 1 else "")
+        )
+        if p.get("input_wait"):
+            title += f", waiting {p['input_ms']:,.3g} ms for input"
+            fix = (
+                "These steps wait on the data loader: a new DataLoader iterator at an epoch boundary (workers "
+                "restart). Use DataLoader(persistent_workers=True) and a prefetch_factor that covers the restart; "
+                "keep the epoch's first batches prefetched."
+            )
+        else:
+            fix = f"Something runs every {n} steps: {PERIOD_CANDIDATES}. Make it asynchronous or less frequent"
+            calls = calls_by_rank.get(rank)
+            seen = (
+                calls[calls["run_step"].isin(p.get("traced_steps", []))] if calls is not None and len(calls) else None
+            )
+            if seen is not None and len(seen):
+                worst = seen.sort_values("blocked_ns", ascending=False).iloc[0]
+                fix += f"; the trace saw {worst['op']} at {worst['location']} block the host in such a step"
+            fix += "."
+            if p.get("input_ms") is None:
+                fix += " Input wait was not measured in these steps."
+        # the share of the steady run's time the recurring stalls cost (their time over the median)
+        total = m.get("steady_total_ms") or 0.0
+        share = min(1.0, p["excess_ms"] * p["occurrences"] / total) if total > 0 else None
+        findings.append(
+            Finding(
+                id="step_budget.periodic",
+                analyzer=NAME,
+                severity=Severity.CRITICAL
+                if share is not None and share >= th.step_budget.cause_critical_share
+                else Severity.WARNING,
+                title=title,
+                subjects=tuple(Subject("step", str(s), figures={"rank": rank}) for s in p["steps"][:20]),
+                evidence=(
+                    Evidence("step_budget_period_steps", float(n), "count"),
+                    Evidence("step_budget_period_excess_ms", p["excess_ms"], "ms"),
+                    Evidence("step_budget_period_occurrences", float(p["occurrences"]), "count"),
+                ),
+                cost_share=share,
+                recommendation=fix,
+                section=SECTION,
+            )
+        )
+    return findings
