@@ -84,6 +84,10 @@ PERIOD_CANDIDATES = "evaluation, checkpoint saving or logging every N steps"
 def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
     steps = step_table(profile, th)
+    window = sync.window_of(profile.manifest)
+    from_trace = not len(steps) and bool(profile.traces)
+    if from_trace:  # a trace captured elsewhere: its own steps are the budget's, and no step is gpudiag's window
+        steps, window = trace_step_table(profile), None
     if not len(steps):
         result.findings.append(
             not_measured(
@@ -95,12 +99,13 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             )
         )
         return result
-    window = sync.window_of(profile.manifest)
     lowest = int(steps["rank"].min())
     budgets, slow_tables, traced_tables, meta_ranks, calls_by_rank = [], [], [], {}, {}
     for rank, rows in steps.groupby("rank"):
         rank = int(rank)
-        rank_meta, budget, slow, traced, calls = rank_budget(profile, rank, rows.reset_index(drop=True), window, th)
+        rank_meta, budget, slow, traced, calls = rank_budget(
+            profile, rank, rows.reset_index(drop=True), window, th, own_window=not from_trace
+        )
         meta_ranks[rank] = rank_meta
         if budget is None:
             continue
@@ -142,8 +147,43 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
 # ---------------------------------------------------------------- one rank
 
 
-def rank_budget(profile: Profile, rank: int, rows: pd.DataFrame, window: range | None, th: Thresholds):
-    """(meta, budget rows, slow-step rows, traced-step rows, sync calls) of one rank; budget None without steady steps."""
+def trace_step_table(profile: Profile) -> pd.DataFrame:
+    """Step rows made from each rank's trace (ProfilerStep ranges or inferred iterations): host_ms is the step's
+    host window; input_ms the time inside ``enumerate(DataLoader)#...__next__`` ranges (trace_input_wait)."""
+    from diagnose.trace_input_wait import input_wait_per_step
+
+    frames = []
+    for rank, trace in sorted(profile.traces.items()):
+        windows = tl.steps(trace)
+        if len(windows) < 2:  # the whole trace is no step
+            continue
+        host_ms = (windows["cpu_end_ns"] - windows["cpu_start_ns"]).to_numpy(dtype=float) / 1e6
+        input_ms = input_wait_per_step(trace, windows).to_numpy()
+        frames.append(
+            pd.DataFrame(
+                {
+                    "rank": int(rank),
+                    "step": windows["step"].to_numpy(dtype=np.int64),
+                    "name": "step",
+                    "host_ms": host_ms,
+                    "gpu_ms": np.nan,
+                    "step_ms": host_ms,
+                    "input_ms": input_ms,
+                    "warmup": False,
+                    "instrumented": False,
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def rank_budget(
+    profile: Profile, rank: int, rows: pd.DataFrame, window: range | None, th: Thresholds, own_window: bool = True
+):
+    """(meta, budget rows, slow-step rows, traced-step rows, sync calls) of one rank; budget None without steady steps.
+
+    ``own_window``: the traced steps ran inside gpudiag's trace window (their excess over the median is
+    gpudiag's); False for a trace captured elsewhere."""
     rows = rows.assign(wall_ms=budget_wall_ms(rows))
     instrumented = rows["instrumented"].fillna(False).astype(bool) if "instrumented" in rows else rows["warmup"] & False
     warm = rows["warmup"] & ~instrumented
@@ -173,7 +213,15 @@ def rank_budget(profile: Profile, rank: int, rows: pd.DataFrame, window: range |
             "DataLoader); it is not taken as 0, it stays in the unexplained part"
         )
 
-    traced, calls = traced_steps(profile, rank, rows, input_ms, window, median_ms, th)
+    traced, calls = traced_steps(
+        profile,
+        rank,
+        rows,
+        input_ms,
+        window if own_window else rows["step"].tolist(),
+        median_ms if own_window else None,
+        th,
+    )
     typical = {p: float(traced[f"{p}_ms"].median()) for p in TRACE_PARTS} if len(traced) else {}
     host_share = traced_host_share(traced) if len(traced) else None
     traced_where = describe_steps(traced) if len(traced) else None
@@ -380,8 +428,8 @@ def traced_steps(
     rank: int,
     rows: pd.DataFrame,
     input_ms: pd.Series,
-    window: range | None,
-    median_ms: float,
+    window: range | list | None,
+    median_ms: float | None,
     th: Thresholds,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per traced step (ms): the idle analyzer's busy and idle-by-cause, busy split by kind, allocator calls,
@@ -430,7 +478,8 @@ def traced_steps(
     left = left - input_here
     # gpudiag's excess over the steady median slows the host: it shows as launch idle, then as a longer wait
     # for the host to launch again after each sync; it is taken out of those, in that order
-    excess = np.maximum(out["wall_ms"].to_numpy() - median_ms, 0.0)
+    # (median_ms None: a trace captured elsewhere, no step of it is gpudiag's)
+    excess = np.maximum(out["wall_ms"].to_numpy() - median_ms, 0.0) if median_ms is not None else np.zeros(len(out))
     from_launch = np.minimum(excess, left)
     from_sync = np.minimum(excess - from_launch, out["sync_ms"].to_numpy())
     out["trace_window_ms"] = from_launch + from_sync
