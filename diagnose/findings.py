@@ -129,14 +129,14 @@ ROOT_CAUSE_IDS = frozenset({"step_budget.input", "step_budget.periodic", "step_b
 def rank_findings(findings: list[Finding]) -> list[Finding]:
     """Most costly first: severity, then estimated cost share, then id for determinism.
 
-    A symptom ranks after the root causes of at least its severity: the cause is what the user can fix.
+    Within a severity, a symptom ranks after the other findings when a root cause of at least that severity
+    is present: the cause is what the user can fix. Demotion never moves a finding across severities.
     """
     cause_severity = max((int(f.severity) for f in findings if f.id in ROOT_CAUSE_IDS), default=None)
 
     def key(f: Finding):
         demoted = cause_severity is not None and f.id in SYMPTOM_IDS and int(f.severity) <= cause_severity
-        severity = cause_severity if demoted else int(f.severity)
-        return (-severity, demoted, -(f.cost_share or 0.0), f.id)
+        return (-int(f.severity), demoted, -(f.cost_share or 0.0), f.id)
 
     return sorted(findings, key=key)
 

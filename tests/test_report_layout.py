@@ -153,7 +153,7 @@ def test_findings_json_carries_the_verdict_and_keeps_not_measured_findings():
 def test_not_measured_is_one_line_and_empty_sections_are_gone():
     a = analysed(CHURN)
     html = render_html(a)
-    assert html.count('class="finding ') == 1  # only fragmentation.at_peak; five not-measured findings are no cards
+    assert html.count('class="finding ') == 1  # only fragmentation.at_peak; six not-measured findings are no cards
     line = html[html.index('id="not-measured"') : html.index("</details>", html.index('id="not-measured"'))]
     for what in ("GPU idle time", "Host synchronisation", "Per-step CUDA-event timing", "GPU utilisation (NVML)"):
         assert what in line

@@ -44,6 +44,7 @@ PARTS = (
     ("unexplained", "unexplained", False),
 )
 TRACE_PARTS = ("compute", "memcpy", "collective", "sync", "launch_bound", "allocator", "other_wait")
+MAX_PERIOD_STEPS = 5000  # longest period looked for (an epoch of 5,000 steps)
 HOST_CAUSED_SHARE = 0.5  # traced idle (outside syncs and other streams) this host-caused: the rest is host work
 CAUSES = ("input", "sync", "launch_bound", "allocator")  # the parts that are findings of their own
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary, plain for the lowest rank, else rank<N>.<key>
@@ -266,7 +267,7 @@ def rank_budget(
             host_share,
         )
     if len(traced):
-        traced_input = traced["input_ms"].dropna()
+        traced_input = traced["input_in_window_ms"].dropna()
         out += budget_column(
             rank,
             "traced steps",
@@ -475,6 +476,9 @@ def traced_steps(
     out["allocator_ms"] = np.minimum(out["allocator_host_ms"], host_idle)
     left = host_idle - out["allocator_ms"].to_numpy()
     input_here = np.minimum(out["input_ms"].fillna(0.0).to_numpy(), left)
+    # the part of the step's input wait inside its GPU window (the first traced step's window opens at its
+    # first GPU work, after its fetch): what the traced budget counts, so its parts stay within the step
+    out["input_in_window_ms"] = np.where(out["input_ms"].isna(), np.nan, input_here)
     left = left - input_here
     # gpudiag's excess over the steady median slows the host: it shows as launch idle, then as a longer wait
     # for the host to launch again after each sync; it is taken out of those, in that order
@@ -558,25 +562,36 @@ def find_period(
         return None
     weights = np.ones(len(slow_steps)) if excess_ms is None else np.asarray(excess_ms, dtype=float)[slow]
     total = float(weights.sum()) or 1.0
+    base = int(step_numbers.min())
+    slow_at, steps_at = slow_steps - base, step_numbers - base  # residues of non-negative numbers
+    span = int(steps_at.max()) + 1
+    missing = np.setdiff1d(np.arange(span), steps_at, assume_unique=False)
     best = None
-    for n in range(2, max(2, len(step_numbers) // b.period_min_occurrences) + 1):
-        for k in np.unique(slow_steps % n):
-            here = slow_steps % n == k
-            on = int(here.sum())
-            slots = int((step_numbers % n == k).sum())
-            share, hit = float(weights[here].sum()) / total, on / slots
-            if on < b.period_min_occurrences or share < b.period_min_share or hit < b.period_min_hit_share:
-                continue
-            score = share * hit
-            if best is None or score > best["score"] + 1e-9:
-                best = {
-                    "period": int(n),
-                    "offset": int(k),
-                    "occurrences": on,
-                    "slots": slots,
-                    "slow_total": int(len(slow_steps)),
-                    "score": score,
-                }
+    # every offset of a period at once (bincount): a 100,000-step run is a few hundred ms, not minutes
+    for n in range(2, min(MAX_PERIOD_STEPS, max(2, len(step_numbers) // b.period_min_occurrences)) + 1):
+        on = np.bincount(slow_at % n, minlength=n)
+        weight = np.bincount(slow_at % n, weights=weights, minlength=n)
+        # steps 0..span-1 after the base hold span // n of each residue, one more for the first span % n;
+        # less the missing ones (warm-up and gpudiag's window are not steady): O(n) per period, not O(steps)
+        slots = np.full(n, span // n) + (np.arange(n) < span % n)
+        if len(missing):
+            slots = slots - np.bincount(missing % n, minlength=n)
+        share = weight / total
+        hit = np.divide(on, slots, out=np.zeros(n), where=slots > 0)
+        ok = (on >= b.period_min_occurrences) & (share >= b.period_min_share) & (hit >= b.period_min_hit_share)
+        if not ok.any():
+            continue
+        score = np.where(ok, share * hit, -1.0)
+        k = int(np.argmax(score))
+        if best is None or score[k] > best["score"] + 1e-9:
+            best = {
+                "period": int(n),
+                "offset": int((k + base) % n),
+                "occurrences": int(on[k]),
+                "slots": int(slots[k]),
+                "slow_total": int(len(slow_steps)),
+                "score": float(score[k]),
+            }
     return best
 
 
