@@ -25,14 +25,23 @@ def dataloader_fetches(trace) -> pd.DataFrame:
     found = []
     for table in (trace.annotations, trace.cpu_ops):
         if len(table):
-            names = table["name"].astype(str)
-            found.append(table.loc[names.str.match(DATALOADER_NEXT), ["ts_ns", "end_ns", "tid", "name"]])
+            found.append(table.loc[_is_fetch(table["name"]), ["ts_ns", "end_ns", "tid", "name"]])
     if not found:
         return pd.DataFrame({"ts_ns": pd.Series([], dtype="int64"), "end_ns": pd.Series([], dtype="int64")})
     fetches = pd.concat(found, ignore_index=True)
     # a range Kineto keeps both as an annotation and as a CPU op is one fetch
     fetches = fetches.drop_duplicates(subset=["ts_ns", "end_ns", "tid"])
     return fetches.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
+def _is_fetch(names: pd.Series) -> np.ndarray:
+    """Rows named like a DataLoader fetch; a categorical column is matched on its categories only (a 1 GB
+    trace's 5 M names as strings cost 0.4 s)."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        categories = names.cat.categories.astype(str)
+        hits = np.flatnonzero(categories.str.match(DATALOADER_NEXT))
+        return np.isin(names.cat.codes.to_numpy(), hits)
+    return names.astype(str).str.match(DATALOADER_NEXT).to_numpy()
 
 
 def input_wait_per_step(trace, steps: pd.DataFrame) -> pd.Series:
