@@ -158,6 +158,15 @@ def gaps(trace, kernel_gap_ns: float, sync_slack_ns: float = 2000.0) -> pd.DataF
     return memo[1][key].copy()
 
 
+def name_mask(names: pd.Series, test) -> np.ndarray:
+    """``test(names as str)`` as a boolean array, worked out on the categories of a categorical column (a
+    1 GB trace's 5 M names as Python strings cost 0.15-0.4 s per question)."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        hits = np.flatnonzero(np.asarray(test(names.cat.categories.astype(str).to_series()), dtype=bool))
+        return np.isin(names.cat.codes.to_numpy(), hits)
+    return np.asarray(test(names.astype(str)), dtype=bool)
+
+
 def names_at(names: pd.Series, rows: np.ndarray) -> np.ndarray:
     """``names.astype(object).to_numpy()[rows]`` through the categories, NaN where a name is missing.
 

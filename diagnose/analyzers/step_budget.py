@@ -507,8 +507,7 @@ def allocator_host_ms(trace, windows: pd.DataFrame, trace_steps: np.ndarray) -> 
     rt = trace.runtime
     if not len(rt) or not len(windows):
         return np.zeros(len(trace_steps))
-    names = rt["name"].astype(str)
-    mask = names.str.startswith(ALLOCATOR_CALLS).to_numpy()
+    mask = tl.name_mask(rt["name"], lambda names: names.str.startswith(ALLOCATOR_CALLS))
     s, e = tl.merge(rt["ts_ns"].to_numpy()[mask], rt["end_ns"].to_numpy()[mask])
     win = windows.set_index("step").reindex(trace_steps)
     lo = win["cpu_start_ns"].fillna(0).to_numpy(np.int64)
