@@ -51,6 +51,20 @@ BUDGET_PARTS = (
     ("other", "idle_other_ns", "GPU idle: waiting on other streams or events"),
     ("unlinked", "idle_unlinked_ns", "GPU idle: cause not in the trace (no kernel linked to its launch)"),
 )
+BUSY_CAUSES = ("compute", "non_compute", "collective")
+# the step-time budget's parts as bar causes (the bar's colours are per cause: reports/html.py)
+STEP_BUDGET_CAUSES = {
+    "compute": "compute",
+    "memcpy": "non_compute",
+    "collective": "collective",
+    "input": "input",
+    "sync": "sync",
+    "launch_bound": "host",
+    "allocator": "allocator",
+    "other_wait": "other",
+    "trace_window": "trace_window",
+    "unexplained": "unexplained",
+}
 IDLE_CAUSE_WORDS = {
     "sync": "host syncs",
     "host": "waiting for the host to launch work",
@@ -99,13 +113,16 @@ class StepBudget:
     steps: int  # traced steps the span covers (0 when the trace marks none)
     span_ms: float
     parts: tuple[BudgetPart, ...]
+    described: str | None = None  # what 100 % is, when it is not the traced GPU time (the median steady step)
 
     @property
     def idle_share(self) -> float:
-        return sum(p.share for p in self.parts if p.cause not in ("compute", "non_compute"))
+        return sum(p.share for p in self.parts if p.cause not in BUSY_CAUSES)
 
     def basis(self) -> str:
         """What 100 % is, in words."""
+        if self.described:
+            return self.described
         steps = f"{self.steps} traced step{'s' if self.steps != 1 else ''}" if self.steps else "the whole trace"
         return f"rank {self.rank}, {steps}, {self.span_ms:,.1f} ms of GPU time"
 
@@ -149,6 +166,8 @@ def decide(analysis: Any) -> Verdict:
     budget = step_budget(analysis.results.get("idle"), rank_of(top_idle))
     limits = [f for f in measured if f.severity >= Severity.WARNING]
     if limits:
+        if limits[0].analyzer == "step_budget":  # the verdict names a cause of the step: show the step's budget
+            budget = median_step_budget(analysis.results.get("step_budget")) or budget
         return limited(limits[0], measured, budget)
     if judged:
         return Verdict(clean_sentence(analysis.summary, budget, judged), CLEAN, None, None, (), budget)
@@ -262,6 +281,29 @@ def rank_of(finding: Finding | None) -> int | None:
         return None
     rank = next((s.name for s in finding.subjects if s.kind == "rank"), None)
     return int(rank) if rank is not None and str(rank).isdigit() else None
+
+
+def median_step_budget(result) -> StepBudget | None:
+    """The step-time budget analyzer's median steady step of the lowest rank, as bar parts that add to 1: what
+    a verdict on one of its causes rests on (a negative unexplained remainder is drawn as 0)."""
+    budget = result.tables.get("budget") if result is not None else None
+    if budget is None or not len(budget):
+        return None
+    median = budget[budget["column"] == "median step"]
+    if not len(median):
+        return None
+    rank = int(median["rank"].min())
+    rows = median[median["rank"] == rank]
+    wall_ms = float(rows["wall_ms"].iloc[0])
+    values = [(STEP_BUDGET_CAUSES.get(r.part, r.part), r.label, float(r.shown_ms)) for r in rows.itertuples()]
+    values = [(c, label, v) for c, label, v in values if v > 0 and math.isfinite(v)]
+    total = sum(v for _, _, v in values)
+    if not total:
+        return None
+    steps = int(rows["steps"].iloc[0])
+    words = f"rank {rank}, the median steady step of {steps:,}, {wall_ms:,.3g} ms"
+    parts = tuple(BudgetPart(c, label, v / total) for c, label, v in values)
+    return StepBudget(rank, steps, wall_ms, parts, described=words)
 
 
 def step_budget(idle_result, rank: int | None = None) -> StepBudget | None:

@@ -52,7 +52,13 @@ BUDGET_COLORS = {
     "short": "#bab0ac",
     "other": "#72b7b2",
     "unlinked": "#d4d4d4",
+    "collective": "#54a24b",
+    "input": "#b279a2",
+    "allocator": "#9d755d",
+    "trace_window": "#eeca3b",
+    "unexplained": "#e8e8e8",
 }
+BUSY_CAUSES = ("compute", "non_compute", "collective")  # the bar's GPU-busy parts (diagnose.verdict's too)
 BAR_LABEL_MIN_SHARE = 0.06  # a narrower segment has no room for its % inside the bar (the legend has it)
 
 
@@ -240,12 +246,13 @@ def budget_view(budget) -> dict | None:
             "pct": f"{100 * p.share:.1f} %",
             "width": f"{100 * p.share:.3f}",
             "color": BUDGET_COLORS.get(p.cause, "#999"),
-            "busy": p.cause in ("compute", "non_compute"),
+            "busy": p.cause in BUSY_CAUSES,
             "wide": p.share >= BAR_LABEL_MIN_SHARE,
         }
         for p in budget.parts
     ]
-    return {"basis": budget.basis(), "parts": parts}
+    what = "step's time" if getattr(budget, "described", None) else "traced time"
+    return {"basis": budget.basis(), "parts": parts, "what": what}
 
 
 def render_html(analysis) -> str:

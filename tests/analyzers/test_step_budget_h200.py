@@ -147,3 +147,15 @@ def test_without_a_trace_the_rest_stays_unexplained():
     m = b[b["column"] == "median step"].set_index("part")
     assert m.loc["input", "share"] == pytest.approx(0.896, abs=0.001)
     assert m.loc["unexplained", "share"] == pytest.approx(0.104, abs=0.001)
+
+
+def test_the_verdict_bar_is_the_step_budget_when_the_verdict_names_its_cause(analysed):
+    """input_bound: the verdict names the input wait, so its bar is the median step's budget, not the traced GPU
+    time (which read 97.4 % "waiting for the host to launch work")."""
+    budget = analysed["input_bound"].verdict.budget
+    assert budget.basis() == "rank 0, the median steady step of 52, 40.4 ms"
+    shares = {p.cause: p.share for p in budget.parts}
+    assert shares["input"] == pytest.approx(0.896, abs=0.001) and shares["host"] == pytest.approx(0.092, abs=0.001)
+    assert sum(shares.values()) == pytest.approx(1.0)
+    # a verdict on the idle analyzer keeps the traced-time bar (sync_heavy: GPU idle is its top finding)
+    assert analysed["sync_heavy"].verdict.budget.basis().endswith("ms of GPU time")
