@@ -624,7 +624,11 @@ def cause_findings(budget: pd.DataFrame, meta: dict, calls_by_rank: dict, th: Th
             for r in rows.itertuples()
         ]
         what = f"{ms:,.3g} ms of the {wall:,.3g} ms median step ({100 * share:.1f} %)"
-        where = f", measured in {top['measured_in']}" if top["measured_in"] != "the remainder" else ""
+        measured_in = str(top["measured_in"])
+        if measured_in.startswith("inferred: "):  # "…, inferred: the step's GPU idle left after …"
+            where = f", {measured_in}"
+        else:
+            where = f", measured in {measured_in}" if measured_in != "the remainder" else ""
         rank_words = f" on rank {rank}" if budget["rank"].nunique() > 1 else ""
         recommendation = ADVICE.get(part, "")
         severity = severity_of(share, th)
