@@ -14,6 +14,7 @@ One module per concern, wired by one coordinator:
     trace_window.py    the profiler window of a few steps
     profilers.py       torch.profiler / jax.profiler driven by the window (imported when it opens)
     sync_capture.py    synchronizing calls inside the window, as sync records
+    jax_sync_capture.py  JAX's host-blocking calls (float(x), device_get ...) inside the window, timed
     memory_capture.py  memory_stats records, the allocator history and its snapshot
     faults.py          internal errors, a full disk, an artifact not written: logged once, runtime off
     import_hooks.py    a callback right after the user imports torch or jax

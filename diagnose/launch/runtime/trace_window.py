@@ -29,6 +29,7 @@ class StepWindow:
         self.profiler = None  # the running TorchTraceWindow / JaxTraceWindow
         self.steps = []  # (step, t_start_ns) inside the window
         self._sync = None
+        self._jax_sync = None  # JaxSyncCapture, when the user imported jax
 
     def open(self, step: int) -> None:
         runtime = self._runtime
@@ -56,6 +57,13 @@ class StepWindow:
             capture = SyncWarningCapture(lambda: runtime.steps.current_step)
             capture.start(sys.modules.get("torch") if runtime.cuda else None)
             self._sync = capture
+            jax = sys.modules.get("jax")
+            if jax is not None:
+                from diagnose.launch.runtime.jax_sync_capture import JaxSyncCapture
+
+                jax_capture = JaxSyncCapture(lambda: runtime.steps.current_step)
+                jax_capture.start(jax)
+                self._jax_sync = jax_capture
 
     def close(self) -> None:
         """Stop, write the trace, then the sync records; a failed write is reported, never raised."""
@@ -64,6 +72,9 @@ class StepWindow:
         capture, self._sync = self._sync, None
         if capture is not None:
             capture.stop()
+        jax_capture, self._jax_sync = self._jax_sync, None
+        if jax_capture is not None:
+            jax_capture.stop()
         relative = runtime.artifact("trace")
         try:
             profiler.stop_and_export(runtime.in_run_dir(relative))
@@ -72,7 +83,7 @@ class StepWindow:
             runtime.faults.artifact_failed(relative, "profiler trace", e)
             return
         try:
-            self._write_sync_records(profiler, capture)
+            self._write_sync_records(profiler, capture, jax_capture)
         except Exception as e:
             if is_disk_full(e):
                 runtime.faults.disk_full(e)
@@ -81,12 +92,13 @@ class StepWindow:
 
     def close_quietly(self) -> None:
         """Stop the capture and the profiler, exporting the trace when it can (the runtime is switching off)."""
-        if self._sync is not None:
-            try:
-                self._sync.stop()
-            except Exception:
-                pass
-            self._sync = None
+        for capture in (self._sync, self._jax_sync):
+            if capture is not None:
+                try:
+                    capture.stop()
+                except Exception:
+                    pass
+        self._sync = self._jax_sync = None
         if self.profiler is not None:
             try:
                 self.profiler.stop_and_export(self._runtime.in_run_dir(self._runtime.artifact("trace")))
@@ -98,7 +110,8 @@ class StepWindow:
         """Stop the profiler and the sync capture, writing nothing (the disk is full)."""
         profiler, self.profiler = self.profiler, None
         capture, self._sync = self._sync, None
-        stops = [getattr(capture, "stop", None), getattr(profiler, "stop", None)]
+        jax_capture, self._jax_sync = self._jax_sync, None
+        stops = [getattr(capture, "stop", None), getattr(jax_capture, "stop", None), getattr(profiler, "stop", None)]
         for stop in stops:
             if stop is not None:
                 try:
@@ -106,13 +119,21 @@ class StepWindow:
                 except Exception:
                     pass
 
-    def _write_sync_records(self, profiler, capture) -> None:
-        from diagnose.launch.runtime.sync_capture import sync_records
+    def _write_sync_records(self, profiler, capture, jax_capture=None) -> None:
+        from diagnose.launch.runtime.sync_capture import sync_record, sync_records
 
         runtime = self._runtime
         warned = capture.captured if capture is not None else []
-        for record in sync_records(runtime.rank, warned, profiler.sync_events(), self._step_at):
+        try:
+            found = profiler.sync_events()
+        except Exception as e:  # torch 2.13's CPU profiler once gave an event name that is not UTF-8: the
+            # warnings' records (exact lines, no wait) and JAX's are still written
+            runtime.faults.log_once("sync-events", f"the profiler's sync calls could not be read ({type(e).__name__})")
+            found = []
+        for record in sync_records(runtime.rank, warned, found, self._step_at):
             runtime.events.append(record)
+        for t_ns, step, stack, op, dur_ns in jax_capture.captured if jax_capture is not None else []:
+            runtime.events.append(sync_record(runtime.rank, step, stack, t_ns, op=op, dur_ns=dur_ns))
 
     def _step_at(self, t_ns: int) -> int:
         step = self.steps[0][0] if self.steps else (self._runtime.steps.current_step or 0)
