@@ -56,10 +56,14 @@ def test_unchanged_jax_light(tmp_path):
     )
     assert r.returncode == 0, r.stderr[-3000:]
     findings = _report(run)
-    manifest, _, _ = _record("jax_unchanged", "light", r, run, wall, findings)
+    manifest, _, syncs = _record("jax_unchanged", "light", r, run, wall, findings)
     steps = [e for e in _events(run) if e["kind"] == "step"]
     assert len(steps) >= 0.9 * epochs * batches and {s["source"] for s in steps} == {"jit"}, len(steps)
     assert "trace/rank0.json.gz" in manifest["artifacts"]
+    # float(loss) at the SYNC-1 line, once a step of the window, timed (runtime/jax_sync_capture.py)
+    script, line = EXAMPLES / "jax_unchanged.py", _line_of(EXAMPLES / "jax_unchanged.py", "# SYNC-1")
+    at_line = [s for s in syncs if (s["file"], s["line"]) == (str(script), line)]
+    assert len(at_line) >= 3 and all(s["op"] == "jax:__float__" and s["dur_ns"] >= 0 for s in at_line), syncs
 
 
 def _ncu(tmp_path, name, command):
