@@ -97,9 +97,14 @@ SYNC_OP_WORDS = {
 class BudgetPart:
     """One slice of the traced time: GPU busy on compute or copies, or GPU idle for one cause."""
 
-    cause: str  # compute | non_compute | sync | host | short | other
+    cause: str  # compute | non_compute | collective | sync | host | short | other | unlinked | input | ... (BUSY_CAUSES busy)
     label: str
     share: float  # of the traced span, 0..1; the parts of a budget add to 1
+
+    @property
+    def busy(self) -> bool:
+        """GPU busy (compute, copies, collectives), not idle for a cause."""
+        return self.cause in BUSY_CAUSES
 
     def to_json(self) -> dict:
         return {"cause": self.cause, "label": self.label, "share": jsonable(self.share)}
@@ -117,7 +122,7 @@ class StepBudget:
 
     @property
     def idle_share(self) -> float:
-        return sum(p.share for p in self.parts if p.cause not in BUSY_CAUSES)
+        return sum(p.share for p in self.parts if not p.busy)
 
     def basis(self) -> str:
         """What 100 % is, in words."""

@@ -58,7 +58,6 @@ BUDGET_COLORS = {
     "trace_window": "#eeca3b",
     "unexplained": "#e8e8e8",
 }
-BUSY_CAUSES = ("compute", "non_compute", "collective")  # the bar's GPU-busy parts (diagnose.verdict's too)
 BAR_LABEL_MIN_SHARE = 0.06  # a narrower segment has no room for its % inside the bar (the legend has it)
 
 
@@ -246,7 +245,7 @@ def budget_view(budget) -> dict | None:
             "pct": f"{100 * p.share:.1f} %",
             "width": f"{100 * p.share:.3f}",
             "color": BUDGET_COLORS.get(p.cause, "#999"),
-            "busy": p.cause in BUSY_CAUSES,
+            "busy": p.busy,
             "wide": p.share >= BAR_LABEL_MIN_SHARE,
         }
         for p in budget.parts

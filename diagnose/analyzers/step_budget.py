@@ -115,15 +115,14 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         if len(traced):
             traced_tables.append(traced)
         calls_by_rank[rank] = calls
-        key = (lambda k: k) if rank == lowest else (lambda k, r=rank: f"rank{r}.{k}")
         median = budget[budget["column"] == "median step"]
-        result.summary[key("step_budget_step_ms")] = float(median["wall_ms"].iloc[0])
+        result.summary[idle.rank_key(rank, lowest, "step_budget_step_ms")] = float(median["wall_ms"].iloc[0])
         for r in median.itertuples():
             if np.isfinite(r.ms):
-                result.summary[key(f"step_budget_{r.part}_ms")] = float(r.ms)
+                result.summary[idle.rank_key(rank, lowest, f"step_budget_{r.part}_ms")] = float(r.ms)
         for k in ("warmup_steps", "warmup_ms", "instrumented_steps", "slow_steps", "period_steps"):
             if rank_meta.get(k) is not None:
-                result.summary[key(f"step_budget_{k}")] = float(rank_meta[k])
+                result.summary[idle.rank_key(rank, lowest, f"step_budget_{k}")] = float(rank_meta[k])
     result.meta["ranks"] = meta_ranks
     if not budgets:
         result.findings.append(
@@ -155,6 +154,7 @@ def trace_step_table(profile: Profile) -> pd.DataFrame:
 
     frames = []
     for rank, trace in sorted(profile.traces.items()):
+        trace = tl.analysed(trace)  # the steps the traced budget reads (the last ProfilerStep left out, as HTA does)
         windows = tl.steps(trace)
         if len(windows) < 2:  # the whole trace is no step
             continue
@@ -211,7 +211,8 @@ def rank_budget(
     if not len(steady_input):
         meta["notes"].append(
             "input wait not measured: the step timings carry no `input_ms` (time the loop blocked in the "
-            "DataLoader); it is not taken as 0, it stays in the unexplained part"
+            "DataLoader); it is not taken as 0: it stays in the unexplained part, or in the host work inferred "
+            "from the traced steps"
         )
 
     traced, calls = traced_steps(
@@ -687,37 +688,24 @@ def sync_words(calls: pd.DataFrame | None, what: str, where: str, rank_words: st
     if calls is None or not len(calls):
         return title, "Move the synchronising calls out of the step (see the sync section).", []
     n = max(1, calls["step"].nunique())
-    groups = (
-        calls.groupby(["location", "op"], sort=False)
-        .agg(
-            gpu_idle_ns=("gpu_idle_ns", "sum"),
-            blocked_ns=("blocked_ns", "sum"),
-            count=("op", "size"),
-            call=("call", "first"),
-            line_exact=("line_exact", "all"),
-        )
-        .reset_index()
-        .sort_values(["gpu_idle_ns", "blocked_ns"], ascending=False)
-    )
+    groups = sync.group_syncs(calls, n, np.nan)  # the sync analyzer's rows per (location, op), costliest first
     top = groups.iloc[0]
-    title += (
-        f"; the costliest is {top['op']} at {top['location']} ({top['gpu_idle_ns'] / n / 1e6:,.3g} ms a step as traced)"
-    )
+    title += f"; the costliest is {top['op']} at {top['location']} ({np.nan_to_num(top['gpu_idle_ms_per_step']):,.3g} ms a step as traced)"
     subjects = [
         Subject(
             "location",
             str(g.location),
             figures={
                 "op": str(g.op),
-                "gpu_idle_ms_per_step": float(g.gpu_idle_ns / n / 1e6),
-                "blocked_ms_per_step": float(g.blocked_ns / n / 1e6),
-                "count_per_step": float(g.count / n),
+                "gpu_idle_ms_per_step": float(np.nan_to_num(g.gpu_idle_ms_per_step)),
+                "blocked_ms_per_step": float(g.blocked_ms_per_step),
+                "count_per_step": float(g.count_per_step),
                 "line_exact": bool(g.line_exact),
             },
         )
         for g in groups.head(10).itertuples()
     ]
-    fix = f"At {top['location']}: {sync.advice_for(str(top['op']), str(top['call']))}."
+    fix = f"At {top['location']}: {sync.advice_for(str(top['op']), str(top['calls']))}."
     return title, fix, subjects
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import pytest
 
@@ -29,11 +30,9 @@ def _gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize("partial", [True, False], ids=["partial-report", "no-report"])
-def test_ncu_killed_mid_run(tmp_path, partial):
-    run = tmp_path / "r"
-    env = base_env(PATH=f"{FAKE_NCU}{os.pathsep}{os.environ['PATH']}", FAKE_NCU_PARTIAL_REPORT=str(int(partial)))
-    r = gpudiag(
+def _profile_marker_loop(run, env):
+    """`gpudiag profile --ncu` (step 2) of a long marker loop, under the FAKE ncu that ``env`` puts on PATH."""
+    return gpudiag(
         "profile",
         "--ncu",
         "--ncu-step",
@@ -48,6 +47,13 @@ def test_ncu_killed_mid_run(tmp_path, partial):
         env=env,
         timeout=60,
     )
+
+
+@pytest.mark.parametrize("partial", [True, False], ids=["partial-report", "no-report"])
+def test_ncu_killed_mid_run(tmp_path, partial):
+    run = tmp_path / "r"
+    env = base_env(PATH=f"{FAKE_NCU}{os.pathsep}{os.environ['PATH']}", FAKE_NCU_PARTIAL_REPORT=str(int(partial)))
+    r = _profile_marker_loop(run, env)
     assert r.returncode == 137 and "Traceback" not in r.stderr
     errors = [line for line in r.stderr.splitlines() if line.startswith("gpudiag: error:")]
     assert len(errors) == 1 and errors[0].startswith(
@@ -85,3 +91,21 @@ def test_ncu_killed_mid_run(tmp_path, partial):
     )
     source = json.loads((tmp_path / "f.json").read_text())["source"]
     assert source["artifacts"]["ncu_kernel_launches"] == 0  # nothing partial is shown as kernels
+
+
+def test_ncu_that_crashes_leaves_no_script_running(tmp_path):
+    """On the H200 ncu's wrapper printed "Segmentation fault" and exited 139 under a JAX script, which then ran on,
+    orphaned, for minutes. A FAKE ncu that exits 139 at step 2 without ending the application plays that here."""
+    run = tmp_path / "r"
+    env = base_env(PATH=f"{FAKE_NCU}{os.pathsep}{os.environ['PATH']}", FAKE_NCU_CRASH_EXIT="139")
+    started = time.monotonic()
+    r = _profile_marker_loop(run, env)
+    assert time.monotonic() - started < 30
+    assert "Traceback" not in r.stderr and r.returncode == 139
+    m = assert_valid_run_folder(run)
+    (killed,) = [f for f in m["faults"] if f["kind"] == "ncu-killed"]
+    assert killed["signal"] == "exit code 139, with the script still running"
+    assert killed["partial_report"] == "ncu/report.partial.ncu-rep"
+    assert any(n.startswith("ncu ended (exit code 139) while the script under it still ran") for n in m["notes"])
+    recs = [json.loads(line) for line in (run / "events" / "rank0.jsonl").read_text().splitlines()]
+    assert _gone(recs[0]["pid"])  # the script was stopped with ncu
