@@ -15,12 +15,12 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from diagnose.launch import fault_reports, run_dir, run_manifest
 from diagnose.launch import ncu as ncu_mode
-from diagnose.launch.child_config import ChildConfig
+from diagnose.launch.child_config import ENV_DISABLE, ChildConfig
 from diagnose.launch.nvml_sampler import DEFAULT_HZ, NvmlSampler
 from diagnose.launch.progress import EventsTail, ProgressPrinter
 from diagnose.launch.supervisor import Child, group_members
@@ -29,6 +29,7 @@ from parsers.errors import InputError
 from parsers.limits import human_bytes
 
 SITECUSTOMIZE_DIR = str(Path(__file__).resolve().parent / "sitecustomize")
+NCU_FIRST_LOG = "ncu/ncu.step-window.log"  # ncu's log of the first run when --ncu ran the script again
 
 
 @dataclass(frozen=True)
@@ -144,11 +145,25 @@ def run_profiled(command: list[str] | tuple[str, ...], options: ProfileOptions =
         ) from None
     mode.announce(folder, manifest, config)
     tail = EventsTail(folder)
+    env = child_environment(config, extra={**mode.child_env(), **options.extra_env})
+    exit_code, killed_by, faults = _run_child(mode, options, folder, child_command, env, tail)
+    notes: list[str] = []
+    mode.finish(folder, tail, killed_by, start_ns, faults, notes)
+    if mode.rerun is not None:  # --ncu saw no step: the same command again under a launch window, by itself
+        child_command = mode.prepare_rerun(folder, command, manifest)
+        env = child_environment(config, extra={**mode.child_env(), **options.extra_env, ENV_DISABLE: "1"})
+        exit_code, killed_by, more_faults = _run_child(mode, options, folder, child_command, env, tail)
+        faults += more_faults
+        mode.finish(folder, tail, killed_by, start_ns, faults, notes)
+    return _close_run(options, folder, manifest, exit_code, mode.expected, notes, faults, tail)
+
+
+def _run_child(mode, options: ProfileOptions, folder: Path, child_command: list[str], env: dict, tail: EventsTail):
+    """One run of the child to its end: (exit code, the signal that killed it or None, the faults it reported)."""
     printer = ProgressPrinter(tail, options.progress_interval_s) if not options.quiet else None
     listener = fault_reports.Listener()
-    env = child_environment(config, extra={**listener.env(), **mode.child_env(), **options.extra_env})
     try:
-        child = Child(child_command, env, on_signal=mode.on_signal)
+        child = Child(child_command, {**env, **listener.env()}, on_signal=mode.on_signal)
     except BaseException:
         listener.close()
         raise
@@ -167,9 +182,7 @@ def run_profiled(command: list[str] | tuple[str, ...], options: ProfileOptions =
     tail.poll()
     faults = listener.receive()
     listener.close()
-    notes: list[str] = []
-    mode.finish(folder, tail, killed_by, start_ns, faults, notes)
-    return _close_run(options, folder, manifest, exit_code, mode.expected, notes, faults, tail)
+    return exit_code, killed_by, faults
 
 
 class _LightMode:
@@ -177,6 +190,7 @@ class _LightMode:
 
     name = "light"
     on_signal = None  # signals to gpudiag go to the script as they are
+    rerun = None  # light mode never runs the script twice
 
     def __init__(self, options: ProfileOptions):
         self.options = options
@@ -250,6 +264,9 @@ class _NcuMode:
         self._stopper = None
         self.orphans: list[int] = []  # pids of the script's processes still alive when ncu ended
         self._exit_code = None
+        # the launch window to run the script again under, when the step window saw no step at all (ncu.launch_fallback)
+        self.rerun: ncu_mode.NcuOptions | None = None
+        self._reran = False
 
     def option_record(self) -> dict:
         ncu = self.options.ncu
@@ -264,6 +281,7 @@ class _NcuMode:
 
     def prepare(self, folder: Path, command: list[str], manifest: dict) -> list[str]:
         """The command under ncu, recorded in the manifest."""
+        self._folder = folder
         (folder / "ncu").mkdir(exist_ok=True)
         child_command = ncu_mode.build_command(self.ncu_path, self.options.ncu, folder, command)
         manifest["ncu_command"] = child_command
@@ -299,7 +317,12 @@ class _NcuMode:
     def watch(self, child: Child) -> None:
         """Start the wall-time budget (--ncu-timeout) on the running child."""
         self._stopper = NcuStopper(child, lambda t: _say(self.options, t))
-        self._stopper.start_budget(self.options.ncu.timeout_s)
+        timeout_s = self.options.ncu.timeout_s
+        if self._reran and timeout_s:  # the second run gets what the first left of the budget
+            self._stopper.start_budget(max(1.0, timeout_s - (time.monotonic() - self._started)), timeout_s)
+        else:
+            self._started = time.monotonic()
+            self._stopper.start_budget(timeout_s)
 
     def on_signal(self, child: Child, signum: int) -> None:
         """SIGINT/SIGTERM/SIGHUP to gpudiag: stop the application under ncu (ncu writes what it has), bounded."""
@@ -342,9 +365,51 @@ class _NcuMode:
         if killed_by:
             faults.append(_ncu_killed(self.options, folder, log, killed_by))
             return
-        notes += _finish_ncu(self.options, self.ncu_path, folder, log, tail, time.time_ns() - start_ns)
+        elapsed_ns = time.time_ns() - start_ns
+        if not stopped and not self._reran and self._exit_code == 0 and self._fall_back(log, tail, elapsed_ns, notes):
+            return
+        notes += _finish_ncu(self.options, self.ncu_path, folder, log, tail, elapsed_ns)
         if log.launch_starts and (folder / run_folder.NCU_REPORT).exists():
             _write_launch_starts(folder, log.launch_starts, faults)
+
+    def _fall_back(self, log, tail: EventsTail, elapsed_ns: int, notes: list) -> bool:
+        """No step was seen, so the step window matched no kernel: choose the launch window to run the script
+        again under (issue 17: fall back by itself, and say so, instead of ending in an error)."""
+        no_kernel = log.no_kernels or (not log.launches and not (self._folder / run_folder.NCU_REPORT).exists())
+        steps = tail.step_count(0) if tail.steps else 0
+        if not no_kernel or steps or log.permission_denied:
+            return False
+        fallback = ncu_mode.launch_fallback(self.options.ncu, elapsed_ns / 1e9)
+        if fallback is None:
+            return False
+        text = (
+            f"no step was seen under ncu, so the step window ({self.options.ncu.describe_window()}) matched no "
+            f"kernel: the script runs again under ncu with a launch window ({fallback.describe_window()}: "
+            "start-up work included); mark steps with diagnose.step() to profile one step instead"
+        )
+        _say(self.options, f"gpudiag: {text}")
+        notes.append(text)
+        self.rerun = fallback
+        return True
+
+    def prepare_rerun(self, folder: Path, command: list[str], manifest: dict) -> list[str]:
+        """The command again under the fallback launch window; the first run's ncu log is kept beside."""
+        fallback, self.rerun, self._reran = self.rerun, None, True
+        first_log = folder / run_folder.NCU_LOG
+        if first_log.exists():
+            os.replace(first_log, folder / NCU_FIRST_LOG)
+        manifest["ncu_fallback"] = {
+            "reason": "no step seen",
+            "first_window": self.options.ncu.describe_window(),
+            "window": fallback.describe_window(),
+            "first_command": manifest.get("ncu_command"),
+            "first_log": NCU_FIRST_LOG,
+        }
+        self.options = replace(self.options, ncu=fallback)
+        child_command = ncu_mode.build_command(self.ncu_path, fallback, folder, command)
+        manifest["ncu_command"] = child_command
+        self.orphans, self._exit_code = [], None
+        return child_command
 
 
 class NcuStopper:
@@ -365,9 +430,11 @@ class NcuStopper:
         self.reason: str | None = None
         self.after_s = 0.0
 
-    def start_budget(self, timeout_s: float) -> None:
+    def start_budget(self, timeout_s: float, whole_s: float | None = None) -> None:
+        """Stop the run ``timeout_s`` from now; ``whole_s``: the --ncu-timeout this is what is left of."""
         if timeout_s and timeout_s > 0:
-            self._timer = threading.Timer(timeout_s, self.stop, args=(f"--ncu-timeout {timeout_s:g} s", signal.SIGTERM))
+            reason = f"--ncu-timeout {whole_s or timeout_s:g} s"
+            self._timer = threading.Timer(timeout_s, self.stop, args=(reason, signal.SIGTERM))
             self._timer.daemon = True
             self._timer.start()
 

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from diagnose.launch.child_config import nvtx_range_name
@@ -301,6 +301,23 @@ class LogFollower:
             if shown:
                 self._echo(f"gpudiag: ncu: {shown}")
         return self.log
+
+
+# The fallback when a step window saw no step at all: the script again, under the first launches. A run needs
+# this much of its --ncu-timeout left for the second run to be worth starting.
+FALLBACK_MIN_LEFT_S = 20.0
+
+
+def launch_fallback(options: NcuOptions, elapsed_s: float) -> NcuOptions | None:
+    """The launch window to run the script again under after a default step window matched nothing because no
+    step was ever seen (a script with no optimizer, backward, jitted step or marker that ended before time slices
+    began): the first ``max_launches`` launches (100 unless set). None when the user chose the window (an NVTX
+    expression) or too little of the --ncu-timeout budget is left."""
+    if options.window_kind != "step" or options.nvtx_include:
+        return None
+    if options.timeout_s and options.timeout_s - elapsed_s < FALLBACK_MIN_LEFT_S:
+        return None
+    return replace(options, step=None, launch_skip=0, launch_count=options.max_launches or DEFAULT_MAX_LAUNCHES)
 
 
 def permission_message() -> str:

@@ -129,6 +129,22 @@ def test_time_slices_ncu(tmp_path):
     assert wall < NCU_LIMIT_S
 
 
+def test_no_step_ncu_falls_back_to_launches(tmp_path):
+    """--ncu on a 6 s CUDA loop that nothing ends a step in (time slices begin only after 30 s): the step window
+    matches nothing, so gpudiag runs the script again under a launch window by itself and profiles its kernels."""
+    run = tmp_path / "no-step-ncu"
+    r, wall = _profile(run, ["--ncu"], [sys.executable, str(NO_STEP_LOOP), "6", "cuda"], timeout=NCU_LIMIT_S + 60)
+    manifest, _, _ = _record("no_step_loop", "ncu-fallback", r, run, wall, note=f"launch window re-run, {wall:.0f} s")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert manifest["ncu_fallback"]["window"] == "100 launches after skipping 0"
+    assert "no step was seen under ncu" in r.stderr and "gpudiag: error" not in r.stderr
+    # the loop runs 6 s by the clock, so under ncu's replay (~2 s a kernel on the H200) it ends before 100 launches
+    raw = (run / "ncu" / "raw.csv").read_text()
+    kernels = raw.count("\n") - 2  # header and units rows
+    assert kernels >= 5 and f"ncu profiled {kernels} kernel launches" in r.stderr, kernels
+    assert wall < NCU_LIMIT_S
+
+
 def test_ncu_timeout_stops_a_long_jax_run(tmp_path):
     """--ncu-timeout on an unchanged JAX script that would run for many minutes under ncu: gpudiag stops the script
     and ncu, keeps what ncu profiled, and says so in the manifest (issue 17: it had not ended 4 min after SIGTERM)."""

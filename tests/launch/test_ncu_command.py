@@ -197,3 +197,62 @@ def test_ncu_flow_with_a_fake_ncu(tmp_path, mode):
     else:
         assert "--ncu-step" in r.stderr and "The script ran 4 step(s)" in r.stderr
         assert "ncu/report.ncu-rep" in m["missing"] and any("--ncu-step" in n for n in m["notes"])
+
+
+def _no_step_script(tmp_path):
+    script = tmp_path / "no_steps.py"
+    script.write_text("import time\nfor _ in range(3):\n    time.sleep(0.01)\nprint('done')\n")
+    return script
+
+
+def test_no_step_seen_runs_again_under_a_launch_window(tmp_path):
+    """Issue 17: --ncu on a script where no step is seen falls back to a launch window by itself, and says so."""
+    run, runs_file = tmp_path / "r", tmp_path / "ncu_runs.txt"
+    env = base_env(FAKE_NCU_MODE="launches-only", FAKE_NCU_RUNS_FILE=str(runs_file))
+    r = gpudiag(
+        "profile", "--ncu", "--ncu-path", SCRIPTS / "fake_ncu.py", "-o", run, "--",
+        sys.executable, _no_step_script(tmp_path), env=env,
+    )  # fmt: skip
+    m = manifest(run)
+    assert r.returncode == 0 and m["exit_code"] == 0, r.stderr
+    # two runs: the step window (bootstrap on, marks steps), then the first 100 launches with the bootstrap off
+    assert runs_file.read_text().splitlines() == [
+        "gpudiag.step_5 bootstrap-disabled=False",
+        "launches 100 bootstrap-disabled=True",
+    ]
+    assert r.stdout.count("done") == 2
+    assert "no step was seen under ncu" in r.stderr and "runs again under ncu with a launch window" in r.stderr
+    assert "100 launches after skipping 0" in r.stderr and "error" not in r.stderr
+    fallback = m["ncu_fallback"]
+    assert fallback["reason"] == "no step seen" and fallback["window"] == "100 launches after skipping 0"
+    assert "--nvtx-include" in fallback["first_command"] and "--launch-count" in m["ncu_command"]
+    assert "No kernels were profiled" in (run / fallback["first_log"]).read_text()
+    assert "fake_kernel" in (run / "ncu" / "raw.csv").read_text()
+    assert "ncu/report.ncu-rep" not in m["missing"] and "ncu/raw.csv" not in m["missing"]
+    assert any(n.startswith("no step was seen under ncu") for n in m["notes"])
+
+
+def test_no_fallback_when_steps_were_seen_or_the_window_was_named(tmp_path):
+    runs_file = tmp_path / "ncu_runs.txt"
+    env = base_env(FAKE_NCU_MODE="launches-only", FAKE_NCU_RUNS_FILE=str(runs_file))
+    r = gpudiag(
+        "profile", "--ncu", "--ncu-path", SCRIPTS / "fake_ncu.py", "--ncu-step", "9", "-o", tmp_path / "a", "--",
+        sys.executable, SCRIPTS / "marker_loop.py", "5", "0.01", env=env,
+    )  # fmt: skip
+    assert "The script ran 4 step(s)" in r.stderr and "ncu_fallback" not in manifest(tmp_path / "a")
+    r = gpudiag(
+        "profile", "--ncu", "--ncu-path", SCRIPTS / "fake_ncu.py", "--ncu-nvtx-include", "mine/", "-o",
+        tmp_path / "b", "--", sys.executable, _no_step_script(tmp_path), env=env,
+    )  # fmt: skip
+    assert "Check the --ncu-nvtx-include expression" in r.stderr or "No step boundary" in r.stderr
+    assert "ncu_fallback" not in manifest(tmp_path / "b")
+    assert len(runs_file.read_text().splitlines()) == 2  # one run each
+
+
+def test_launch_fallback_needs_budget_left():
+    assert ncu.launch_fallback(NcuOptions(timeout_s=600), elapsed_s=590) is None
+    assert ncu.launch_fallback(NcuOptions(timeout_s=0), elapsed_s=5000).launch_count == 100
+    assert (
+        ncu.launch_fallback(NcuOptions(max_launches=7), elapsed_s=1).describe_window() == "7 launches after skipping 0"
+    )
+    assert ncu.launch_fallback(NcuOptions(launch_count=5), elapsed_s=1) is None

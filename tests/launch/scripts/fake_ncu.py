@@ -2,7 +2,9 @@
 """Hand-made stand-in for Nsight Compute's ncu, for CPU tests of the --ncu flow only.
 
 It parses the options gpudiag passes, runs the application, writes ==PROF== lines to the
---log-file as ncu does, and writes a fake report. FAKE_NCU_MODE: ok | perm | none.
+--log-file as ncu does, and writes a fake report. FAKE_NCU_MODE: ok | perm | none | launches-only (no
+kernel under an --nvtx-include window, as ncu when no step range was ever opened; kernels under a launch
+window). Each run appends its window to FAKE_NCU_RUNS_FILE when that is set.
 `--import REPORT --csv ...` prints a two-line CSV.
 """
 
@@ -41,6 +43,16 @@ while i < len(args) and args[i].startswith("-"):
         i += 1
 app = args[i:]
 mode = os.environ.get("FAKE_NCU_MODE", "ok")
+if mode == "launches-only":
+    mode = "none" if "--nvtx-include" in opts else "ok"
+if os.environ.get("FAKE_NCU_RUNS_FILE"):
+    with open(os.environ["FAKE_NCU_RUNS_FILE"], "a") as runs:
+        window = opts.get("--nvtx-include") or [
+            "launches",
+            *opts.get("--launch-skip", []),
+            *opts.get("--launch-count", []),
+        ]
+        runs.write(f"{' '.join(window)} bootstrap-disabled={os.environ.get('GPUDIAG_DISABLE') == '1'}\n")
 log = open(opts["--log-file"][0], "w")
 log.write(f"==PROF== Connected to process {os.getpid()} ({sys.executable})\n")
 log.flush()
