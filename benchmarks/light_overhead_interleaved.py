@@ -195,6 +195,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-rounds", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write the step times and the table here")
+    p.add_argument(
+        "--trace-steps", type=int, default=None, help="light mode's --trace-steps (0: no trace window; issue 17)"
+    )
     args = p.parse_args(argv)
     from diagnose.launch.light import ProfileOptions
 
@@ -215,7 +218,13 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpudiag-interleaved-") as work:
         with (
             light_share_intervals() as options,
-            diagnose.profile(out=Path(work) / "run", quiet=True, nvml=False, **options) as run,
+            diagnose.profile(
+                out=Path(work) / "run",
+                quiet=True,
+                nvml=False,
+                **options,
+                **({} if args.trace_steps is None else {"trace_steps": args.trace_steps}),
+            ) as run,
         ):
             time_steps(step, args.first_steps)
             hook = StepHook(lifecycle.active())
