@@ -10,6 +10,7 @@
 #         4. tools/ncu_jax_crash_probe.py again, ncu alone (no gpudiag)
 # PART d: the JAX interleaved benchmark with GC off, and with the boundary after the dispatch (diagnostics)
 # PART e: the JAX interleaved benchmark with the boundary emptied, and without memory stats and record writes
+# PART f: examples/input_generator.py under light mode, kept for fixtures/runs/input_generator
 # PART c: the fallback test again; the JAX interleaved benchmark with the full light arm and the proxy alone
 # Results are tarred into $OUT/results.tgz.
 set -u
@@ -74,6 +75,12 @@ if [ "${PART:-a}" = e ]; then
     timeout -k 10 100 python3 benchmarks/jax_light_overhead_interleaved.py --seconds 35 --light-arm $v > $L/e_jax_interleaved.log 2>&1
     echo "rc=$?"; tail -7 $L/e_jax_interleaved.log
   done
+fi
+if [ "${PART:-a}" = f ]; then
+  log "f. examples/input_generator.py under light mode (fixtures/runs/input_generator)"
+  mkdir -p $R/runs18
+  timeout -k 5 80 python3 -m diagnose profile -o $R/runs18/input_generator -- python3 examples/input_generator.py --steps 40 --device cuda > $L/f_input_generator.log 2>&1
+  echo "rc=$?"; grep gpudiag $L/f_input_generator.log | tail -3
 fi
 if [ "${PART:-a}" = b ]; then
   log "b1. --ncu on a short script with no step: the launch-window re-run"

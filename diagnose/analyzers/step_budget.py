@@ -35,7 +35,7 @@ PARTS = (
     ("compute", "GPU busy: compute", True),
     ("memcpy", "GPU busy: copies and memsets", True),
     ("collective", "GPU busy: collectives", True),
-    ("input", "GPU idle: waiting for input (DataLoader)", False),
+    ("input", "GPU idle: waiting for input (DataLoader or the loop's iterator)", False),
     ("sync", "GPU idle: held by host syncs", False),
     ("launch_bound", "GPU idle: launch-bound host work", False),
     ("allocator", "GPU idle: allocator (cudaMalloc/cudaFree)", False),
@@ -76,6 +76,9 @@ ADVICE = {
     "allocator": "Segments are created and freed inside steps, and each cudaMalloc/cudaFree stalls: set "
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, do not call torch.cuda.empty_cache() in the loop, and keep "
     "tensor shapes steady so cached blocks are reused.",
+    "input_iterator": "Build batches ahead of the loop instead of in its own thread: wrap the same code in an "
+    "IterableDataset and a DataLoader(num_workers=N, pin_memory=True), or fill a queue from a background thread; "
+    "move augmentation onto the GPU so the host only decodes.",
     "unexplained": "Part of the step is not explained by anything measured: profile with `gpudiag profile` (it "
     "records input wait and traces some steps), and trace more steps (--trace-steps) to measure GPU busy and idle.",
 }
@@ -149,17 +152,18 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
 
 def trace_step_table(profile: Profile) -> pd.DataFrame:
     """Step rows made from each rank's trace (ProfilerStep ranges or inferred iterations): host_ms is the step's
-    host window; input_ms the time inside ``enumerate(DataLoader)#...__next__`` ranges (trace_input_wait)."""
-    from diagnose.trace_input_wait import input_wait_per_step
+    host window; input_ms the time inside DataLoader fetch ranges and the loop's other iterators' fetches
+    (trace_input_wait)."""
+    from diagnose.trace_input_wait import input_wait_per_step, source_dirs_of
 
-    frames = []
+    frames, dirs = [], source_dirs_of(profile)
     for rank, trace in sorted(profile.traces.items()):
         trace = tl.analysed(trace)  # the steps the traced budget reads (the last ProfilerStep left out, as HTA does)
         windows = tl.steps(trace)
         if len(windows) < 2:  # the whole trace is no step
             continue
         host_ms = (windows["cpu_end_ns"] - windows["cpu_start_ns"]).to_numpy(dtype=float) / 1e6
-        input_ms = input_wait_per_step(trace, windows).to_numpy()
+        input_ms = input_wait_per_step(trace, windows, dirs).to_numpy()
         frames.append(
             pd.DataFrame(
                 {
@@ -240,6 +244,19 @@ def rank_budget(
 
     median_input = float(steady_input.median()) if len(steady_input) else np.nan
     median_input_where = f"{len(steady_input)} steady steps" if len(steady_input) else None
+    iterator = traced.attrs.get("input_iterator") if len(traced) else None
+    if iterator:  # no DataLoader: the loop's own iterator, timed in the traced steps' Python frames
+        meta["input_iterator"] = iterator
+        meta["notes"] = [n for n in meta["notes"] if not n.startswith("input wait not measured")]
+        if not len(steady_input):
+            meta["notes"].append(
+                f"input wait measured in the traced steps only: the loop fetches its batches from {iterator}, "
+                "not from a torch DataLoader, whose fetches light mode times in every step"
+            )
+        traced_input = traced["input_in_window_ms"].dropna()
+        if not len(steady_input) and len(traced_input):
+            median_input = float(traced_input.median())
+            median_input_where = f"{traced_where}, in the loop's iterator {iterator}"
     out = []
     out += budget_column(
         rank,
@@ -473,6 +490,21 @@ def traced_steps(
     out["allocator_host_ms"] = allocator_host_ms(trace, windows, out["trace_step"].to_numpy())
     by_step = dict(zip(rows["step"].astype(int), input_ms))
     out["input_ms"] = [by_step.get(int(s), np.nan) if s >= 0 else np.nan for s in run_steps]
+    # a run step with no input_ms fetched no batch from a DataLoader: its wait for the loop's own iterator (a
+    # generator, a __next__ method) is read from the trace's Python frames instead
+    from_trace = out["input_ms"].isna().to_numpy()
+    if from_trace.any():
+        from diagnose.trace_input_wait import input_wait_per_step, iterator_fetches, source_dirs_of
+
+        dirs = source_dirs_of(profile)
+        traced_wait = input_wait_per_step(trace, windows, dirs)
+        fetches = iterator_fetches(trace, windows, dirs)
+        if len(fetches):
+            out.loc[from_trace, "input_ms"] = out.loc[from_trace, "trace_step"].map(traced_wait).to_numpy()
+            top = fetches.assign(ms=fetches["end_ns"] - fetches["ts_ns"]).groupby(["file", "line"])["ms"].sum()
+            file, line = top.idxmax()
+            function = fetches.loc[(fetches["file"] == file) & (fetches["line"] == line), "name"].iloc[0]
+            out.attrs["input_iterator"] = f"{str(function).rsplit(': ', 1)[-1]} at {file}:{int(line)}"
     # GPU idle while the host was busy: first the allocator's calls, then input wait, then gpudiag's excess
     out["allocator_ms"] = np.minimum(out["allocator_host_ms"], host_idle)
     left = host_idle - out["allocator_ms"].to_numpy()
@@ -665,8 +697,13 @@ def cause_findings(budget: pd.DataFrame, meta: dict, calls_by_rank: dict, th: Th
             title, fix, extra = sync_words(calls_by_rank.get(rank), what, where, rank_words)
             findings.append(make(id="step_budget.sync", title=title, recommendation=fix, extra=tuple(extra)))
         elif part == "input":
-            title = f"The GPU waits for input {what}{rank_words}: the loop blocks in the DataLoader{where}"
-            findings.append(make(id="step_budget.input", title=title))
+            iterator = meta.get(rank, {}).get("input_iterator")
+            if iterator and "DataLoader" not in where and "steady steps" not in where:
+                title = f"The GPU waits for input {what}{rank_words}: the loop waits for its iterator{where}"
+                findings.append(make(id="step_budget.input", title=title, recommendation=ADVICE["input_iterator"]))
+            else:
+                title = f"The GPU waits for input {what}{rank_words}: the loop blocks in the DataLoader{where}"
+                findings.append(make(id="step_budget.input", title=title))
         elif part == "launch_bound":
             title = f"The GPU waits for the host to launch work {what}{rank_words}{where}"
             findings.append(make(id="step_budget.launch_bound", title=title))

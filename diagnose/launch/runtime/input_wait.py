@@ -5,7 +5,9 @@ Every torch DataLoader iterator (single- and multi-process) inherits ``__next__`
 of the outermost call on the main thread (a loader that iterates another loader is counted once),
 never looks at the batch, and lets every exception, StopIteration included, through unchanged. The
 step boundary reads ``total_ns`` and records the difference since the previous boundary as the
-step's ``input_ms``: how long the step waited for its input.
+step's ``input_ms``: how long the step waited for its input. A step that asked no DataLoader for a batch
+(a loop over a generator or any other iterable) gets no ``input_ms``: its wait is not measured here, not 0
+(the trace window's steps measure it from their Python frames, diagnose/trace_input_wait.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class InputWait:
 
     def __init__(self, main_thread: int):
         self.total_ns = 0  # wall time in outermost __next__ calls on the main thread, since hooked
+        self.calls = 0  # those calls: a step that made none did not fetch from a DataLoader (its wait is unknown)
         self._main_thread = main_thread
         self._depth = 0
         self._iterator_class = None
@@ -44,6 +47,7 @@ class InputWait:
             if wait._depth or get_ident() != wait._main_thread:
                 return original(iterator)
             wait._depth = 1
+            wait.calls += 1
             started_ns = perf_ns()
             try:
                 return original(iterator)

@@ -52,6 +52,7 @@ class Steps:
         self.jit = None  # jit_steps.JitStepFinder once jax is imported
         self.input_wait = None  # input_wait.InputWait once torch is imported
         self._input_mark_ns = 0  # input_wait.total_ns at the last boundary
+        self._input_mark_calls = 0  # input_wait.calls at the last boundary
         self.time_slices = None  # time_slices.TimeSlices once a framework is imported
         self.other_source_seen = False  # a step ended by anything but a time slice: no slicing from then on
         self._source = None
@@ -127,7 +128,7 @@ class Steps:
         if self.input_wait is None:
             wait = InputWait(self._main_thread)
             if wait.hook(torch):
-                self._input_mark_ns = wait.total_ns
+                self._input_mark_ns, self._input_mark_calls = wait.total_ns, wait.calls
                 self.input_wait = wait
 
     def hook_backward(self, torch) -> None:
@@ -219,10 +220,12 @@ class Steps:
             return
         step = 0 if finished is None else finished + 1
         input_ms = None
-        if self.input_wait is not None:  # the DataLoader wait since the last boundary is this step's
-            input_ns = self.input_wait.total_ns
-            input_ms = (input_ns - self._input_mark_ns) / 1e6
-            self._input_mark_ns = input_ns
+        wait = self.input_wait
+        if wait is not None:  # the DataLoader wait since the last boundary is this step's, if it fetched any batch
+            input_ns, calls = wait.total_ns, wait.calls
+            if calls != self._input_mark_calls:
+                input_ms = (input_ns - self._input_mark_ns) / 1e6
+            self._input_mark_ns, self._input_mark_calls = input_ns, calls
         gpu = self.gpu
         event = None
         if gpu is not None and (self._event is not None or step % gpu.every == 0):
@@ -344,9 +347,10 @@ def step_line(
     input_ms: float | None = None,
 ) -> bytes:
     """A step record as one JSON line: ms to 6 decimals (the ns), µs to 3. One %-format instead of the JSON
-    encoder, because this runs for every training step: on the H200 host writing ~40 step records took
-    440 µs with the encoder-equivalent formatting (2026-12-03), about 10 µs a step. ``input_ms`` (the
-    DataLoader wait) is written only where it was measured (torch imported)."""
+        encoder, because this runs for every training step: on the H200 host writing ~40 step records took
+        440 µs with the encoder-equivalent formatting (2026-12-03), about 10 µs a step. ``input_ms`` (the
+        DataLoader wait) is written only where it was measured (torch imported, and the step fetched a batch from
+    a DataLoader)."""
     if (
         source in _STEP_SOURCES
         and math.isfinite(host_ms)
