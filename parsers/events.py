@@ -49,6 +49,7 @@ STEPS_SCHEMA = Schema(
         "instrumented": BOOL,
         "overhead_us": F64,
         "input_ms": F64,
+        "input_from": STR,
         "source": STR,
     },
     docs={
@@ -61,8 +62,10 @@ STEPS_SCHEMA = Schema(
         "instrumented": "the step ran inside gpudiag's profiler/sync-debug window (slower by design)",
         "overhead_us": "host time gpudiag's own step-boundary work took inside this step, µs "
         "(part of host_ms; NaN when the source does not record it)",
-        "input_ms": "host time the loop spent blocked in torch DataLoader iterators' __next__ during this step "
-        "(part of host_ms; 0 when the step asked no DataLoader for data; NaN when not measured)",
+        "input_ms": "host time the loop spent waiting for its input during this step: blocked in torch DataLoader "
+        "iterators' __next__, or (input_from 'loop') in the training loop's for statement waiting on its iterator "
+        "(part of host_ms; NaN when not measured)",
+        "input_from": "where input_ms was measured: 'dataloader' or 'loop' (empty when not measured)",
         "source": "what ended the step in light mode: marker | optimizer | backward | jit | time (fixed time "
         "slices, not iterations); empty for step timings from elsewhere",
     },
@@ -218,11 +221,19 @@ def _step_record(r: dict) -> dict:
         "instrumented": bool(r.get("instrumented", False)),
         "overhead_us": _duration(r, "overhead_us"),
         "input_ms": _duration(r, "input_ms"),
+        "input_from": _input_from(r),
         "source": _source(r),
     }
 
 
 STEP_SOURCES = ("marker", "optimizer", "backward", "jit", "time")
+
+
+def _input_from(r: dict) -> str:
+    """'loop' as written, else 'dataloader' where input_ms was measured (records before 'input_from' existed)."""
+    if r.get("input_ms") is None:
+        return ""
+    return "loop" if r.get("input_from") == "loop" else "dataloader"
 
 
 def _source(r: dict) -> str:

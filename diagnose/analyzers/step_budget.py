@@ -245,7 +245,11 @@ def rank_budget(
     median_input = float(steady_input.median()) if len(steady_input) else np.nan
     median_input_where = f"{len(steady_input)} steady steps" if len(steady_input) else None
     iterator = traced.attrs.get("input_iterator") if len(traced) else None
-    if iterator:  # no DataLoader: the loop's own iterator, timed in the traced steps' Python frames
+    from_loop = "input_from" in rows and bool((rows.loc[steady.index, "input_from"] == "loop").any())
+    if from_loop:  # light mode timed the loop's for statement (Python 3.12+): no DataLoader
+        meta["input_from_loop"] = True
+        meta["input_iterator"] = iterator or "its iterator (the training loop's for statement)"
+    if iterator and not from_loop:  # no DataLoader: the loop's own iterator, timed in the traced steps' Python frames
         meta["input_iterator"] = iterator
         meta["notes"] = [n for n in meta["notes"] if not n.startswith("input wait not measured")]
         if not len(steady_input):
@@ -493,14 +497,16 @@ def traced_steps(
     # a run step with no input_ms fetched no batch from a DataLoader: its wait for the loop's own iterator (a
     # generator, a __next__ method) is read from the trace's Python frames instead
     from_trace = out["input_ms"].isna().to_numpy()
-    if from_trace.any():
+    from_loop = "input_from" in rows and (rows["input_from"] == "loop").any()
+    if from_trace.any() or from_loop:
         from diagnose.trace_input_wait import input_wait_per_step, iterator_fetches, source_dirs_of
 
         dirs = source_dirs_of(profile)
         traced_wait = input_wait_per_step(trace, windows, dirs)
         fetches = iterator_fetches(trace, windows, dirs)
         if len(fetches):
-            out.loc[from_trace, "input_ms"] = out.loc[from_trace, "trace_step"].map(traced_wait).to_numpy()
+            if from_trace.any():
+                out.loc[from_trace, "input_ms"] = out.loc[from_trace, "trace_step"].map(traced_wait).to_numpy()
             top = fetches.assign(ms=fetches["end_ns"] - fetches["ts_ns"]).groupby(["file", "line"])["ms"].sum()
             file, line = top.idxmax()
             function = fetches.loc[(fetches["file"] == file) & (fetches["line"] == line), "name"].iloc[0]
@@ -698,7 +704,11 @@ def cause_findings(budget: pd.DataFrame, meta: dict, calls_by_rank: dict, th: Th
             findings.append(make(id="step_budget.sync", title=title, recommendation=fix, extra=tuple(extra)))
         elif part == "input":
             iterator = meta.get(rank, {}).get("input_iterator")
-            if iterator and "DataLoader" not in where and "steady steps" not in where:
+            if meta.get(rank, {}).get("input_from_loop"):  # every step timed at the loop's for (Python 3.12+)
+                name = iterator if iterator.startswith("its iterator") else f"its iterator {iterator}"
+                title = f"The GPU waits for input {what}{rank_words}: the loop waits for {name}{where}"
+                findings.append(make(id="step_budget.input", title=title, recommendation=ADVICE["input_iterator"]))
+            elif iterator and "steady steps" not in where:
                 title = f"The GPU waits for input {what}{rank_words}: the loop waits for its iterator{where}"
                 findings.append(make(id="step_budget.input", title=title, recommendation=ADVICE["input_iterator"]))
             else:

@@ -145,3 +145,17 @@ def test_section_renders_an_empty_result_and_a_real_one(planted):
     assert "No step-time budget" in section.render(Result("step_budget"))
     html = section.render(planted)
     assert 'id="fig-step-budget"' in html and "traced steps 4–6" in html
+
+
+def test_loop_input_from_the_for_statement_is_named_as_the_loops_iterator():
+    """fixtures/runs/loop_input: Python 3.12 light mode timed a generator-fed loop at its for statement."""
+    result = step_budget.analyze(diagnose.load(RUNS / "loop_input"), Thresholds())
+    median = budget_of(result)
+    wall = median["wall_ms"].iloc[0]
+    assert median.loc["input", "ms"] == pytest.approx(20.15, abs=0.1)
+    assert median.loc["input", "share"] == pytest.approx(median.loc["input", "ms"] / wall)
+    assert median.loc["input", "measured_in"].endswith("steady steps")
+    top = result.findings[0]
+    assert top.id == "step_budget.input" and 0.7 < top.cost_share < 0.85
+    assert "the loop waits for its iterator" in top.title and "DataLoader" not in top.title
+    assert top.recommendation.startswith("Build batches ahead of the loop")

@@ -42,7 +42,7 @@ def test_real_run_header_only_log_reads_as_empty_tables():
 def test_jsonl_step_and_sync_records(tmp_file):
     path = tmp_file("fake_rank1.jsonl", jsonl({"kind": "run", "rank": 1}, STEP, SYNC, {"kind": "from_the_future"}))
     steps, syncs = read_events(path)
-    assert steps.drop(columns=["overhead_us", "input_ms"]).to_dict("records") == [
+    assert steps.drop(columns=["overhead_us", "input_ms", "input_from"]).to_dict("records") == [
         {
             "rank": 1,
             "step": 3,
@@ -54,7 +54,9 @@ def test_jsonl_step_and_sync_records(tmp_file):
             "source": "",
         }
     ]
-    assert steps["overhead_us"].isna().all() and steps["input_ms"].isna().all()  # not recorded by this writer
+    assert (
+        steps["overhead_us"].isna().all() and steps["input_ms"].isna().all() and (steps["input_from"] == "").all()
+    )  # not recorded
     assert steps["step"].dtype == "int64"
     sync = syncs.iloc[0]
     assert sync["location"] == "/abs/train.py:19" and sync["op"] == "aten::item"

@@ -31,7 +31,8 @@ def test_generator_fed_loop_names_its_iterator(tmp_path):
     findings = _report(run)
     _record("input_generator", "light", r, run, wall, findings)
     steps = [e for e in _events(run) if e["kind"] == "step"]
-    assert len(steps) >= 35 and all("input_ms" not in s for s in steps)  # no DataLoader: not measured per step
+    # no DataLoader: measured per step only by Python 3.12+'s watch of the loop's for statement (input_from "loop")
+    assert len(steps) >= 35 and all("input_ms" not in s or s.get("input_from") == "loop" for s in steps[1:])
     top = findings["findings"][0]
     assert top["id"] == "step_budget.input", [f["id"] for f in findings["findings"][:4]]
     assert "its iterator" in top["title"] and "batches at input_generator.py:" in top["title"], top["title"]

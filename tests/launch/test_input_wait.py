@@ -104,6 +104,8 @@ def test_step_line_carries_input_ms_rounded_to_ns(source):
     record = json.loads(line)
     assert record["input_ms"] == 41.123457 and list(record)[-1] == "input_ms"
     assert "input_ms" not in json.loads(step_line(0, 7, 1, 50.25, None, source, False, 12.5))
+    from_loop = json.loads(step_line(0, 7, 1, 50.25, None, source, False, 12.5, 3.5, "loop"))
+    assert from_loop["input_ms"] == 3.5 and from_loop["input_from"] == "loop"
 
 
 def test_in_process_steps_record_the_loader_wait_and_unhook(tmp_path):
@@ -141,4 +143,5 @@ def test_input_bound_example_waits_on_its_loader_most_of_each_step(tmp_path):
 def test_loop_without_a_loader_waits_for_no_input(tmp_path):
     steps = _light_run(tmp_path, "sync_heavy.py", "--device", "cpu", "--steps", "8", "--width", "128")
     assert len(steps) == 7
-    assert all(v == 0.0 or math.isnan(v) for v in steps["input_ms"])
+    # not measured (NaN) before Python 3.12; from 3.12 the loop's for over range() is timed: next to nothing
+    assert all(math.isnan(v) or v < 0.5 for v in steps["input_ms"])

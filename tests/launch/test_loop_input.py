@@ -1,0 +1,136 @@
+"""Light mode's input wait for a loop over any iterable (diagnose/launch/runtime/loop_input.py, Python 3.12+).
+
+The watcher needs ``sys.monitoring`` (Python 3.12+). The runs below use a Python 3.12+ interpreter for the profiled
+script (the parent gpudiag runs on whatever runs the tests): this one when it is 3.12+, else ``python3.12`` or
+``python3.13`` from PATH; without one they skip (CI has only 3.11). The loop finding itself is plain ``dis`` and is
+tested on every version.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from diagnose.launch.runtime.loop_input import enclosing_for_iter, find_loop, is_user_code
+from tests.launch.launch_helpers import base_env, gpudiag, records
+
+
+def _python312() -> str | None:
+    if sys.version_info >= (3, 12):
+        return sys.executable
+    for name in ("python3.13", "python3.12"):
+        path = shutil.which(name)
+        if path and subprocess.run([path, "-c", "import sys"], capture_output=True).returncode == 0:
+            return path
+    return None
+
+
+PY312 = _python312()
+needs_312 = pytest.mark.skipif(PY312 is None, reason="no Python 3.12+ interpreter (sys.monitoring) here")
+
+FETCH_S = 0.02  # each item takes 20 ms to produce
+LOOPS = {
+    # a generator, the step marked in the loop
+    "generator": """
+        def batches():
+            while True:
+                time.sleep(FETCH_S)
+                yield 1
+        for i, b in enumerate(batches()):
+            if i == 12:
+                break
+            time.sleep(0.005)
+            diagnose.step()
+    """,
+    # a class with __next__, the step marked inside a function the loop calls
+    "next_method": """
+        class Batches:
+            def __iter__(self):
+                return self
+            def __next__(self):
+                time.sleep(FETCH_S)
+                return 1
+        def train_step(b):
+            time.sleep(0.005)
+            diagnose.step()
+        for i, b in zip(range(12), Batches()):
+            train_step(b)
+    """,
+}
+
+
+def _run(tmp_path, name: str, body: str) -> list[dict]:
+    script = tmp_path / f"{name}.py"
+    script.write_text("import time\nimport diagnose\nFETCH_S = %r\n" % FETCH_S + textwrap.dedent(body))
+    out = tmp_path / name
+    r = gpudiag("profile", "-q", "-o", out, "--trace-steps", "0", "--", PY312, script, env=base_env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+    return [e for e in records(out) if e["kind"] == "step"]
+
+
+@needs_312
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_the_loops_wait_on_its_iterator_is_each_steps_input(tmp_path, name):
+    steps = _run(tmp_path, name, LOOPS[name])
+    assert len(steps) == 11
+    assert "input_ms" not in steps[0]  # the loop is found at the first step's end, from then on every step
+    waits = [s["input_ms"] for s in steps[1:]]
+    assert {s.get("input_from") for s in steps[1:]} == {"loop"}
+    assert all(FETCH_S * 1e3 * 0.95 <= w < FETCH_S * 1e3 + 4 for w in waits), waits
+    host = [s["host_ms"] for s in steps[1:]]
+    assert all(w < h for w, h in zip(waits, host))
+
+
+@needs_312
+def test_a_loop_over_a_list_waits_for_nothing(tmp_path):
+    steps = _run(tmp_path, "list", "for i in list(range(12)):\n    time.sleep(0.005)\n    diagnose.step()\n")
+    waits = [s["input_ms"] for s in steps[1:]]
+    assert len(waits) == 10 and all(w < 0.5 for w in waits), waits
+
+
+def _loop_with_inner(steps):
+    for i in range(steps):  # line of the for statement
+        frame = sys._getframe()
+        if i == 0:
+            return frame, frame.f_lasti
+
+
+def test_the_loop_is_the_user_frame_with_a_for_around_the_call():
+    frame, lasti = _loop_with_inner(3)
+    offset = enclosing_for_iter(frame.f_code, lasti)
+    assert offset is not None
+    code, found = find_loop(frame)
+    assert code is _loop_with_inner.__code__ and found == offset
+    assert is_user_code("/home/me/train.py") and is_user_code("train.py")
+    assert not is_user_code("/usr/lib/python3.11/threading.py")
+    assert not is_user_code("/x/site-packages/torch/optim/optimizer.py")
+    assert not is_user_code("/work/main/diagnose/launch/runtime/steps.py")
+    assert enclosing_for_iter(test_the_loop_is_the_user_frame_with_a_for_around_the_call.__code__, 2) is None
+
+
+@needs_312
+def test_each_epochs_first_fetch_is_counted(tmp_path):
+    """A new iterator every epoch whose first item is slow (workers starting, a shard opened): 80 ms, then 20 ms."""
+    body = """
+        def batches(n):
+            time.sleep(0.08)
+            for _ in range(n):
+                yield 1
+                time.sleep(FETCH_S)
+        for epoch in range(3):
+            for b in batches(4):
+                time.sleep(0.005)
+                diagnose.step()
+    """
+    steps = _run(tmp_path, "epochs", body)
+    waits = [round(s["input_ms"]) for s in steps[1:]]
+    assert len(waits) == 10
+    # step k holds the fetch of item k + 1: steps 3 and 7 fetch the next epoch's first item, waiting for the old
+    # iterator's last 20 ms (its StopIteration) and the new one's 80 ms
+    slow = [i + 1 for i, w in enumerate(waits) if w >= 95]
+    assert slow == [3, 7], waits
+    assert all(19 <= w < 26 for i, w in enumerate(waits) if i + 1 not in (3, 7)), waits
