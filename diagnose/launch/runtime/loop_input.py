@@ -141,15 +141,15 @@ class LoopInputWait:
 
     def _on_instruction(self, code, offset):
         """The loop starting over a new iterator (a new epoch): its first fetch is timed from ``GET_ITER`` on."""
-        if code is not self._code or offset != self._get_iter:
-            return sys.monitoring.DISABLE
-        if threading.get_ident() == self._main_thread:
-            self._jump_ns = time.perf_counter_ns()
-        return None
+        return self._fetch_starts(code is self._code and offset == self._get_iter)
 
     def _on_jump(self, code, offset, destination):
-        if code is not self._code or destination != self._for_iter:
-            return sys.monitoring.DISABLE
+        """The end of an iteration: the jump back to ``FOR_ITER``, where the next fetch starts."""
+        return self._fetch_starts(code is self._code and destination == self._for_iter)
+
+    def _fetch_starts(self, ours: bool):
+        if not ours:
+            return sys.monitoring.DISABLE  # another instruction or jump of the loop's code: never again
         if threading.get_ident() == self._main_thread:
             self._jump_ns = time.perf_counter_ns()
         return None
