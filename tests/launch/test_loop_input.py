@@ -134,3 +134,38 @@ def test_each_epochs_first_fetch_is_counted(tmp_path):
     slow = [i + 1 for i, w in enumerate(waits) if w >= 95]
     assert slow == [3, 7], waits
     assert all(19 <= w < 26 for i, w in enumerate(waits) if i + 1 not in (3, 7)), waits
+
+
+def _torch_in(python: str | None) -> bool:
+    return python is not None and subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0
+
+
+@needs_312
+@pytest.mark.skipif(not _torch_in(PY312), reason="no torch in the Python 3.12+ interpreter")
+def test_epoch_starts_are_still_counted_after_the_trace_window(tmp_path):
+    """torch's profiler (the trace window, steps 10-12) switches Python profiling on and off; on Python 3.12.1 that
+    left the loop's GET_ITER event off, and each later epoch's first fetch read 0 ms until the watcher re-armed."""
+    body = """
+        import torch
+        def shard(n):
+            time.sleep(0.2)  # opening a shard: the first item of every epoch
+            for _ in range(n):
+                time.sleep(FETCH_S / 4)
+                yield torch.randn(8, 16)
+        model = torch.nn.Linear(16, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(3):
+            for x in shard(20):
+                model(x).sum().backward()
+                opt.step()
+    """
+    script = tmp_path / "epochs_torch.py"
+    script.write_text("import time\nFETCH_S = %r\n" % FETCH_S + textwrap.dedent(body))
+    out = tmp_path / "run"
+    r = gpudiag("profile", "-q", "-o", out, "--", PY312, script, env=base_env(), timeout=300)
+    assert r.returncode == 0, r.stderr
+    steps = {e["step"]: e for e in records(out) if e["kind"] == "step"}
+    assert steps[11]["instrumented"] and "trace/rank0.json.gz" in (out / "manifest.json").read_text()
+    # steps 19 and 39 hold the next epoch's first fetch: the shard's 200 ms, before and after the window's steps
+    assert steps[19]["input_ms"] > 190 and steps[39]["input_ms"] > 190, (steps[19], steps[39])
+    assert all(steps[s]["input_from"] == "loop" for s in (19, 39))

@@ -71,6 +71,17 @@ def find_loop(frame) -> tuple[object, int] | None:
     return None
 
 
+def _branch_events() -> int:
+    """BRANCH, or from Python 3.14 its two halves (BRANCH is deprecated there)."""
+    events = sys.monitoring.events
+    return getattr(events, "BRANCH_LEFT", 0) | getattr(events, "BRANCH_RIGHT", 0) or events.BRANCH
+
+
+def _watched_events() -> int:
+    events = sys.monitoring.events
+    return events.JUMP | _branch_events() | events.INSTRUCTION
+
+
 class LoopInputWait:
     """Sums the time the training loop's ``for`` waits for its iterator, on the main thread."""
 
@@ -109,17 +120,26 @@ class LoopInputWait:
         get_iter = get_iter_before(code, offset)
         self._code, self._for_iter, self._tool = code, offset, tool
         self._get_iter = -1 if get_iter is None else get_iter
-        events = monitoring.events
-        branch = getattr(events, "BRANCH_LEFT", 0) | getattr(events, "BRANCH_RIGHT", 0) or events.BRANCH
+        events, branch = monitoring.events, _branch_events()
         monitoring.register_callback(tool, events.JUMP, self._on_jump)
         for event in (events.BRANCH, getattr(events, "BRANCH_LEFT", 0), getattr(events, "BRANCH_RIGHT", 0)):
             if event and event & branch:
                 monitoring.register_callback(tool, event, self._on_branch)
         monitoring.register_callback(tool, events.INSTRUCTION, self._on_instruction)
-        monitoring.set_local_events(tool, code, events.JUMP | branch | events.INSTRUCTION)
+        monitoring.set_local_events(tool, code, _watched_events())
         line = next((i.positions.lineno for i in dis.get_instructions(code) if i.offset == offset), None)
         self.where = f"{code.co_filename}:{line or code.co_firstlineno}"
         return True
+
+    def rearm(self) -> None:
+        """Set the loop's events again: a profiler's Python tracer (the trace window) switching legacy profiling on
+        and off on Python 3.12 was seen to leave the ``GET_ITER`` instruction event off (each epoch's first fetch
+        then read 0 ms)."""
+        tool, code = self._tool, self._code
+        if tool is None:
+            return
+        sys.monitoring.set_local_events(tool, code, 0)
+        sys.monitoring.set_local_events(tool, code, _watched_events())
 
     def disarm(self) -> None:
         tool, code = self._tool, self._code

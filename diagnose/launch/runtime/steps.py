@@ -323,6 +323,8 @@ class Steps:
             self.drain(block_s=0.0)
             self.window = None  # one window a run: later boundaries skip it
             window.close()
+            if self.loop_input is not None:
+                self.loop_input.rearm()
             heavy = True
         if self.memory.snapshot_due(finished):
             self.drain(block_s=0.0)
