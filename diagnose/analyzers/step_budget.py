@@ -769,7 +769,14 @@ def periodic_findings(meta: dict, calls_by_rank: dict, th: Thresholds) -> list[F
             f" a step is {p['excess_ms']:,.3g} ms slower than the median {median:,.3g} ms"
             + (f" on rank {rank}" if len(meta) > 1 else "")
         )
-        if p.get("input_wait"):
+        if p.get("input_wait") and m.get("input_from_loop"):
+            title += f", waiting {p['input_ms']:,.3g} ms for input"
+            fix = (
+                "These steps wait for the loop's iterator: a new one at each epoch boundary is slow to give its first "
+                "item (a file or shard opened, a buffer filled). Build the next epoch's iterator ahead, in a "
+                "background thread or a DataLoader with persistent workers, or keep one iterator across epochs."
+            )
+        elif p.get("input_wait"):
             title += f", waiting {p['input_ms']:,.3g} ms for input"
             fix = (
                 "These steps wait on the data loader: a new DataLoader iterator at an epoch boundary (workers "

@@ -159,3 +159,14 @@ def test_loop_input_from_the_for_statement_is_named_as_the_loops_iterator():
     assert top.id == "step_budget.input" and 0.7 < top.cost_share < 0.85
     assert "the loop waits for its iterator" in top.title and "DataLoader" not in top.title
     assert top.recommendation.startswith("Build batches ahead of the loop")
+
+
+def test_a_generator_loops_epoch_starts_are_a_periodic_input_wait():
+    """fixtures/runs/loop_epochs: Python 3.12 light mode timed each epoch's new iterator (a 300 ms shard open)."""
+    result = step_budget.analyze(diagnose.load(RUNS / "loop_epochs"), Thresholds())
+    (periodic,) = [f for f in result.findings if f.id == "step_budget.periodic"]
+    assert periodic.title.startswith("Every 20 steps (step 19 + 20i: steps 19, 39, 59, 79)")
+    assert "waiting 305 ms for input" in periodic.title
+    assert periodic.recommendation.startswith("These steps wait for the loop's iterator")
+    (waiting,) = [f for f in result.findings if f.id == "step_budget.input"]
+    assert 0.85 < waiting.cost_share < 0.95 and "the loop waits for its iterator" in waiting.title
