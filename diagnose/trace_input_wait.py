@@ -181,13 +181,15 @@ def source_dirs_of(profile) -> list[str]:
     return list(dict.fromkeys(dirs))
 
 
-def input_wait_per_step(trace, steps: pd.DataFrame, source_dirs=()) -> pd.Series:
+def input_wait_per_step(trace, steps: pd.DataFrame, source_dirs=(), fetches: pd.DataFrame | None = None) -> pd.Series:
     """Input wait in ms of each step of ``steps`` (``step``, ``cpu_start_ns``, ``cpu_end_ns``, as
     trace_timeline.steps gives), indexed by step: the time inside DataLoader fetch ranges and other iterators'
     fetches (a frame that overlaps a DataLoader range is that DataLoader's, already counted); every step 0 when
     the trace shows no fetch at all."""
     loader = dataloader_fetches(trace)[["ts_ns", "end_ns"]]
-    frames = iterator_fetches(trace, steps, source_dirs)[["ts_ns", "end_ns"]]
+    if fetches is None:  # ``fetches``: iterator_fetches(trace, steps, ...) when the caller has it already
+        fetches = iterator_fetches(trace, steps, source_dirs)
+    frames = fetches[["ts_ns", "end_ns"]]
     if len(loader) and len(frames):  # a DataLoader's own __next__ frame: its record_function range is the measure
         lo, hi = merge(loader["ts_ns"].to_numpy(np.int64), loader["end_ns"].to_numpy(np.int64))
         overlap = clip_sums(lo, hi, frames["ts_ns"].to_numpy(np.int64), frames["end_ns"].to_numpy(np.int64))

@@ -501,11 +501,10 @@ def traced_steps(
     if from_trace.any() or from_loop:
         from diagnose.trace_input_wait import input_wait_per_step, iterator_fetches, source_dirs_of
 
-        dirs = source_dirs_of(profile)
-        traced_wait = input_wait_per_step(trace, windows, dirs)
-        fetches = iterator_fetches(trace, windows, dirs)
+        fetches = iterator_fetches(trace, windows, source_dirs_of(profile))
         if len(fetches):
             if from_trace.any():
+                traced_wait = input_wait_per_step(trace, windows, fetches=fetches)
                 out.loc[from_trace, "input_ms"] = out.loc[from_trace, "trace_step"].map(traced_wait).to_numpy()
             top = fetches.assign(ms=fetches["end_ns"] - fetches["ts_ns"]).groupby(["file", "line"])["ms"].sum()
             file, line = top.idxmax()

@@ -88,7 +88,6 @@ class LoopInputWait:
     def __init__(self, main_thread: int):
         self.total_ns = 0
         self.calls = 0  # items fetched (and the final StopIteration) since armed
-        self.where = ""  # "file:line" of the loop's for statement
         self._main_thread = main_thread
         self._code = None
         self._for_iter = -1
@@ -120,16 +119,20 @@ class LoopInputWait:
         get_iter = get_iter_before(code, offset)
         self._code, self._for_iter, self._tool = code, offset, tool
         self._get_iter = -1 if get_iter is None else get_iter
-        events, branch = monitoring.events, _branch_events()
-        monitoring.register_callback(tool, events.JUMP, self._on_jump)
-        for event in (events.BRANCH, getattr(events, "BRANCH_LEFT", 0), getattr(events, "BRANCH_RIGHT", 0)):
-            if event and event & branch:
-                monitoring.register_callback(tool, event, self._on_branch)
-        monitoring.register_callback(tool, events.INSTRUCTION, self._on_instruction)
+        for event, callback in self._callbacks():
+            monitoring.register_callback(tool, event, callback)
         monitoring.set_local_events(tool, code, _watched_events())
-        line = next((i.positions.lineno for i in dis.get_instructions(code) if i.offset == offset), None)
-        self.where = f"{code.co_filename}:{line or code.co_firstlineno}"
         return True
+
+    def _callbacks(self) -> list[tuple[int, object]]:
+        """(event, callback) of each event watched: JUMP, the branch event(s) and INSTRUCTION."""
+        events, branch = sys.monitoring.events, _branch_events()
+        branches = [getattr(events, n, 0) for n in ("BRANCH", "BRANCH_LEFT", "BRANCH_RIGHT")]
+        return [
+            (events.JUMP, self._on_jump),
+            *((event, self._on_branch) for event in dict.fromkeys(branches) if event and event & branch),
+            (events.INSTRUCTION, self._on_instruction),
+        ]
 
     def rearm(self) -> None:
         """Set the loop's events again: a profiler's Python tracer (the trace window) switching legacy profiling on
@@ -149,12 +152,8 @@ class LoopInputWait:
         monitoring = sys.monitoring
         try:
             monitoring.set_local_events(tool, code, 0)
-            for event in (monitoring.events.JUMP, monitoring.events.BRANCH, monitoring.events.INSTRUCTION):
+            for event, _ in self._callbacks():
                 monitoring.register_callback(tool, event, None)
-            for name in ("BRANCH_LEFT", "BRANCH_RIGHT"):
-                event = getattr(monitoring.events, name, 0)
-                if event:
-                    monitoring.register_callback(tool, event, None)
             monitoring.free_tool_id(tool)
         except Exception:
             pass
