@@ -258,6 +258,8 @@ class _NcuMode:
     def __init__(self, options: ProfileOptions):
         self.options = options
         self.ncu_path = ncu_mode.find_ncu(options.ncu.ncu_path)  # before the run folder: no ncu, no folder
+        if options.ncu.exclude_processes and not ncu_mode.supports_process_filter(self.ncu_path):
+            options = self.options = replace(options, ncu=replace(options.ncu, exclude_processes=()))
         self.expected: list[str] = []  # artifacts this process writes
         self._env: dict = {}
         self._follower = None

@@ -54,6 +54,12 @@ DEFAULT_MAX_LAUNCHES = 100
 # writes its report; whatever is still alive STOP_GRACE_S later is killed, so a stop ends within ~10 s.
 DEFAULT_TIMEOUT_S = 600.0
 STOP_GRACE_S = 8.0
+# Compiler and tool processes a training script starts that never run a CUDA kernel of its own: XLA runs ptxas
+# and nvlink per compiled module, Triton ptxas and gcc. ncu follows every child process by default; on the H200
+# (2026-12-04, tools/ncu_jax_crash_probe.py) ncu 2025.3.1 itself crashed with a segmentation fault in most runs
+# of an unchanged JAX script, which starts ptxas and nvlink, and in none with --target-processes application-only.
+# They are excluded, with their children, from ncu's process tracking (ncu --target-processes-filter exclude-tree).
+HELPER_PROCESSES = ("ptxas", "nvlink", "fatbinary", "nvdisasm", "cuobjdump", "gcc", "cc", "ld", "nvidia-smi")
 REPLAY_MODES = ("kernel", "application")
 CLOCK_CONTROLS = ("none", "base")
 PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
@@ -80,6 +86,8 @@ class NcuOptions:
     kernel_name: str | None = None  # a regex (the "regex:" prefix is added)
     nvtx_include: str | None = None  # a raw --nvtx-include expression, overrides the step's range
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    # processes ncu must not follow (HELPER_PROCESSES); () when this ncu has no --target-processes-filter
+    exclude_processes: tuple[str, ...] = HELPER_PROCESSES
 
     def __post_init__(self):
         if self.replay_mode not in REPLAY_MODES:
@@ -164,10 +172,21 @@ def find_ncu(explicit: str | None = None) -> str:
     )
 
 
+def supports_process_filter(ncu: str) -> bool:
+    """Whether this ncu has ``--target-processes-filter`` with ``exclude-tree`` (from its ``--help``)."""
+    try:
+        r = subprocess.run([ncu, "--help"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--target-processes-filter" in r.stdout and "exclude-tree" in r.stdout
+
+
 def build_command(ncu: str, options: NcuOptions, run_dir: str | os.PathLike, user_command: list[str]) -> list[str]:
     """The full ncu command line that runs ``user_command``."""
     run_dir = Path(run_dir)
     cmd = [ncu, "--target-processes", "all", "--clock-control", options.clock_control]
+    if options.exclude_processes and "--target-processes-filter" not in options.extra_args:
+        cmd += ["--target-processes-filter", ",".join(f"exclude-tree:{name}" for name in options.exclude_processes)]
     if options.full_set:
         cmd += ["--set", "full"]
     else:

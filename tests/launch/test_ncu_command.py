@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from diagnose.launch import ncu
-from diagnose.launch.ncu import NcuOptions, build_command
+from diagnose.launch.ncu import NcuOptions, build_command, supports_process_filter
 from parsers.errors import InputError
 from tests.launch.launch_helpers import SCRIPTS, base_env, gpudiag, manifest
 
@@ -26,6 +26,10 @@ def _value(cmd, flag):
 def test_default_command_is_the_documented_one():
     cmd = _cmd()
     assert cmd[:5] == ["/x/ncu", "--target-processes", "all", "--clock-control", "none"]
+    assert _value(cmd, "--target-processes-filter") == [
+        "exclude-tree:ptxas,exclude-tree:nvlink,exclude-tree:fatbinary,exclude-tree:nvdisasm,exclude-tree:cuobjdump,"
+        "exclude-tree:gcc,exclude-tree:cc,exclude-tree:ld,exclude-tree:nvidia-smi"
+    ]
     assert _value(cmd, "--section") == [
         "SpeedOfLight",
         "MemoryWorkloadAnalysis",
@@ -256,3 +260,19 @@ def test_launch_fallback_needs_budget_left():
         ncu.launch_fallback(NcuOptions(max_launches=7), elapsed_s=1).describe_window() == "7 launches after skipping 0"
     )
     assert ncu.launch_fallback(NcuOptions(launch_count=5), elapsed_s=1) is None
+
+
+def test_a_users_own_process_filter_replaces_the_helper_exclusion():
+    cmd = _cmd(extra_args=("--target-processes-filter", "regex:python"))
+    assert _value(cmd, "--target-processes-filter") == ["regex:python"]
+
+
+def test_no_process_filter_for_an_ncu_without_the_option(tmp_path):
+    """An ncu whose --help lacks --target-processes-filter (before it existed) gets the command without it."""
+    old_ncu = tmp_path / "ncu"
+    old_ncu.write_text("#!/bin/sh\necho '  --target-processes arg (=all)'\n")
+    old_ncu.chmod(0o755)
+    assert supports_process_filter(str(old_ncu)) is False
+    assert supports_process_filter(str(SCRIPTS / "fake_ncu.py")) is True
+    assert supports_process_filter(str(tmp_path / "missing")) is False
+    assert "--target-processes-filter" not in _cmd(exclude_processes=())

@@ -14,6 +14,7 @@ import sys
 
 VALUED = {
     "--target-processes",
+    "--target-processes-filter",
     "--clock-control",
     "--section",
     "--set",
@@ -28,6 +29,10 @@ VALUED = {
     "--metrics",
 }
 args = sys.argv[1:]
+if args == ["--help"]:  # the lines of ncu 2025.3's help that gpudiag looks for
+    print("  --target-processes-filter arg         Set the comma separated expressions to filter which processes ...")
+    print("                                          exclude-tree:<process name> Set the exact process name to exclude")
+    sys.exit(0)
 if args and args[0] == "--import":
     print('"ID","Process ID","Kernel Name","gpu__time_duration.sum"')
     print('"","","","ns"')
