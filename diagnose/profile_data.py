@@ -26,6 +26,7 @@ class Profile:
     memory_stats: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → per-step allocator stats
     step_events: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → per-step CUDA-event timings
     sync_records: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → exact-line sync records
+    work_records: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → checkpoint saves, evaluation spans
     nvml: pd.DataFrame | None = None  # NVML samples
     launch_starts: pd.DataFrame | None = None  # under --ncu: when each launch's profiling began (unix ns)
     warnings: list[str] = field(default_factory=list)  # what could not be read, said in the report
@@ -67,10 +68,12 @@ class Profile:
         elif table == tables.MEMORY_STATS:
             self.memory_stats[rank] = value
         elif table == tables.EVENTS:
-            steps, syncs = value
+            steps, syncs, *rest = value  # parsers.events.EventTables; a caller's own (steps, syncs) pair too
             self.step_events[rank] = steps
             if len(syncs):
                 self.sync_records[rank] = syncs
+            if rest and len(rest[0]):
+                self.work_records[rank] = rest[0]
         elif table == tables.NVML:
             self.nvml = value
         elif table == tables.LAUNCH_STARTS:

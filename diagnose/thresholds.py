@@ -241,7 +241,9 @@ class StepBudget:
     ``period_min_occurrences`` of them fall on the same step k mod N, those hold ``period_min_share`` of the
     slow steps' time over the median, and ``period_min_hit_share`` of the steady steps at k mod N are slow (so N = 2 does not
     claim every other step); a slow step is ``slow_factor`` x the median. Input wait explains a period
-    when the slow steps wait on input for ``period_input_share`` of their excess over the median.
+    when the slow steps wait on input for ``period_input_share`` of their excess over the median. A checkpoint
+    save or an evaluation (light mode's work records) explains it when ``period_min_hit_share`` of the period's
+    slow steps hold one and it takes ``period_work_share`` of their excess (its median time in them).
     """
 
     cause_min_share: float = 0.05
@@ -253,6 +255,7 @@ class StepBudget:
     period_min_share: float = 0.6
     period_min_hit_share: float = 0.6
     period_input_share: float = 0.5
+    period_work_share: float = 0.5
     max_slow_steps: int = 20  # slow steps listed per rank in the table and a finding
 
 

@@ -1,10 +1,12 @@
-"""Per-step CUDA-event timings and exact-line sync records → two typed tables.
+"""Per-step CUDA-event timings, exact-line sync records and periodic work records → typed tables.
 
 Two sources (docs/step-timings.md describes both):
 
 * ``events/rank<N>.jsonl`` written by ``gpudiag profile``: one JSON object a line,
-  ``"kind"`` = ``step`` | ``sync`` | ``run``; other kinds are skipped so newer
-  writers stay readable. Of the ``run`` records only the ``gpu-time-every`` ones are
+  ``"kind"`` = ``step`` | ``sync`` | ``work`` | ``run``; other kinds are skipped so newer
+  writers stay readable. A ``work`` record (a checkpoint save or an evaluation span, with the
+  user's line) that cannot be read is dropped with a warning: it only names what ran in a slow
+  step, and the step timings stay usable without it. Of the ``run`` records only the ``gpu-time-every`` ones are
   kept (``GpuTimeChoice``, in ``steps.attrs["gpu_time_choices"]``): when and why the
   runtime timed only one step in k, and against which budget. A run killed mid-write
   leaves a last line without its newline: it is dropped with a warning. Any other bad
@@ -25,7 +27,7 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -98,6 +100,34 @@ SYNCS_SCHEMA = Schema(
 )
 
 
+WORK_SCHEMA = Schema(
+    name="work_records",
+    columns={
+        "rank": I64,
+        "step": I64,
+        "what": STR,
+        "ms": F64,
+        "location": STR,
+        "t_ns": F64,
+    },
+    docs={
+        "step": "the step in progress when the work began (its time is in that step's host_ms)",
+        "what": "'checkpoint' (a torch.save call) or 'evaluation' (model.eval() until the next model.train())",
+        "ms": "host wall time of the call or the span",
+        "location": "'file:line' of the user's call (torch.save or model.eval()); empty when no user frame",
+        "t_ns": "when the work began, unix epoch ns",
+    },
+)
+
+
+class EventTables(NamedTuple):
+    """What one events file holds: the step timings, the sync records, the work records (typed, maybe empty)."""
+
+    steps: pd.DataFrame
+    syncs: pd.DataFrame
+    work: pd.DataFrame
+
+
 @dataclass(frozen=True)
 class GpuTimeChoice:
     """A ``{"kind": "run", "event": "gpu-time-every"}`` record: from ``from_step`` on, rank ``rank`` timed one
@@ -124,6 +154,12 @@ _RUN_KINDS = ("step", "sync", "run")
 
 def read_events(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Read a gpudiag event log or a user step-timing CSV/JSON into ``(steps, syncs)``."""
+    tables = read_event_tables(path)
+    return tables.steps, tables.syncs
+
+
+def read_event_tables(path: str | os.PathLike) -> EventTables:
+    """Read a gpudiag event log or a user step-timing CSV/JSON into its steps, syncs and work tables."""
     text = _read_text(path)
     body = text.lstrip("\ufeff").lstrip()
     if not body:
@@ -133,10 +169,11 @@ def read_events(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
             "with name,step,elapsed_ms — see docs/step-timings.md)",
         )
     choices: list[GpuTimeChoice] = []
+    work: list[dict] = []
     if body.startswith("["):
         steps, syncs, dropped = _user_records(path, _json_list(path, text), "entry"), [], []
     elif body.startswith("{"):
-        steps, syncs, dropped, choices = _jsonl(path, text)
+        steps, syncs, dropped, choices, work = _jsonl(path, text)
     else:
         rows, dropped = _csv_rows(path, text)
         steps, syncs = _user_records(path, rows, "line"), []
@@ -146,7 +183,7 @@ def read_events(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
         warnings.warn(message, stacklevel=2)
     steps_frame.attrs["warnings"] = dropped
     steps_frame.attrs["gpu_time_choices"] = tuple(sorted(choices, key=lambda c: (c.rank, c.from_step)))
-    return steps_frame, syncs_frame
+    return EventTables(steps_frame, syncs_frame, _work_frame(work))
 
 
 # --- gpudiag's own JSONL -------------------------------------------------------------------------
@@ -161,10 +198,11 @@ def _lines(text: str) -> tuple[list[str], bool]:
     return [line.rstrip("\r") for line in lines], ends_cleanly
 
 
-def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str], list[GpuTimeChoice]]:
+def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str], list[GpuTimeChoice], list[dict]]:
     lines, ends_cleanly = _lines(text)
     steps: list[dict] = []
     syncs: list[dict] = []
+    work: list[dict] = []
     dropped: list[str] = []
     choices: list[GpuTimeChoice] = []
     for number, line in enumerate(lines, start=1):
@@ -182,6 +220,12 @@ def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str], list[Gpu
         if not isinstance(record, dict):
             raise InputError(path, f"line {number}: expected a JSON object, found {type(record).__name__}")
         kind = record.get("kind")
+        if kind == "work":
+            try:
+                work.append(_work_record(record))
+            except ValueError as e:
+                dropped.append(f"{os.fspath(path)}: line {number}: work record not read ({e}); ignored")
+            continue
         try:
             if kind == "step":
                 steps.append(_step_record(record))
@@ -194,7 +238,7 @@ def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str], list[Gpu
             raise InputError(path, f"line {number}: {e}") from None
     if not steps and not syncs and not any(_is_record_line(line) for line in lines):
         raise InputError(path, 'has no complete event record; expected JSON lines with "kind": "step" or "sync"')
-    return steps, syncs, dropped, choices
+    return steps, syncs, dropped, choices, work
 
 
 def _is_record_line(line: str) -> bool:
@@ -254,6 +298,25 @@ def _gpu_time_choice(r: dict) -> GpuTimeChoice:
         budget_pct=_duration(r, "budget_pct"),
         t_ns=_number(r, "t_ns"),
     )
+
+
+def _work_record(r: dict) -> dict:
+    what, location = r.get("what"), r.get("location")
+    if not isinstance(what, str) or not what:
+        raise ValueError(f"needs what (checkpoint, evaluation), found {str(what)[:40]!r}")
+    if location is not None and not isinstance(location, str):
+        raise ValueError(f"location should be 'file:line', found {str(location)[:40]!r}")
+    ms = _duration(r, "ms")
+    if math.isnan(ms):
+        raise ValueError("needs ms, found none")
+    return {
+        "rank": _index(r, "rank", default=0),
+        "step": _index(r, "step"),
+        "what": what,
+        "ms": ms,
+        "location": location or None,
+        "t_ns": _number(r, "t_ns"),
+    }
 
 
 def _sync_record(r: dict) -> dict:
@@ -446,6 +509,14 @@ def _syncs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     return conform(frame, SYNCS_SCHEMA)
 
 
+def _work_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    if not records:
+        return WORK_SCHEMA.empty()
+    frame = pd.DataFrame.from_records(records)
+    frame = frame.sort_values(["rank", "step", "t_ns"], kind="stable", na_position="last").reset_index(drop=True)
+    return conform(frame, WORK_SCHEMA)
+
+
 def _read_text(path) -> str:
     try:
         raw = read_input(path, lines=True, json=True, gunzip=False)  # within the caps of parsers/limits.py
@@ -460,7 +531,7 @@ def _read_text(path) -> str:
 
 
 def is_events(head: bytes) -> bool:
-    """gpudiag's event log (JSON lines of step / sync / run records), or a user's step timings as a
+    """gpudiag's event log (JSON lines of step / sync / work / run records), or a user's step timings as a
     JSON list or a CSV (docs/step-timings.md)."""
     compact = compact_json(head)
     if compact is None:
@@ -476,7 +547,7 @@ READERS = (
         "events",
         EVENTS,
         is_events,
-        read_events,
+        read_event_tables,
         "a step-timing log (gpudiag's events JSON lines, or a JSON list or CSV of step timings)",
         (JSON, TEXT),
     ),

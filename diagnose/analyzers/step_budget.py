@@ -83,6 +83,17 @@ ADVICE = {
     "records input wait and traces some steps), and trace more steps (--trace-steps) to measure GPU busy and idle.",
 }
 PERIOD_CANDIDATES = "evaluation, checkpoint saving or logging every N steps"
+CHECKPOINT, EVALUATION = "checkpoint", "evaluation"  # the ``what`` of light mode's work records
+ADVICE["checkpoint"] = (
+    "The checkpoint at {where} blocks training while it is written: save less often; save asynchronously "
+    "(torch.distributed.checkpoint.async_save, or copy the state to CPU and write it from a background thread); "
+    "write to fast local storage and copy it elsewhere afterwards."
+)
+ADVICE["evaluation"] = (
+    "The evaluation that starts at {where} stops training while it runs: evaluate less often or on fewer batches, "
+    "or in a separate process on a saved checkpoint; make sure it runs under torch.no_grad() or "
+    "torch.inference_mode()."
+)
 
 
 def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
@@ -335,6 +346,7 @@ def rank_budget(
         )
         seen = traced[traced["run_step"] % n == k] if len(traced) else traced
         period["traced_steps"] = [int(s) for s in seen["run_step"]] if len(seen) else []
+        period["work"] = period_work(profile.work_records.get(rank), rank, period["steps"], period["excess_ms"], th)
         meta["period_steps"] = n
     meta["period"] = period
     meta["slow_step_numbers"] = [int(s) for s in slow_rows["step"].head(th.step_budget.max_slow_steps)]
@@ -632,6 +644,73 @@ def find_period(
     return best
 
 
+def period_work(
+    work: pd.DataFrame | None, rank: int, period_steps: list[int], excess_ms: float, th: Thresholds
+) -> list[dict]:
+    """What light mode saw run in the period's slow steps (checkpoint saves, evaluation spans), costliest first.
+
+    A work record carries the step in progress when the call began, and a step's time runs from its boundary
+    to the next, so the call's time is inside that very step: the slow step itself, not its neighbour (the
+    periodic_checkpoint and periodic_evaluation fixtures: every record's step is a slow step, 19, 39, 59, 79).
+    One kind of work counts when ``period_min_hit_share`` of the slow steps hold it and its median time in them
+    (several records of a step added up) is ``period_work_share`` of their excess over the median.
+    """
+    if work is None or not len(work) or not period_steps or not excess_ms > 0:
+        return []
+    b = th.step_budget
+    rows = work[(work["rank"] == rank) & work["step"].isin(period_steps)]
+    found = []
+    for what, of_kind in rows.groupby("what", sort=True):
+        per_step = of_kind.groupby("step")["ms"].sum()
+        if len(per_step) < b.period_min_hit_share * len(period_steps):
+            continue
+        ms = float(per_step.median())
+        if ms < b.period_work_share * excess_ms:
+            continue
+        by_line = of_kind.groupby(of_kind["location"].fillna(""))["ms"].agg(["sum", "size"])
+        by_line = by_line.sort_values("sum", ascending=False)
+        found.append(
+            {
+                "what": str(what),
+                "ms": ms,
+                "steps": [int(s) for s in per_step.index],
+                "locations": [(str(loc) or None, int(r["size"]), float(r["sum"])) for loc, r in by_line.iterrows()],
+            }
+        )
+    return sorted(found, key=lambda w: -w["ms"])
+
+
+def short_location(location: str | None) -> str:
+    """``train.py:88`` of ``/abs/path/train.py:88``, for titles (subjects keep the full path)."""
+    if not location:
+        return "an unknown line"
+    file, _, line = location.rpartition(":")
+    return f"{file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{line}" if file else location
+
+
+def work_words(work: list[dict]) -> tuple[str, str, list[Subject]]:
+    """The title's words, the advice and the location subjects for the work that runs in a period's slow steps."""
+    words, advice, subjects = [], [], []
+    for w in work:
+        top = w["locations"][0][0] if w["locations"] else None
+        where = short_location(top)
+        if w["what"] == CHECKPOINT:
+            words.append(f"checkpoint saving, torch.save at {where} takes {w['ms']:,.3g} ms")
+            advice.append(ADVICE["checkpoint"].format(where=where))
+        elif w["what"] == EVALUATION:
+            words.append(f"evaluation (model.eval() at {where}) takes {w['ms']:,.3g} ms")
+            advice.append(ADVICE["evaluation"].format(where=where))
+        else:
+            words.append(f"{w['what']} at {where} takes {w['ms']:,.3g} ms")
+            advice.append(f"{w['what']} at {where} runs in these steps: make it less frequent or asynchronous.")
+        subjects += [
+            Subject("location", location, figures={"what": w["what"], "calls": calls, "ms": total_ms})
+            for location, calls, total_ms in w["locations"]
+            if location
+        ]
+    return "; ".join(words), " ".join(advice), subjects
+
+
 # ---------------------------------------------------------------- findings
 
 
@@ -768,7 +847,12 @@ def periodic_findings(meta: dict, calls_by_rank: dict, th: Thresholds) -> list[F
             f" a step is {p['excess_ms']:,.3g} ms slower than the median {median:,.3g} ms"
             + (f" on rank {rank}" if len(meta) > 1 else "")
         )
-        if p.get("input_wait") and m.get("input_from_loop"):
+        work = p.get("work") or []
+        work_subjects: list[Subject] = []
+        if work and (not p.get("input_wait") or work[0]["ms"] >= (p.get("input_ms") or 0.0)):
+            words, fix, work_subjects = work_words(work)
+            title += f": {words}"
+        elif p.get("input_wait") and m.get("input_from_loop"):
             title += f", waiting {p['input_ms']:,.3g} ms for input"
             fix = (
                 "These steps wait for the loop's iterator: a new one at each epoch boundary is slow to give its first "
@@ -805,11 +889,18 @@ def periodic_findings(meta: dict, calls_by_rank: dict, th: Thresholds) -> list[F
                 if share is not None and share >= th.step_budget.cause_critical_share
                 else Severity.WARNING,
                 title=title,
-                subjects=tuple(Subject("step", str(s), figures={"rank": rank}) for s in p["steps"][:20]),
+                subjects=(
+                    *work_subjects,
+                    *(Subject("step", str(s), figures={"rank": rank}) for s in p["steps"][:20]),
+                ),
                 evidence=(
                     Evidence("step_budget_period_steps", float(n), "count"),
                     Evidence("step_budget_period_excess_ms", p["excess_ms"], "ms"),
                     Evidence("step_budget_period_occurrences", float(p["occurrences"]), "count"),
+                    *(
+                        Evidence(f"step_budget_period_{w['what']}_ms", w["ms"], "ms")
+                        for w in (work if work_subjects else ())
+                    ),
                 ),
                 cost_share=share,
                 recommendation=fix,

@@ -50,6 +50,7 @@ class Runtime:
         self.steps = Steps(self)
         self.memory = None  # memory_capture.MemoryCapture, from torch's import or the first boundary
         self.window = None  # trace_window.StepWindow, from the first boundary when a window is asked for
+        self.periodic_work = None  # periodic_work.PeriodicWork: torch.save and eval spans, once torch is imported
         self._torch_hooked = False
 
     # ---- the run folder
@@ -78,7 +79,25 @@ class Runtime:
         self.steps.hook_backward(torch)
         self.steps.hook_input_wait(torch)
         self.steps.arm_time_slices()
+        self._hook_periodic_work(torch)
         self._memory_capture().record_history_from_cuda_init(torch)
+
+    def _hook_periodic_work(self, torch) -> None:
+        """Checkpoint saves and evaluation spans as work records (periodic_work): only those calls pay."""
+        from diagnose.launch.runtime.periodic_work import PeriodicWork
+
+        try:
+            work = PeriodicWork(self)
+            work.hook(torch)
+            self.periodic_work = work
+        except Exception as e:
+            self.faults.log_once("periodic-work", f"cannot watch torch.save and model.eval() ({e})")
+
+    def unhook_torch(self) -> None:
+        """Take off what this runtime put into torch outside the step sources (those are steps.unhook_all's)."""
+        work, self.periodic_work = self.periodic_work, None
+        if work is not None:
+            work.unhook()
 
     def on_jax_imported(self, jax) -> None:
         if not self.disabled:

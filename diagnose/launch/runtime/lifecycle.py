@@ -64,6 +64,7 @@ def uninstall() -> list[dict]:
     remove_all()
     runtime.flush("context-exit")
     runtime.steps.unhook_all()
+    runtime.unhook_torch()
     return list(runtime.faults.reported)
 
 
