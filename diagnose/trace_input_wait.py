@@ -126,12 +126,23 @@ def is_generator(file: str, line: int, function: str, source_dirs: tuple[str, ..
 
 
 def _find_source(file: str, source_dirs: tuple[str, ...]) -> str | None:
+    """The source file a frame names, here: as named, else under one of ``source_dirs``. A run folder copied from
+    the GPU machine names files by that machine's paths (``/tmp/t/examples/train.py``); its tail is looked for
+    under the folders given, the longest tail first (``examples/train.py`` in a checkout of the same code)."""
     if not file.endswith(".py"):
         return None
-    candidates = [file] if os.path.isabs(file) else [os.path.join(d, file) for d in source_dirs]
-    for candidate in candidates:
-        if os.path.isfile(candidate):
-            return os.path.realpath(candidate)
+    if os.path.isabs(file):
+        if os.path.isfile(file):
+            return os.path.realpath(file)
+        parts = Path(file).parts[1:]
+        tails = [os.path.join(*parts[i:]) for i in range(len(parts))]
+    else:
+        tails = [file]
+    for tail in tails:
+        for folder in source_dirs:
+            candidate = os.path.join(folder, tail)
+            if os.path.isfile(candidate):
+                return os.path.realpath(candidate)
     return None
 
 
@@ -165,8 +176,8 @@ def _yields(function: ast.AST) -> bool:
 
 
 def source_dirs_of(profile) -> list[str]:
-    """Folders a trace's relative frame file names may be under: the run's working folder, its script's folder,
-    the folders of the files read, and this process's working folder."""
+    """Folders a trace's relative frame file names may be under: the run's working folder, its script's folder
+    (there, and under this process's working folder), the folders of the files read, and this working folder."""
     dirs = []
     manifest = getattr(profile, "manifest", None) or {}
     cwd = manifest.get("cwd")
@@ -176,6 +187,8 @@ def source_dirs_of(profile) -> list[str]:
         for arg in command[:4] if isinstance(command, list) else []:
             if isinstance(arg, str) and arg.endswith(".py"):
                 dirs.append(os.path.dirname(os.path.join(cwd, arg)))
+                if not os.path.isabs(arg):  # the run folder read in a checkout of the same code elsewhere
+                    dirs.append(os.path.dirname(os.path.abspath(arg)))
     dirs += [os.path.dirname(os.path.abspath(s)) for s in getattr(profile, "sources", []) or []]
     dirs.append(os.getcwd())
     return list(dict.fromkeys(dirs))
@@ -204,3 +217,66 @@ def input_wait_per_step(trace, steps: pd.DataFrame, source_dirs=(), fetches: pd.
     )
     index = pd.Index(steps["step"].to_numpy(dtype=np.int64), name="step")
     return pd.Series(np.asarray(wait_ns, dtype=np.float64) / 1e6, index=index, name="input_ms")
+
+
+def input_fetches(trace, steps: pd.DataFrame, source_dirs=(), fetches: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every fetch of a batch the trace shows (ts_ns, end_ns), by start: DataLoader ranges and the loop's
+    iterator calls (``fetches``: iterator_fetches(trace, steps, ...) when the caller has it already)."""
+    key = (tuple(str(d) for d in source_dirs), len(steps), None if fetches is None else id(fetches))
+    memo = getattr(trace, "_gpudiag_input_fetches", None)  # the sync, idle and launch analyzers all ask
+    if memo is not None and memo[0] is trace.python and key in memo[1]:
+        return memo[1][key].copy()
+    parts = [dataloader_fetches(trace)[["ts_ns", "end_ns"]]]
+    if fetches is None and len(steps):
+        fetches = iterator_fetches(trace, steps, source_dirs)
+    if fetches is not None and len(fetches):
+        parts.append(fetches[["ts_ns", "end_ns"]])
+    found = pd.concat(parts, ignore_index=True).astype("int64")
+    found = found.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+    if memo is None or memo[0] is not trace.python:
+        memo = (trace.python, {})
+        try:
+            object.__setattr__(trace, "_gpudiag_input_fetches", memo)
+        except AttributeError:
+            pass
+    memo[1][key] = found
+    return found.copy()
+
+
+def input_idle_by_cause(gaps: pd.DataFrame, fetches: pd.DataFrame) -> dict[str, float]:
+    """ns of GPU idle during which the host was fetching input, by the cause trace_timeline.gaps gave each gap
+    (a gap after a sync or waiting for a launch): what the idle and launch analyzers take out of those causes."""
+    inside, start, end = input_inside_gaps(gaps["start_ns"].to_numpy(), gaps["end_ns"].to_numpy(), fetches)
+    if not len(inside):
+        return {}
+    causes = gaps["cause"].to_numpy()[inside]
+    return {str(c): float((end - start)[causes == c].sum()) for c in np.unique(causes)}
+
+
+def input_inside_gaps(
+    gap_start_ns: np.ndarray, gap_end_ns: np.ndarray, fetches: pd.DataFrame
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The parts of GPU idle gaps (sorted, disjoint) during which the host was fetching input: (gap index,
+    start ns, end ns) of each part, in time order. A sync followed by a 30 ms fetch from a generator leaves the
+    GPU idle for both; the fetch's part is the input's, not the sync's."""
+    gap_start_ns = np.asarray(gap_start_ns, dtype=np.int64)
+    gap_end_ns = np.asarray(gap_end_ns, dtype=np.int64)
+    empty = np.array([], dtype=np.int64)
+    if not len(gap_start_ns) or not len(fetches):
+        return empty, empty, empty
+    fetch_start, fetch_end = merge(fetches["ts_ns"].to_numpy(np.int64), fetches["end_ns"].to_numpy(np.int64))
+    first = np.searchsorted(gap_end_ns, fetch_start, side="right")  # the first gap that ends after the fetch starts
+    stop = np.searchsorted(gap_start_ns, fetch_end, side="left")  # gaps before it start before the fetch ends
+    index, starts, ends = [], [], []
+    for fs, fe, a, b in zip(fetch_start, fetch_end, first, stop):
+        if a >= b:
+            continue
+        gaps = np.arange(a, b)
+        index.append(gaps)
+        starts.append(np.maximum(gap_start_ns[gaps], fs))
+        ends.append(np.minimum(gap_end_ns[gaps], fe))
+    if not index:
+        return empty, empty, empty
+    index, starts, ends = np.concatenate(index), np.concatenate(starts), np.concatenate(ends)
+    keep = ends > starts
+    return index[keep], starts[keep], ends[keep]

@@ -17,6 +17,7 @@ from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
+from diagnose.trace_input_wait import input_fetches, input_idle_by_cause, source_dirs_of
 
 NAME = "idle"
 ORDER = 20
@@ -40,6 +41,9 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
 )
 
 CAUSE_ADVICE = {
+    "input": "The GPU waits while the host fetches the next batch: see the step budget's input finding for the "
+    "iterator and its share of the step. Prepare batches ahead (DataLoader num_workers, pin_memory, prefetch, or "
+    "a background thread for a hand-written iterator) and keep per-batch work off the training thread.",
     "sync": "The GPU sits idle after host synchronisations: see the sync table for the lines that block and "
     "keep values on the GPU (log them every N steps, use non_blocking copies into pinned memory).",
     "host": "The GPU waits for the host to launch work: the step is launch-bound or blocked by CPU work "
@@ -123,6 +127,10 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
 
         gaps = tl.gaps(trace, th.sync.kernel_gap_us * 1e3, th.sync.sync_slack_us * 1e3)
         by_cause = {c: float(gaps.loc[gaps["cause"] == c, "dur_ns"].sum()) for c in tl.GAP_CAUSES}
+        # the host fetching the next batch (a DataLoader range, the loop's iterator) is the cause of that idle,
+        # whatever gap it falls in (after a sync, before a launch): said as input, taken out of the others
+        fetches = input_fetches(trace, tl.steps(trace), source_dirs_of(profile))
+        input_by_cause = input_idle_by_cause(gaps, fetches) if len(fetches) else {}
         breakdown_rows.append(
             {
                 "rank": rank,
@@ -131,6 +139,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
                 "compute_pct": compute_pct,
                 "non_compute_pct": non_pct,
                 **{f"idle_{c}_ns": by_cause[c] for c in tl.GAP_CAUSES},
+                "idle_input_ns": sum(input_by_cause.values()),
             }
         )
         windows = tl.steps(trace)
@@ -145,6 +154,8 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         gap_tables.append(g)
 
         shown = host_activity_words(trace) if by_cause["unlinked"] > 0 else ""
+        by_cause = {c: by_cause[c] - input_by_cause.get(c, 0.0) for c in tl.GAP_CAUSES}
+        by_cause["input"] = sum(input_by_cause.values())
         finding = idle_finding(rank, b, by_cause, per_step, th, shown)
         if finding:
             result.findings.append(finding)
@@ -194,8 +205,9 @@ def idle_finding(
         sev = Severity.WARNING
     else:
         sev = Severity.INFO
-    main = max(tl.GAP_CAUSES, key=lambda c: by_cause[c])
+    main = max(("input", *tl.GAP_CAUSES), key=lambda c: by_cause.get(c, 0.0))
     labels = {
+        "input": "waiting for input (the host fetching the next batch)",
         "sync": "held by host syncs",
         "host": "waiting for the host to launch work",
         "short": "in short kernel-to-kernel gaps",
@@ -207,7 +219,7 @@ def idle_finding(
         Evidence("gpu_compute_pct", 100 * b["compute_ns"] / span, "%"),
         Evidence("gpu_non_compute_pct", 100 * b["non_compute_ns"] / span, "%"),
     ]
-    evidence += [Evidence(f"idle_{c}_pct", 100 * by_cause[c] / span, "%") for c in tl.GAP_CAUSES]
+    evidence += [Evidence(f"idle_{c}_pct", 100 * by_cause.get(c, 0.0) / span, "%") for c in ("input", *tl.GAP_CAUSES)]
     steps = per_step[per_step["step"] >= 0]
     subjects = [Subject("rank", str(rank))]
     if len(steps):

@@ -16,6 +16,7 @@ from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_
 from diagnose.metrics import LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
+from diagnose.trace_input_wait import input_fetches, input_idle_by_cause, source_dirs_of
 
 NAME = "launch"
 ORDER = 22
@@ -95,7 +96,11 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
 
         gaps = tl.gaps(trace, th.sync.kernel_gap_us * 1e3, th.sync.sync_slack_us * 1e3)
         span = tl.temporal_breakdown(trace.gpu)["span_ns"]
-        host_wait_pct = 100 * float(gaps.loc[gaps["cause"] == "host", "dur_ns"].sum()) / span if span else 0.0
+        host_wait_ns = float(gaps.loc[gaps["cause"] == "host", "dur_ns"].sum())
+        # waiting while the host fetched the next batch is input, not launch overhead (the idle analyzer's split)
+        fetches = input_fetches(trace, tl.steps(trace), source_dirs_of(profile))
+        host_wait_ns -= input_idle_by_cause(gaps, fetches).get("host", 0.0) if len(fetches) else 0.0
+        host_wait_pct = 100 * host_wait_ns / span if span else 0.0
         finding = launch_finding(rank, stats, per_op, host_wait_pct, th)
         if finding:
             result.findings.append(finding)

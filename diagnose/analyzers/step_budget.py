@@ -510,10 +510,24 @@ def traced_steps(
     # generator, a __next__ method) is read from the trace's Python frames instead
     from_trace = out["input_ms"].isna().to_numpy()
     from_loop = "input_from" in rows and (rows["input_from"] == "loop").any()
-    if from_trace.any() or from_loop:
-        from diagnose.trace_input_wait import input_wait_per_step, iterator_fetches, source_dirs_of
+    from diagnose.trace_input_wait import (
+        input_fetches,
+        input_inside_gaps,
+        input_wait_per_step,
+        iterator_fetches,
+        source_dirs_of,
+    )
 
-        fetches = iterator_fetches(trace, windows, source_dirs_of(profile))
+    fetches = iterator_fetches(trace, windows, source_dirs_of(profile))
+    # the part of a sync's gap in which the host fetched the next batch is input wait, not the sync's (sync.py)
+    sync_gaps = gaps[gaps["cause"] == "sync"]
+    _, fetch_start, fetch_end = input_inside_gaps(
+        sync_gaps["start_ns"].to_numpy(), sync_gaps["end_ns"].to_numpy(), input_fetches(trace, windows, fetches=fetches)
+    )
+    fetching_in_sync_ms = tl.clip_sums(fetch_start, fetch_end, lo, hi) / 1e6
+    out["sync_ms"] = out["sync_ms"].to_numpy() - fetching_in_sync_ms
+    host_idle = host_idle + fetching_in_sync_ms
+    if from_trace.any() or from_loop:
         if len(fetches):
             if from_trace.any():
                 traced_wait = input_wait_per_step(trace, windows, fetches=fetches)

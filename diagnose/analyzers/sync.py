@@ -6,7 +6,8 @@ attributed to the op that issued it (the outermost CPU op around the runtime cal
 ``aten::item``, ``aten::nonzero``, ``aten::to`` …) and to the user's innermost Python frame.
 Kineto names a frame by the function's *first* line, so with only a trace the location is
 the function; the exact line comes from the sync records ``gpudiag profile`` writes
-(``profile.sync_records``), matched to the trace's sync calls by time.
+(``profile.sync_records``), matched to the trace's sync calls by time. Where the host fetched the next
+batch inside that gap (a DataLoader range, the loop's iterator), that part is the input's, not the sync's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_
 from diagnose.metrics import LOWER, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
+from diagnose.trace_input_wait import input_fetches, input_inside_gaps, source_dirs_of
 
 NAME = "sync"
 ORDER = 21
@@ -100,7 +102,8 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         trace = profile.traces.get(rank)
         if trace is not None and len(trace.gpu):
             trace = tl.analysed(trace)
-            calls, step_ns, n_steps = trace_syncs(trace, th)
+            fetches = input_fetches(trace, tl.steps(trace), source_dirs_of(profile))
+            calls, step_ns, n_steps = trace_syncs(trace, th, fetches)
             if records is not None and len(records):
                 calls = apply_records(calls, records, trace)
         elif records is not None and len(records):
@@ -223,12 +226,20 @@ def fmt_ms(v) -> str:
     return "an unknown time" if v is None or np.isnan(v) else f"{v:.3g} ms"
 
 
-def trace_syncs(trace, th: Thresholds) -> tuple[pd.DataFrame, float, int]:
-    """One row per host-blocking sync call of the trace, with its op, frame, step and caused GPU idle."""
+def trace_syncs(trace, th: Thresholds, fetches: pd.DataFrame | None = None) -> tuple[pd.DataFrame, float, int]:
+    """One row per host-blocking sync call of the trace, with its op, frame, step and caused GPU idle.
+
+    ``fetches``: the input fetches the trace shows (trace_input_wait.input_fetches). The part of a sync's gap
+    during which the host was fetching the next batch is the input's: it is not the sync's GPU idle."""
     rt, ops, py = trace.runtime, trace.cpu_ops, trace.python
     idx = tl.host_syncs(trace)
     gaps = tl.gaps(trace, th.sync.kernel_gap_us * 1e3, th.sync.sync_slack_us * 1e3)
-    idle_by_sync = gaps[gaps["sync_index"] >= 0].groupby("sync_index")["dur_ns"].sum()
+    gaps = gaps[gaps["sync_index"] >= 0]
+    if fetches is not None and len(fetches) and len(gaps):
+        inside, start, end = input_inside_gaps(gaps["start_ns"].to_numpy(), gaps["end_ns"].to_numpy(), fetches)
+        fetching = np.bincount(inside, weights=end - start, minlength=len(gaps))
+        gaps = gaps.assign(dur_ns=gaps["dur_ns"].to_numpy() - fetching)
+    idle_by_sync = gaps.groupby("sync_index")["dur_ns"].sum()
     windows = tl.steps(trace)
     gwin = tl.gpu_step_windows(trace, windows) if len(windows) else pd.DataFrame()
     if len(gwin):
