@@ -123,7 +123,9 @@ def not_measured(analyzer: str, what: str, how: str, section: str | None = None)
 # input-bound script read "GPU ran kernels only 1 % of the time" and "waiting for the host to launch work"
 # first, with the DataLoader wait that caused both third (issue 18).
 SYMPTOM_IDS = frozenset({"utilization.low_gpu_util", "idle.gpu_idle", "steps.unstable", "launch.launch_bound"})
-ROOT_CAUSE_IDS = frozenset({"step_budget.input", "step_budget.periodic", "step_budget.allocator"})
+ROOT_CAUSE_IDS = frozenset(
+    {"step_budget.input", "step_budget.periodic", "step_budget.allocator", "step_budget.compilation"}
+)
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:

@@ -244,6 +244,9 @@ class StepBudget:
     when the slow steps wait on input for ``period_input_share`` of their excess over the median. A checkpoint
     save or an evaluation (light mode's work records) explains it when ``period_min_hit_share`` of the period's
     slow steps hold one and it takes ``period_work_share`` of their excess (its median time in them).
+    Steps after warm-up that compiled (light mode's compilation records) are kept out of the figures, and are a
+    finding when their compilation holds ``compile_min_share`` of the run's time after warm-up (its severity by the
+    cause shares above).
     """
 
     cause_min_share: float = 0.05
@@ -257,6 +260,7 @@ class StepBudget:
     period_input_share: float = 0.5
     period_work_share: float = 0.5
     max_slow_steps: int = 20  # slow steps listed per rank in the table and a finding
+    compile_min_share: float = 0.01  # compilation after warm-up / the time of every step after warm-up
 
 
 @dataclass(frozen=True)

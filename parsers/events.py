@@ -4,7 +4,7 @@ Two sources (docs/step-timings.md describes both):
 
 * ``events/rank<N>.jsonl`` written by ``gpudiag profile``: one JSON object a line,
   ``"kind"`` = ``step`` | ``sync`` | ``work`` | ``run``; other kinds are skipped so newer
-  writers stay readable. A ``work`` record (a checkpoint save or an evaluation span, with the
+  writers stay readable. A ``work`` record (a checkpoint save, an evaluation span or a compile, with the
   user's line) that cannot be read is dropped with a warning: it only names what ran in a slow
   step, and the step timings stay usable without it. Of the ``run`` records only the ``gpu-time-every`` ones are
   kept (``GpuTimeChoice``, in ``steps.attrs["gpu_time_choices"]``): when and why the
@@ -109,13 +109,16 @@ WORK_SCHEMA = Schema(
         "ms": F64,
         "location": STR,
         "t_ns": F64,
+        "name": STR,
     },
     docs={
         "step": "the step in progress when the work began (its time is in that step's host_ms)",
-        "what": "'checkpoint' (a torch.save call) or 'evaluation' (model.eval() until the next model.train())",
+        "what": "'checkpoint' (a torch.save call), 'evaluation' (model.eval() until the next model.train()) or "
+        "'compilation' (a JAX jit or torch.compile compile)",
         "ms": "host wall time of the call or the span",
         "location": "'file:line' of the user's call (torch.save or model.eval()); empty when no user frame",
         "t_ns": "when the work began, unix epoch ns",
+        "name": "what was compiled ('jit(update)', 'torch.compile(forward)'); empty for other work",
     },
 )
 
@@ -303,9 +306,12 @@ def _gpu_time_choice(r: dict) -> GpuTimeChoice:
 def _work_record(r: dict) -> dict:
     what, location = r.get("what"), r.get("location")
     if not isinstance(what, str) or not what:
-        raise ValueError(f"needs what (checkpoint, evaluation), found {str(what)[:40]!r}")
+        raise ValueError(f"needs what (checkpoint, evaluation, compilation), found {str(what)[:40]!r}")
     if location is not None and not isinstance(location, str):
         raise ValueError(f"location should be 'file:line', found {str(location)[:40]!r}")
+    name = r.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"name should be the compiled function's name, found {str(name)[:40]!r}")
     ms = _duration(r, "ms")
     if math.isnan(ms):
         raise ValueError("needs ms, found none")
@@ -316,6 +322,7 @@ def _work_record(r: dict) -> dict:
         "ms": ms,
         "location": location or None,
         "t_ns": _number(r, "t_ns"),
+        "name": name or None,
     }
 
 

@@ -10,8 +10,10 @@ says which steps it was measured in: nothing is scaled from one set of steps to 
 
 Traced steps run inside gpudiag's profiler and are slower by design: their excess over the steady
 median is gpudiag's (it shows in the trace as host-launch idle, and is taken out of that part), never
-the script's. Warm-up steps are kept out of every figure and reported on their own. Slow steps that
-recur every N steps are named with what waits there (docs/step-budget.md).
+the script's. Warm-up steps are kept out of every figure and reported on their own, and so are later steps that
+compiled (light mode's compilation records: a JAX jit or torch.compile compiling again for a new shape), named
+with the function and line (``step_budget.compilation``). Slow steps that recur every N steps are named with
+what waits there (docs/step-budget.md).
 """
 
 from __future__ import annotations
@@ -52,12 +54,15 @@ SUMMARY_METRICS = (  # what analyze() writes into Result.summary, plain for the 
     Metric("step_budget_{part}_ms", "Median step budget: {part}", "ms", NEUTRAL, 0.001),
     Metric("step_budget_warmup_steps", "Warm-up steps kept apart", "count", NEUTRAL, 1),
     Metric("step_budget_warmup_ms", "Warm-up steps' total time", "ms", LOWER, 0.001),
+    Metric("step_budget_compile_steps", "Steps after warm-up that compiled, kept apart", "count", LOWER, 1),
+    Metric("step_budget_compile_ms", "Compilation after warm-up, in all", "ms", LOWER, 0.001),
     Metric("step_budget_instrumented_steps", "Steps inside gpudiag's trace window", "count", NEUTRAL, 1),
     Metric("step_budget_slow_steps", "Slow steady steps", "count", LOWER, 1),
     Metric("step_budget_period_steps", "Period of recurring slow steps", "count", NEUTRAL, 1),
 )
 FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
     "step_budget.allocator",
+    "step_budget.compilation",
     "step_budget.input",
     "step_budget.launch_bound",
     "step_budget.not_measured",
@@ -82,8 +87,24 @@ ADVICE = {
     "unexplained": "Part of the step is not explained by anything measured: profile with `gpudiag profile` (it "
     "records input wait and traces some steps), and trace more steps (--trace-steps) to measure GPU busy and idle.",
 }
+KEPT_APART_KEYS = (  # meta keys that go into the summary as step_budget_<key>
+    "warmup_steps",
+    "warmup_ms",
+    "compile_steps",
+    "compile_ms",
+    "instrumented_steps",
+    "slow_steps",
+    "period_steps",
+)
 PERIOD_CANDIDATES = "evaluation, checkpoint saving or logging every N steps"
-CHECKPOINT, EVALUATION = "checkpoint", "evaluation"  # the ``what`` of light mode's work records
+CHECKPOINT, EVALUATION, COMPILATION = "checkpoint", "evaluation", "compilation"  # ``what`` of light mode's work
+ADVICE["compilation"] = (
+    "Keep input shapes static so the function compiles once: pad batches to one length or to a few bucket sizes, "
+    "drop or pad the last partial batch of an epoch (drop_last=True), and mark arguments that select code paths as "
+    "static (jax.jit(static_argnames=...)). To see why it compiled: JAX `jax.config.update('jax_log_compiles', "
+    "True)` (or JAX_LOG_COMPILES=1), torch `TORCH_LOGS=recompiles`. With torch.compile, compile once for varying "
+    "sizes with torch.compile(dynamic=True) or torch._dynamo.mark_dynamic(tensor, dim)."
+)
 ADVICE["checkpoint"] = (
     "The checkpoint at {where} blocks training while it is written: save less often; save asynchronously "
     "(torch.distributed.checkpoint.async_save, or copy the state to CPU and write it from a background thread); "
@@ -134,7 +155,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         for r in median.itertuples():
             if np.isfinite(r.ms):
                 result.summary[idle.rank_key(rank, lowest, f"step_budget_{r.part}_ms")] = float(r.ms)
-        for k in ("warmup_steps", "warmup_ms", "instrumented_steps", "slow_steps", "period_steps"):
+        for k in KEPT_APART_KEYS:
             if rank_meta.get(k) is not None:
                 result.summary[idle.rank_key(rank, lowest, f"step_budget_{k}")] = float(rank_meta[k])
     result.meta["ranks"] = meta_ranks
@@ -155,6 +176,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         result.tables["traced_steps"] = pd.concat(traced_tables, ignore_index=True)
     result.findings.extend(cause_findings(budget, meta_ranks, calls_by_rank, th))
     result.findings.extend(periodic_findings(meta_ranks, calls_by_rank, th))
+    result.findings.extend(compile_findings(meta_ranks, th))
     return result
 
 
@@ -203,7 +225,9 @@ def rank_budget(
     rows = rows.assign(wall_ms=budget_wall_ms(rows))
     instrumented = rows["instrumented"].fillna(False).astype(bool) if "instrumented" in rows else rows["warmup"] & False
     warm = rows["warmup"] & ~instrumented
-    steady = rows[~rows["warmup"]]
+    compiles = compile_records(profile.work_records.get(rank), rank)
+    compiled = rows["step"].isin(compiles["step"]) & ~rows["warmup"]  # compiled after warm-up: kept apart too
+    steady = rows[~rows["warmup"] & ~compiled]
     meta = {
         "warmup_steps": int(warm.sum()),
         "warmup_ms": float(rows.loc[warm, "wall_ms"].sum()),
@@ -214,6 +238,7 @@ def rank_budget(
         "steady_steps": int(len(steady)),
         "notes": [],
     }
+    add_compile_meta(meta, compiles, rows, warm, compiled)
     step_ms = steady["wall_ms"].dropna()
     if not len(step_ms):
         return meta, None, None, pd.DataFrame(), pd.DataFrame()
@@ -723,6 +748,139 @@ def work_words(work: list[dict]) -> tuple[str, str, list[Subject]]:
             if location
         ]
     return "; ".join(words), " ".join(advice), subjects
+
+
+# ---------------------------------------------------------------- compilation
+
+
+def compile_records(work: pd.DataFrame | None, rank: int) -> pd.DataFrame:
+    """This rank's compilation records (light mode's ``work`` records with what = compilation), maybe empty."""
+    if work is None or not len(work):
+        return pd.DataFrame(columns=["rank", "step", "what", "ms", "location", "t_ns", "name"])
+    rows = work[(work["rank"] == rank) & (work["what"] == COMPILATION)]
+    if "name" not in rows:
+        rows = rows.assign(name=None)
+    return rows.reset_index(drop=True)
+
+
+def add_compile_meta(meta: dict, compiles: pd.DataFrame, rows: pd.DataFrame, warm: pd.Series, compiled: pd.Series):
+    """The compiles in the warm-up steps (a note) and after it (the steps kept apart and what compiled there).
+
+    A compile after warm-up is one whose step is neither a warm-up nor an instrumented step: a step that has a
+    step record (kept out of the steady figures) or the step the run ended in (no record, nothing to keep out)."""
+    meta["compile_steps"] = int(compiled.sum())
+    meta["compile_step_numbers"] = [int(s) for s in rows.loc[compiled, "step"]]
+    meta["compile_steps_wall_ms"] = float(rows.loc[compiled, "wall_ms"].sum())
+    if not len(compiles):
+        meta["compile_ms"] = 0.0
+        return
+    in_warmup = compiles["step"].isin(rows.loc[warm, "step"])
+    kept_out = rows.loc[rows["warmup"], "step"]
+    after = compiles[~compiles["step"].isin(kept_out)]
+    if in_warmup.any():
+        warm_ms = float(compiles.loc[in_warmup, "ms"].sum())
+        meta["warmup_compile_ms"] = warm_ms
+        meta["notes"].append(
+            f"of the {meta['warmup_steps']} warm-up step(s)' {meta['warmup_ms']:,.1f} ms, {warm_ms:,.1f} ms was "
+            f"compilation ({int(in_warmup.sum())} compile(s); compiles before the first step are not recorded)"
+        )
+    meta["compile_ms"] = float(after["ms"].sum())
+    meta["compile_count"] = int(len(after))
+    if not len(after):
+        return
+    functions = []
+    for name, of_name in after.groupby(after["name"].fillna(""), sort=False):
+        by_line = (
+            of_name.groupby(of_name["location"].fillna(""))["ms"]
+            .agg(["sum", "size"])
+            .sort_values("sum", ascending=False)
+        )
+        functions.append(
+            {
+                "name": str(name) or None,
+                "ms": float(of_name["ms"].sum()),
+                "count": int(len(of_name)),
+                "steps": sorted({int(s) for s in of_name["step"]}),
+                "locations": [(str(loc) or None, int(r["size"]), float(r["sum"])) for loc, r in by_line.iterrows()],
+            }
+        )
+    meta["compile_functions"] = sorted(functions, key=lambda f: -f["ms"])
+    per_step = after.groupby("step")["ms"].sum()
+    meta["compile_ms_by_step"] = {int(s): float(ms) for s, ms in per_step.items()}
+    if meta["compile_steps"]:
+        meta["notes"].append(
+            f"{meta['compile_steps']} step(s) after warm-up compiled ({meta['compile_steps_wall_ms']:,.1f} ms in all, "
+            f"{meta['compile_ms']:,.1f} ms of it compilation) and are kept out of the figures (step_budget.compilation)"
+        )
+
+
+def function_words(name: str | None) -> str:
+    """``update (jit)`` of ``jit(update)``, ``forward (torch.compile)`` of ``torch.compile(forward)``."""
+    if not name:
+        return "A function"
+    head, paren, rest = name.partition("(")
+    if paren and rest.endswith(")") and head in ("jit", "pjit", "torch.compile"):
+        return f"{rest[:-1]} ({head})"
+    return name
+
+
+def compile_findings(meta: dict, th: Thresholds) -> list[Finding]:
+    """``step_budget.compilation``: compiles after warm-up that cost ``compile_min_share`` of the run after it."""
+    findings = []
+    ranks = [(rank, m) for rank, m in sorted(meta.items()) if m.get("compile_functions")]
+    for rank, m in ranks:
+        after_ms = (m.get("steady_total_ms") or 0.0) + m.get("compile_steps_wall_ms", 0.0)
+        total_ms = m["compile_ms"]
+        share = min(1.0, total_ms / after_ms) if after_ms > 0 else None
+        if share is None or share < th.step_budget.compile_min_share:
+            continue
+        top = m["compile_functions"][0]
+        steps = sorted({s for f in m["compile_functions"] for s in f["steps"]})
+        where = short_location(top["locations"][0][0]) if top["locations"] else "an unknown line"
+        others = len(m["compile_functions"]) - 1
+        title = (
+            f"{function_words(top['name'])} compiled again in {len(top['steps'])} step{'s' if len(top['steps']) != 1 else ''} after warm-up "
+            f"(steps {', '.join(str(s) for s in top['steps'][:6])}{', …' if len(top['steps']) > 6 else ''}): "
+            f"{top['ms']:,.4g} ms in all, {top['ms'] / top['count']:,.3g} ms each ({where})"
+        )
+        if others:
+            title += f"; {others} other function(s) too, {total_ms:,.4g} ms of compilation in all"
+        if len(meta) > 1:
+            title += f" on rank {rank}"
+        title += f", {100 * share:.1f} % of the run after warm-up"
+        subjects = [
+            Subject(
+                "location",
+                location,
+                figures={"what": COMPILATION, "name": f["name"] or "", "calls": calls, "ms": ms},
+            )
+            for f in m["compile_functions"]
+            for location, calls, ms in f["locations"]
+            if location
+        ]
+        subjects += [
+            Subject("step", str(s), figures={"rank": rank, "compile_ms": m["compile_ms_by_step"].get(s, 0.0)})
+            for s in steps[: th.step_budget.max_slow_steps]
+        ]
+        findings.append(
+            Finding(
+                id="step_budget.compilation",
+                analyzer=NAME,
+                severity=severity_of(share, th),
+                title=title,
+                subjects=tuple(subjects),
+                evidence=(
+                    Evidence("step_budget_compile_ms", total_ms, "ms"),
+                    Evidence("step_budget_compile_steps", float(len(steps)), "count"),
+                    Evidence("step_budget_compile_each_ms", total_ms / max(1, m["compile_count"]), "ms"),
+                    Evidence("step_budget_compile_share", share, "share", th.step_budget.compile_min_share),
+                ),
+                cost_share=share,
+                recommendation=f"At {where}: {ADVICE['compilation']}",
+                section=SECTION,
+            )
+        )
+    return findings
 
 
 # ---------------------------------------------------------------- findings

@@ -51,6 +51,7 @@ class Runtime:
         self.memory = None  # memory_capture.MemoryCapture, from torch's import or the first boundary
         self.window = None  # trace_window.StepWindow, from the first boundary when a window is asked for
         self.periodic_work = None  # periodic_work.PeriodicWork: torch.save and eval spans, once torch is imported
+        self.compile_work = None  # compile_work.CompileWork: JAX and torch.compile compiles, once either is imported
         self._torch_hooked = False
 
     # ---- the run folder
@@ -80,6 +81,7 @@ class Runtime:
         self.steps.hook_input_wait(torch)
         self.steps.arm_time_slices()
         self._hook_periodic_work(torch)
+        self._hook_compile_work("torch", torch)
         self._memory_capture().record_history_from_cuda_init(torch)
 
     def _hook_periodic_work(self, torch) -> None:
@@ -93,6 +95,26 @@ class Runtime:
         except Exception as e:
             self.faults.log_once("periodic-work", f"cannot watch torch.save and model.eval() ({e})")
 
+    def _hook_compile_work(self, framework: str, module) -> None:
+        """Compiles as work records (compile_work): JAX's monitoring events, torch.compile's dynamo callbacks."""
+        try:
+            if self.compile_work is None:
+                from diagnose.launch.runtime.compile_work import CompileWork
+
+                self.compile_work = CompileWork(self)
+            if framework == "jax":
+                self.compile_work.hook_jax(module)
+            else:
+                self.compile_work.hook_torch(module)
+        except Exception as e:
+            self.faults.log_once(f"compile-work-{framework}", f"cannot watch {framework}'s compiles ({e})")
+
+    def unhook_compile_work(self) -> None:
+        """Take the compile listener and callbacks out of jax and torch._dynamo."""
+        work, self.compile_work = self.compile_work, None
+        if work is not None:
+            work.unhook()
+
     def unhook_torch(self) -> None:
         """Take off what this runtime put into torch outside the step sources (those are steps.unhook_all's)."""
         work, self.periodic_work = self.periodic_work, None
@@ -103,6 +125,7 @@ class Runtime:
         if not self.disabled:
             self.steps.hook_jit(jax)
             self.steps.arm_time_slices()
+            self._hook_compile_work("jax", jax)
 
     def _memory_capture(self):
         if self.memory is None:

@@ -65,6 +65,7 @@ def uninstall() -> list[dict]:
     runtime.flush("context-exit")
     runtime.steps.unhook_all()
     runtime.unhook_torch()
+    runtime.unhook_compile_work()
     return list(runtime.faults.reported)
 
 

@@ -1,0 +1,86 @@
+"""Light mode's compilation records (issue 18): each JAX jit compile and torch.compile compile after the first step,
+with its step, the compiled function and the user's line; nothing before the first step or off the main thread."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from diagnose.launch.runtime.compile_work import CompileWork, union_ns
+from tests.launch.launch_helpers import EXAMPLES, SCRIPTS, gpudiag, records
+
+
+def line_of(path, marker: str) -> int:
+    (number,) = [i for i, text in enumerate(path.read_text().splitlines(), start=1) if marker in text]
+    return number
+
+
+def compiles_of(run_dir) -> list[dict]:
+    return [r for r in records(run_dir) if r["kind"] == "work" and r["what"] == "compilation"]
+
+
+def test_a_jax_loop_that_meets_new_shapes_writes_one_record_per_compile_in_its_step(tmp_path):
+    """examples/jax_recompile.py, 40 iterations, a new sequence length at iterations 10, 20, 30. The step function
+    is chosen at the 8th call (iteration 7 is step 0), so those iterations are steps 3, 13 and 23; the first
+    compile (iteration 0) came before the first step and is not recorded."""
+    pytest.importorskip("jax")
+    pytest.importorskip("jax.monitoring")
+    script = EXAMPLES / "jax_recompile.py"
+    run = tmp_path / "run"
+    done = gpudiag(
+        "profile", "-q", "--trace-steps", "0", "-o", run, "--",
+        "python3", script, "--steps", "40", "--new-every", "10",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = compiles_of(run)
+    assert [(r["step"], r["name"], r["rank"]) for r in found] == [
+        (3, "jit(update)", 0),
+        (13, "jit(update)", 0),
+        (23, "jit(update)", 0),
+    ]
+    assert {r["location"] for r in found} == {f"{script.resolve()}:{line_of(script, '# RECOMPILE')}"}
+    steps = {r["step"]: r for r in records(run) if r["kind"] == "step"}
+    for r in found:  # trace + lowering + XLA compile, inside the step that dispatched it
+        assert 5 < r["ms"] < steps[r["step"]]["host_ms"]
+        assert steps[r["step"]]["t_start_ns"] <= r["t_ns"] <= steps[r["step"] + 1]["t_start_ns"]
+    others = [s["host_ms"] for n, s in steps.items() if n not in (3, 13, 23) and n > 2]
+    assert max(others) < min(r["ms"] for r in found)  # a step that did not compile is faster than any compile
+
+
+def test_torch_compile_recompiles_are_recorded_on_the_main_thread_only(tmp_path):
+    """tests/launch/scripts/torch_compile_recompile.py: dynamic=False compiles per batch size (steps 0, 4, 8); the
+    compile before the first step and the one on another thread (step 6) are not recorded."""
+    pytest.importorskip("torch")
+    script = SCRIPTS / "torch_compile_recompile.py"
+    run = tmp_path / "run"
+    done = gpudiag("profile", "-q", "--trace-steps", "0", "-o", run, "--", "python3", script, timeout=300)
+    assert done.returncode == 0, done.stderr
+    found = compiles_of(run)
+    assert [(r["step"], r["name"]) for r in found] == [(s, "torch.compile(forward)") for s in (0, 4, 8)]
+    assert {r["location"] for r in found} == {f"{script.resolve()}:{line_of(script, '# COMPILE-CALL')}"}
+    assert all(0 < r["ms"] < 60_000 for r in found)
+
+
+def test_the_union_of_phases_counts_a_nested_trace_once():
+    assert union_ns([(0, 10), (2, 5), (20, 25)]) == 15
+    assert union_ns([(5, 9), (0, 6)]) == 9
+    assert union_ns([]) == 0
+
+
+def test_unhook_takes_the_listener_and_the_callbacks_out():
+    """In-process, with the real jax.monitoring and dynamo handler (the runtime is a stand-in: nothing is written)."""
+    jax = pytest.importorskip("jax")
+    callback = pytest.importorskip("torch._dynamo.callback")
+    from jax._src import monitoring
+
+    runtime = types.SimpleNamespace(disabled=False)
+    work = CompileWork(runtime)
+    work.hook_jax(jax)
+    work.hook_dynamo(callback)
+    assert work._on_jax_duration in monitoring.get_event_duration_listeners()
+    assert work._on_dynamo_start in callback.callback_handler.start_callbacks
+    work.unhook()
+    assert work._on_jax_duration not in monitoring.get_event_duration_listeners()
+    assert work._on_dynamo_start not in callback.callback_handler.start_callbacks
+    assert work._on_dynamo_end not in callback.callback_handler.end_callbacks
