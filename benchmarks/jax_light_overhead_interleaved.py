@@ -128,8 +128,10 @@ def main(argv=None) -> int:
                 from diagnose.launch.runtime import lifecycle
 
                 steps = lifecycle.active().steps
-                if args.light_arm == "empty-boundary":
+                if args.light_arm == "empty-boundary":  # and no steady-state shortcut around it (on_jit_step)
                     steps._boundary = lambda source: None
+                    steps._steady_now = lambda: False
+                    steps._steady = False
                 else:
                     steps.memory.maybe_stats = lambda step, perf_ns: None
                     steps.drain = lambda block_s: None

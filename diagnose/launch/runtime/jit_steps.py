@@ -12,13 +12,16 @@ called several times per iteration is not the step, and a function called once (
 candidate. From then on the start of each call to it is a step boundary (``source: "jit"``);
 the calls before the choice are warm-up (compilation) and make no steps. A ``diagnose.step()``
 marker, when the script has one, takes precedence. One proxy call costs well under a microsecond
-of host time; a JAX dispatch costs tens.
+of host time; a JAX dispatch costs tens. Once the choice is made, each proxy holds what its call runs: the
+chosen one ``Steps.on_jit_step`` itself, the others nothing (no finder call in between).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
+import weakref
 
 CHOOSE_AFTER_CALLS = 8
 
@@ -31,7 +34,8 @@ class JitStepFinder:
         self._counts: list[int] = []  # calls per wrapped function, by the order they were jitted
         self._first_call: list[int] = []  # the order in which each was first called (-1: never)
         self._calls = 0
-        self.chosen: int | None = None  # index of the step function
+        self._chosen: int | None = None  # index of the step function
+        self._proxies: list[weakref.ref] = []  # the CountedJit of each wrapped function, by index
         self.chosen_name = ""
         self._names: list[str] = []
         self._jax = None
@@ -54,6 +58,26 @@ class JitStepFinder:
         self._jax, self._original = jax, original
         jax.jit = jit
 
+    @property
+    def chosen(self) -> int | None:
+        """Index of the step function (None: not chosen yet; an index no proxy has: no boundaries)."""
+        return self._chosen
+
+    @chosen.setter
+    def chosen(self, index: int | None) -> None:
+        self._chosen = index
+        for i, ref in enumerate(self._proxies):
+            proxy = ref()
+            if proxy is not None:
+                proxy._hook = self._hook_for(i)
+
+    def _hook_for(self, index: int):
+        """What a call of proxy ``index`` runs before jax's function: counting until the choice, then the boundary
+        for the chosen one and nothing for the rest."""
+        if self._chosen is None:
+            return functools.partial(self.on_call, index)
+        return self._steps.on_jit_step if index == self._chosen else None
+
     def unhook(self) -> None:
         jax, original = self._jax, self._original
         self._jax = self._original = None
@@ -67,7 +91,11 @@ class JitStepFinder:
         self._counts.append(0)
         self._first_call.append(-1)
         self._names.append(getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None) or repr(fun))
-        return CountedJit(jitted, self, len(self._counts) - 1)
+        index = len(self._counts) - 1
+        proxy = CountedJit(jitted, self, index)
+        self._proxies.append(weakref.ref(proxy))
+        proxy._hook = self._hook_for(index)
+        return proxy
 
     def on_call(self, index: int) -> None:
         chosen = self.chosen
@@ -90,18 +118,24 @@ class JitStepFinder:
 
 
 class CountedJit:
-    """A jitted function that tells the finder each time it is called; everything else is jax's."""
+    """A jitted function that tells the finder each time it is called; everything else is jax's.
 
-    __slots__ = ("_jitted", "_finder", "_index", "__weakref__")
+    ``_hook`` is set by the finder: its ``on_call`` for this index until the step function is chosen, then
+    ``Steps.on_jit_step`` for the chosen one and None for the others."""
+
+    __slots__ = ("_jitted", "_finder", "_index", "_hook", "__weakref__")
 
     def __init__(self, jitted, finder: JitStepFinder, index: int):
         self._jitted, self._finder, self._index = jitted, finder, index
+        self._hook = None
 
     def __call__(self, *args, **kwargs):
-        try:
-            self._finder.on_call(self._index)
-        except Exception:  # never in the way of the script's own call
-            pass
+        hook = self._hook
+        if hook is not None:
+            try:
+                hook()
+            except Exception:  # never in the way of the script's own call
+                pass
         return self._jitted(*args, **kwargs)
 
     def __get__(self, obj, objtype=None):  # a jitted method binds like jax's own

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import sys
 import time
@@ -63,12 +64,14 @@ class MemoryCapture:
         self.stats = JsonlAppender(runtime.in_run_dir(runtime.artifact("stats")))
         runtime.expect(runtime.artifact("stats"))
 
-    def maybe_stats(self, step: int, perf_ns: int) -> None:
-        """A memory_stats record, when the interval since the last one has passed."""
+    def maybe_stats(self, step: int, perf_ns: int) -> float:
+        """A memory_stats record, when the interval since the last one has passed. Returns the perf_counter_ns
+        from which the next one is due (infinity without stats), so the jit step path calls only then."""
         if self.stats is None:
-            return
-        if self._last_stats_perf_ns is not None and perf_ns - self._last_stats_perf_ns < self._interval_ns:
-            return
+            return math.inf
+        last_ns = self._last_stats_perf_ns
+        if last_ns is not None and perf_ns - last_ns < self._interval_ns:
+            return last_ns + self._interval_ns
         self._last_stats_perf_ns = perf_ns
         runtime = self._runtime
         if runtime.framework == "torch":
@@ -78,6 +81,7 @@ class MemoryCapture:
         if record is not None:
             self.stats.append(record)
             runtime.written.add(runtime.artifact("stats"))
+        return perf_ns + self._interval_ns
 
     def snapshot_due(self, finished: int) -> bool:
         """True when the history is on and step ``finished`` is the snapshot step (or past it)."""

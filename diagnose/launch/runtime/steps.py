@@ -24,6 +24,7 @@ import math
 import sys
 import threading
 import time
+from time import perf_counter_ns
 
 from diagnose.launch.child_config import nvtx_range_name
 from diagnose.launch.event_log import encode_line
@@ -68,6 +69,13 @@ class Steps:
         # overhead_ns, input_ms, input_from), plain tuples (a class instance per step cost more on the H200 host)
         self._pending = collections.deque()
         self._last_drain_perf_ns = 0
+        # on_jit_step's steady state: True while a JAX step needs nothing but its record (see _steady_now)
+        self._steady = False
+        self._jit_off = False  # a marker, an optimizer or backward passes define steps: jit calls are not boundaries
+        self._wall_offset_ns = 0  # time.time_ns() - time.perf_counter_ns(), read again at each drain of the jit path
+        self._next_due_perf_ns = 0  # the jit path's next drain or memory_stats record: one comparison a step
+        self._next_drain_perf_ns = 0
+        self._next_stats_perf_ns = 0
         # the parts every boundary calls, wired by the runtime at the first boundary; None: that part is off
         self.gpu = None  # gpu_time.GpuTime, with CUDA
         self.nvtx = None  # an nvtx_ranges backend
@@ -94,6 +102,7 @@ class Steps:
         if self.input_wait is not None:
             self.input_wait.unhook()
             self.input_wait = None
+        self._steady = False
         if self.jit is not None:
             self.jit.unhook()
             self.jit = None
@@ -123,9 +132,52 @@ class Steps:
             self.jit.hook(jax)
 
     def on_jit_step(self) -> None:
-        if self._runtime.disabled or self._marker_seen or self._optimizer_id is not None or self._source == "backward":
+        """A call of the chosen jitted step function: ``boundary("jit")``, and in the steady state its whole work.
+
+        In a host-bound JAX loop each µs spent here costs 2-4 µs of step time (the dispatch right after waits on
+        it: 1 µs of spin added 3.4-4.2 µs a step on a CPU host, 2026-12), so the steady state (``_steady_now``:
+        the first steps, the trace window and the snapshot behind, no CUDA events or NVTX ranges) is written
+        out here in one call layer: the same step record as ``_boundary``'s (the input waits read alike), its
+        wall clock derived from perf_counter (the offset read again at each drain), one comparison for whether
+        a drain or a memory_stats record is due, and one perf_counter read for both the step's start and the
+        start of its overhead."""
+        if self._jit_off or self._runtime.disabled:
             return
-        self.boundary("jit")
+        lock = self._lock
+        if not lock.acquire(False):
+            return  # re-entered from a signal handler in the middle of a boundary
+        perf_ns = perf_counter_ns()
+        try:
+            if self._steady and not self.memory.history_on:
+                finished = self.current_step
+                input_ms, input_from = self._input_of_step(finished)
+                # steady: the finished step is a jit step and not instrumented (see _steady_now), no GPU events
+                self._pending.append(
+                    (
+                        finished,
+                        self._wall_ns,
+                        (perf_ns - self._perf_ns) / 1e6,
+                        None,
+                        None,
+                        "jit",
+                        False,
+                        self._overhead_ns,
+                        input_ms,
+                        input_from,
+                    )
+                )
+                self.current_step = finished + 1
+                self._perf_ns = perf_ns
+                self._wall_ns = perf_ns + self._wall_offset_ns
+                if perf_ns >= self._next_due_perf_ns:
+                    self._jit_due(finished + 1, perf_ns)
+            else:
+                self._boundary("jit")
+        except Exception as e:
+            self._runtime.faults.internal_error("step boundary", e)
+        finally:
+            self._overhead_ns = perf_counter_ns() - perf_ns
+            lock.release()
 
     def hook_input_wait(self, torch) -> None:
         """Time the loop's waits in torch DataLoader iterators: each step record's ``input_ms`` (input_wait)."""
@@ -195,6 +247,7 @@ class Steps:
             return
         if self._optimizer_id is None:
             self._optimizer_id = id(optimizer)
+            self._jit_off = True
             if self._source == "backward":
                 # backward passes defined the steps so far; this iteration (which began at the last backward's
                 # end) now ends at the next optimizer step, and the optimizer defines steps from here on
@@ -209,6 +262,7 @@ class Steps:
             return
         if not self._marker_seen:
             self._marker_seen = True
+            self._jit_off = True
             if self._source in ("optimizer", "backward"):
                 # this iteration already ended at optimizer.step() or backward(); the marker takes over from the next one
                 self._source = "marker"
@@ -222,7 +276,7 @@ class Steps:
             return
         if not self._lock.acquire(blocking=False):
             return  # re-entered from a signal handler in the middle of a boundary
-        started_ns = time.perf_counter_ns()
+        started_ns = perf_counter_ns()
         try:
             self._boundary(source)
         except Exception as e:
@@ -230,34 +284,21 @@ class Steps:
         finally:
             # the boundary runs inside the step it starts, so its time is in that step's host_ms;
             # recording it per step lets the report say how much of a step is gpudiag's own work
-            self._overhead_ns = time.perf_counter_ns() - started_ns
+            self._overhead_ns = perf_counter_ns() - started_ns
             self._lock.release()
 
     def _boundary(self, source: str) -> None:
-        perf_ns = time.perf_counter_ns()
+        perf_ns = perf_counter_ns()
         wall_ns = time.time_ns()
         if source != "time":
             self.other_source_seen = True
+            if source == "backward":  # from now on backward passes, an optimizer or a marker define steps
+                self._jit_off = True
         finished = self.current_step
         if finished is None and not self._runtime.start():  # the first boundary wires the parts
             return
         step = 0 if finished is None else finished + 1
-        input_ms = input_from = None
-        wait = self.input_wait
-        if wait is not None:  # the DataLoader wait since the last boundary is this step's, if it fetched any batch
-            input_ns, calls = wait.total_ns, wait.calls
-            if calls != self._input_mark_calls:
-                input_ms = (input_ns - self._input_mark_ns) / 1e6
-            self._input_mark_ns, self._input_mark_calls = input_ns, calls
-        loop = self.loop_input
-        if loop is not None:  # no DataLoader batch in the step: the loop's own wait for its iterator (loop_input)
-            loop_ns, loop_calls = loop.total_ns, loop.calls
-            if input_ms is None and loop_calls != self._loop_mark_calls:
-                input_ms, input_from = (loop_ns - self._loop_mark_ns) / 1e6, "loop"
-            self._loop_mark_ns, self._loop_mark_calls = loop_ns, loop_calls
-        elif input_ms is None and finished is not None and not self._loop_tried:
-            self._loop_tried = True  # once: the first step that fetched nothing from a DataLoader
-            self._watch_loop()
+        input_ms, input_from = self._input_of_step(finished)
         gpu = self.gpu
         event = None
         if gpu is not None and (self._event is not None or step % gpu.every == 0):
@@ -303,8 +344,9 @@ class Steps:
         self._instrumented = instrumented
         if heavy or perf_ns - self._last_drain_perf_ns >= STEP_RECORD_INTERVAL_NS:
             self._last_drain_perf_ns = perf_ns
+            self._next_drain_perf_ns = perf_ns + STEP_RECORD_INTERVAL_NS
             self.drain(block_s=0.0)
-        self.memory.maybe_stats(step, perf_ns)
+        next_stats_ns = self.memory.maybe_stats(step, perf_ns)  # every step on this path (a test times it)
         if gpu is not None and step >= gpu.next_check:
             gpu.choose(step)
         if self.nvtx is not None:
@@ -312,6 +354,65 @@ class Steps:
         self._perf_ns = perf_ns
         self._wall_ns = wall_ns
         self._event = event if event is not None and step % gpu.every == 0 else None
+        if source == "jit" and self._steady_now():  # the next jit boundaries take on_jit_step's steady state
+            if not self._steady:
+                self._wall_offset_ns = wall_clock_offset_ns()
+            self._next_stats_perf_ns = perf_ns if next_stats_ns is None else next_stats_ns
+            self._next_due_perf_ns = min(self._next_drain_perf_ns, self._next_stats_perf_ns)
+            self._steady = True
+        elif self._steady:
+            self._steady = False
+
+    def _steady_now(self) -> bool:
+        """True when the next jit boundary needs no more than on_jit_step's steady state does: the step in progress
+        is a jit step (so ``_source`` stays "jit": marker() and on_optimizer_step() change it only from
+        "optimizer" or "backward") and not instrumented; no CUDA events, NVTX ranges, trace window (closed, or
+        none asked for) or allocator history. The parts are wired at the first boundary and the window is
+        dropped at its close, both here in _boundary, which decides this again each time; unhook_all switches it
+        off; ``memory.history_on`` (turned on by CUDA's lazy init, any time) is read at each jit boundary."""
+        return (
+            self.nvtx is None  # first: under ncu every jit boundary comes here
+            and self.gpu is None
+            and self.window is None
+            and self.current_step is not None
+            and self._source == "jit"
+            and not self._instrumented
+            and not self.memory.history_on
+        )
+
+    def _jit_due(self, step: int, perf_ns: int) -> None:
+        """The drain and the memory_stats record of on_jit_step's steady state, at the times _boundary has them."""
+        if perf_ns >= self._next_drain_perf_ns:
+            self._last_drain_perf_ns = perf_ns
+            self._next_drain_perf_ns = perf_ns + STEP_RECORD_INTERVAL_NS
+            self.drain(block_s=0.0)
+            self._wall_offset_ns = wall_clock_offset_ns()  # a step of the wall clock shows from here on
+        if perf_ns >= self._next_stats_perf_ns:
+            next_stats_ns = self.memory.maybe_stats(step, perf_ns)
+            self._next_stats_perf_ns = perf_ns if next_stats_ns is None else next_stats_ns
+        self._next_due_perf_ns = min(self._next_drain_perf_ns, self._next_stats_perf_ns)
+
+    def _input_of_step(self, finished: int | None) -> tuple[float | None, str | None]:
+        """The finished step's input wait (ms) and where from: the DataLoader wait since the last boundary if it
+        fetched any batch (input_wait), else the loop's own wait for its iterator ("loop", loop_input); the loop is
+        looked for once, at the first step that fetched nothing from a DataLoader."""
+        input_ms = input_from = None
+        wait = self.input_wait
+        if wait is not None:
+            input_ns, calls = wait.total_ns, wait.calls
+            if calls != self._input_mark_calls:
+                input_ms = (input_ns - self._input_mark_ns) / 1e6
+            self._input_mark_ns, self._input_mark_calls = input_ns, calls
+        loop = self.loop_input
+        if loop is not None:
+            loop_ns, loop_calls = loop.total_ns, loop.calls
+            if input_ms is None and loop_calls != self._loop_mark_calls:
+                input_ms, input_from = (loop_ns - self._loop_mark_ns) / 1e6, "loop"
+            self._loop_mark_ns, self._loop_mark_calls = loop_ns, loop_calls
+        elif input_ms is None and finished is not None and not self._loop_tried:
+            self._loop_tried = True
+            self._watch_loop()
+        return input_ms, input_from
 
     def _after_step(self, finished: int) -> bool:
         """Close the window / write the snapshot after step ``finished``; True when anything heavy ran.
@@ -381,6 +482,22 @@ class Steps:
             if lines:
                 self._runtime.events.append_lines(lines)
                 self.recorded += len(lines)
+
+
+def wall_clock_offset_ns() -> int:
+    """``time.time_ns() - time.perf_counter_ns()``, read between two perf_counter reads (the closest of three).
+
+    On Linux perf_counter is CLOCK_MONOTONIC, which NTP slews at the same rate as the wall clock, so the offset
+    changes only when the wall clock is stepped; the jit path reads it again at each drain (every
+    STEP_RECORD_INTERVAL_NS), so its step records' t_start_ns stay within a read's width of ``time.time_ns()``."""
+    best_width_ns = best_offset_ns = None
+    for _ in range(3):
+        before_ns = perf_counter_ns()
+        wall_ns = time.time_ns()
+        after_ns = perf_counter_ns()
+        if best_width_ns is None or after_ns - before_ns < best_width_ns:
+            best_width_ns, best_offset_ns = after_ns - before_ns, wall_ns - (before_ns + after_ns) // 2
+    return best_offset_ns
 
 
 _STEP_SOURCES = ("optimizer", "marker", "backward", "jit", "time")
