@@ -124,7 +124,13 @@ def not_measured(analyzer: str, what: str, how: str, section: str | None = None)
 # first, with the DataLoader wait that caused both third (issue 18).
 SYMPTOM_IDS = frozenset({"utilization.low_gpu_util", "idle.gpu_idle", "steps.unstable", "launch.launch_bound"})
 ROOT_CAUSE_IDS = frozenset(
-    {"step_budget.input", "step_budget.periodic", "step_budget.allocator", "step_budget.compilation"}
+    {
+        "step_budget.input",
+        "step_budget.periodic",
+        "step_budget.allocator",
+        "step_budget.compilation",
+        "step_budget.new_shape",
+    }
 )
 
 

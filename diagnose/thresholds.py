@@ -246,7 +246,9 @@ class StepBudget:
     slow steps hold one and it takes ``period_work_share`` of their excess (its median time in them).
     Steps after warm-up that compiled (light mode's compilation records) are kept out of the figures, and are a
     finding when their compilation holds ``compile_min_share`` of the run's time after warm-up (its severity by the
-    cause shares above).
+    cause shares above). Steps after warm-up that met a new input shape (light mode's new-shape records: cuDNN
+    autotuning with cudnn.benchmark, allocator growth) are kept out of the figures too, and are a finding when one
+    takes ``new_shape_slow_factor`` x the steady median.
     """
 
     cause_min_share: float = 0.05
@@ -261,6 +263,7 @@ class StepBudget:
     period_work_share: float = 0.5
     max_slow_steps: int = 20  # slow steps listed per rank in the table and a finding
     compile_min_share: float = 0.01  # compilation after warm-up / the time of every step after warm-up
+    new_shape_slow_factor: float = 1.5  # a step that met a new input shape / the steady median
 
 
 @dataclass(frozen=True)

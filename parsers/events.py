@@ -4,8 +4,8 @@ Two sources (docs/step-timings.md describes both):
 
 * ``events/rank<N>.jsonl`` written by ``gpudiag profile``: one JSON object a line,
   ``"kind"`` = ``step`` | ``sync`` | ``work`` | ``run``; other kinds are skipped so newer
-  writers stay readable. A ``work`` record (a checkpoint save, an evaluation span or a compile, with the
-  user's line) that cannot be read is dropped with a warning: it only names what ran in a slow
+  writers stay readable. A ``work`` record (a checkpoint save, an evaluation span, a compile, with the
+  user's line, or the first batch of a new input shape) that cannot be read is dropped with a warning: it only names what ran in a slow
   step, and the step timings stay usable without it. Of the ``run`` records only the ``gpu-time-every`` ones are
   kept (``GpuTimeChoice``, in ``steps.attrs["gpu_time_choices"]``): when and why the
   runtime timed only one step in k, and against which budget. A run killed mid-write
@@ -110,15 +110,19 @@ WORK_SCHEMA = Schema(
         "location": STR,
         "t_ns": F64,
         "name": STR,
+        "cudnn_benchmark": BOOL,
     },
     docs={
         "step": "the step in progress when the work began (its time is in that step's host_ms)",
         "what": "'checkpoint' (a torch.save call), 'evaluation' (model.eval() until the next model.train()) or "
-        "'compilation' (a JAX jit or torch.compile compile)",
+        "'compilation' (a JAX jit or torch.compile compile) or 'new-shape' (the first DataLoader batch of a shape)",
         "ms": "host wall time of the call or the span",
         "location": "'file:line' of the user's call (torch.save or model.eval()); empty when no user frame",
         "t_ns": "when the work began, unix epoch ns",
-        "name": "what was compiled ('jit(update)', 'torch.compile(forward)'); empty for other work",
+        "name": "what was compiled ('jit(update)', 'torch.compile(forward)') or the new batch's tensor shapes "
+        "('(64, 3, 224, 224), (64,)'); empty for other work",
+        "cudnn_benchmark": "torch.backends.cudnn.benchmark when a new shape was seen (cuDNN re-tunes its "
+        "convolutions for it); False for other work",
     },
 )
 
@@ -306,12 +310,15 @@ def _gpu_time_choice(r: dict) -> GpuTimeChoice:
 def _work_record(r: dict) -> dict:
     what, location = r.get("what"), r.get("location")
     if not isinstance(what, str) or not what:
-        raise ValueError(f"needs what (checkpoint, evaluation, compilation), found {str(what)[:40]!r}")
+        raise ValueError(f"needs what (checkpoint, evaluation, compilation, new-shape), found {str(what)[:40]!r}")
     if location is not None and not isinstance(location, str):
         raise ValueError(f"location should be 'file:line', found {str(location)[:40]!r}")
     name = r.get("name")
     if name is not None and not isinstance(name, str):
-        raise ValueError(f"name should be the compiled function's name, found {str(name)[:40]!r}")
+        raise ValueError(f"name should be the compiled function's name or a shape, found {str(name)[:40]!r}")
+    cudnn_benchmark = r.get("cudnn_benchmark", False)
+    if not isinstance(cudnn_benchmark, bool):
+        raise ValueError(f"cudnn_benchmark should be true or false, found {str(cudnn_benchmark)[:40]!r}")
     ms = _duration(r, "ms")
     if math.isnan(ms):
         raise ValueError("needs ms, found none")
@@ -323,6 +330,7 @@ def _work_record(r: dict) -> dict:
         "location": location or None,
         "t_ns": _number(r, "t_ns"),
         "name": name or None,
+        "cudnn_benchmark": cudnn_benchmark,
     }
 
 

@@ -12,7 +12,9 @@ Traced steps run inside gpudiag's profiler and are slower by design: their exces
 median is gpudiag's (it shows in the trace as host-launch idle, and is taken out of that part), never
 the script's. Warm-up steps are kept out of every figure and reported on their own, and so are later steps that
 compiled (light mode's compilation records: a JAX jit or torch.compile compiling again for a new shape), named
-with the function and line (``step_budget.compilation``). Slow steps that recur every N steps are named with
+with the function and line (``step_budget.compilation``), and later steps that met a new input shape (light
+mode's new-shape records: cuDNN autotuning with cudnn.benchmark, allocator growth), named with the shape when
+slow (``step_budget.new_shape``). Slow steps that recur every N steps are named with
 what waits there (docs/step-budget.md).
 """
 
@@ -56,6 +58,7 @@ SUMMARY_METRICS = (  # what analyze() writes into Result.summary, plain for the 
     Metric("step_budget_warmup_ms", "Warm-up steps' total time", "ms", LOWER, 0.001),
     Metric("step_budget_compile_steps", "Steps after warm-up that compiled, kept apart", "count", LOWER, 1),
     Metric("step_budget_compile_ms", "Compilation after warm-up, in all", "ms", LOWER, 0.001),
+    Metric("step_budget_new_shape_steps", "Steps after warm-up with a new input shape", "count", LOWER, 1),
     Metric("step_budget_instrumented_steps", "Steps inside gpudiag's trace window", "count", NEUTRAL, 1),
     Metric("step_budget_slow_steps", "Slow steady steps", "count", LOWER, 1),
     Metric("step_budget_period_steps", "Period of recurring slow steps", "count", NEUTRAL, 1),
@@ -65,6 +68,7 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
     "step_budget.compilation",
     "step_budget.input",
     "step_budget.launch_bound",
+    "step_budget.new_shape",
     "step_budget.not_measured",
     "step_budget.periodic",
     "step_budget.sync",
@@ -92,18 +96,30 @@ KEPT_APART_KEYS = (  # meta keys that go into the summary as step_budget_<key>
     "warmup_ms",
     "compile_steps",
     "compile_ms",
+    "new_shape_steps",
     "instrumented_steps",
     "slow_steps",
     "period_steps",
 )
 PERIOD_CANDIDATES = "evaluation, checkpoint saving or logging every N steps"
-CHECKPOINT, EVALUATION, COMPILATION = "checkpoint", "evaluation", "compilation"  # ``what`` of light mode's work
+CHECKPOINT, EVALUATION, COMPILATION, NEW_SHAPE = "checkpoint", "evaluation", "compilation", "new-shape"  # ``what``
 ADVICE["compilation"] = (
     "Keep input shapes static so the function compiles once: pad batches to one length or to a few bucket sizes, "
     "drop or pad the last partial batch of an epoch (drop_last=True), and mark arguments that select code paths as "
     "static (jax.jit(static_argnames=...)). To see why it compiled: JAX `jax.config.update('jax_log_compiles', "
     "True)` (or JAX_LOG_COMPILES=1), torch `TORCH_LOGS=recompiles`. With torch.compile, compile once for varying "
     "sizes with torch.compile(dynamic=True) or torch._dynamo.mark_dynamic(tensor, dim)."
+)
+ADVICE["new_shape"] = (
+    "Keep input shapes static so each step reuses what the first ones set up: drop_last=True in the DataLoader "
+    "or pad the last batch of an epoch to the batch size, resize or crop images to fixed sizes (or to a few bucket "
+    "sizes). When shapes must vary a lot, set torch.backends.cudnn.benchmark = False: cuDNN then picks its "
+    "algorithms by heuristics instead of timing them for every new shape."
+)
+ADVICE["new_shape_no_cudnn"] = (
+    "Keep input shapes static so each step reuses what the first ones set up: drop_last=True in the DataLoader "
+    "or pad the last batch of an epoch to the batch size, resize or crop images to fixed sizes (or to a few bucket "
+    "sizes), so the caching allocator and the kernels chosen for the first shape serve every step."
 )
 ADVICE["checkpoint"] = (
     "The checkpoint at {where} blocks training while it is written: save less often; save asynchronously "
@@ -177,6 +193,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     result.findings.extend(cause_findings(budget, meta_ranks, calls_by_rank, th))
     result.findings.extend(periodic_findings(meta_ranks, calls_by_rank, th))
     result.findings.extend(compile_findings(meta_ranks, th))
+    result.findings.extend(new_shape_findings(meta_ranks, th))
     return result
 
 
@@ -227,7 +244,9 @@ def rank_budget(
     warm = rows["warmup"] & ~instrumented
     compiles = compile_records(profile.work_records.get(rank), rank)
     compiled = rows["step"].isin(compiles["step"]) & ~rows["warmup"]  # compiled after warm-up: kept apart too
-    steady = rows[~rows["warmup"] & ~compiled]
+    shapes = new_shape_records(profile.work_records.get(rank), rank)
+    new_shaped = rows["step"].isin(shapes["step"]) & ~rows["warmup"] & ~compiled  # a compile explains it first
+    steady = rows[~rows["warmup"] & ~compiled & ~new_shaped]
     meta = {
         "warmup_steps": int(warm.sum()),
         "warmup_ms": float(rows.loc[warm, "wall_ms"].sum()),
@@ -239,12 +258,16 @@ def rank_budget(
         "notes": [],
     }
     add_compile_meta(meta, compiles, rows, warm, compiled)
+    meta["new_shape_steps"] = int(new_shaped.sum())
+    meta["new_shape_step_numbers"] = [int(s) for s in rows.loc[new_shaped, "step"]]
+    meta["new_shape_steps_wall_ms"] = float(rows.loc[new_shaped, "wall_ms"].sum())
     step_ms = steady["wall_ms"].dropna()
     if not len(step_ms):
         return meta, None, None, pd.DataFrame(), pd.DataFrame()
     median_ms = float(step_ms.median())
     meta["median_step_ms"] = median_ms
     meta["steady_total_ms"] = float(step_ms.sum())
+    add_new_shape_meta(meta, shapes, rows[new_shaped], median_ms, th)
     input_ms = pd.to_numeric(rows["input_ms"], errors="coerce") if "input_ms" in rows else pd.Series(np.nan, rows.index)
     steady_input = input_ms[steady.index].dropna()
     meta["input_measured_steps"] = int(len(steady_input))
@@ -877,6 +900,118 @@ def compile_findings(meta: dict, th: Thresholds) -> list[Finding]:
                 ),
                 cost_share=share,
                 recommendation=f"At {where}: {ADVICE['compilation']}",
+                section=SECTION,
+            )
+        )
+    return findings
+
+
+# ---------------------------------------------------------------- new input shapes
+
+
+def new_shape_records(work: pd.DataFrame | None, rank: int) -> pd.DataFrame:
+    """This rank's new-shape records (light mode's ``work`` records with what = new-shape), maybe empty."""
+    if work is None or not len(work):
+        return pd.DataFrame(columns=["rank", "step", "what", "name", "cudnn_benchmark"])
+    rows = work[(work["rank"] == rank) & (work["what"] == NEW_SHAPE)]
+    for column in ("name", "cudnn_benchmark"):
+        if column not in rows:
+            rows = rows.assign(**{column: None})
+    return rows.reset_index(drop=True)
+
+
+def add_new_shape_meta(meta: dict, shapes: pd.DataFrame, kept: pd.DataFrame, median_ms: float, th: Thresholds):
+    """The kept-apart steps that met a new input shape, each with its shape, wall time and whether it was slow
+    (``new_shape_slow_factor`` x the steady median)."""
+    if not len(kept):
+        return
+    first = shapes.drop_duplicates("step").set_index("step")
+    steps = []
+    for r in kept.itertuples():
+        record = first.loc[r.step]
+        steps.append(
+            {
+                "step": int(r.step),
+                "shape": str(record["name"]) if isinstance(record["name"], str) else None,
+                "cudnn_benchmark": bool(record["cudnn_benchmark"]) if record["cudnn_benchmark"] is not None else False,
+                "wall_ms": float(r.wall_ms),
+                "over_median_ms": float(r.wall_ms - median_ms),
+                "slow": bool(r.wall_ms > th.step_budget.new_shape_slow_factor * median_ms),
+            }
+        )
+    meta["new_shapes"] = steps
+    meta["notes"].append(
+        f"{len(steps)} step(s) after warm-up met a new input shape ({meta['new_shape_steps_wall_ms']:,.1f} ms in all, "
+        f"{sum(s['slow'] for s in steps)} of them slow) and are kept out of the figures (step_budget.new_shape)"
+    )
+
+
+def new_shape_findings(meta: dict, th: Thresholds) -> list[Finding]:
+    """``step_budget.new_shape``: steps after warm-up that met a new input shape and took ``new_shape_slow_factor``
+    x the steady median; cost share: their time over the median / the time of every step after warm-up."""
+    findings = []
+    for rank, m in sorted(meta.items()):
+        slow = [s for s in m.get("new_shapes", ()) if s["slow"]]
+        if not slow:
+            continue
+        n, median = len(slow), m["median_step_ms"]
+        excess_ms = sum(s["over_median_ms"] for s in slow)
+        after_ms = (m.get("steady_total_ms") or 0.0) + m.get("new_shape_steps_wall_ms", 0.0)
+        share = min(1.0, max(0.0, excess_ms) / after_ms) if after_ms > 0 else None
+        numbers = ", ".join(str(s["step"]) for s in slow[:6]) + (", …" if n > 6 else "")
+        shapes = list(dict.fromkeys(s["shape"] or "unknown" for s in slow))
+        shape_words = "; ".join(shapes[:2]) + (f"; {len(shapes) - 2} more" if len(shapes) > 2 else "")
+        each, each_words = excess_ms / n, " each" if n > 1 else ""
+        cost = (  # below the median only when new_shape_slow_factor is set under 1
+            f"{each:,.3g} ms slower than the median {median:,.3g} ms{each_words}"
+            if each > 0
+            else f"{sum(s['wall_ms'] for s in slow) / n:,.3g} ms{each_words} against the median {median:,.3g} ms"
+        )
+        cudnn = any(s["cudnn_benchmark"] for s in slow)
+        why = (
+            "cudnn.benchmark=True re-tunes convolutions for each new shape"
+            if cudnn
+            else "a new shape costs allocator growth and new kernels (cudnn.benchmark is off)"
+        )
+        title = (
+            f"{n} step{'s' if n != 1 else ''} met a new input shape after warm-up "
+            f"(step{'s' if n != 1 else ''} {numbers}: batch {shape_words}): {cost}"
+            + (f" on rank {rank}" if len(meta) > 1 else "")
+            + f"; {why}"
+        )
+        findings.append(
+            Finding(
+                id="step_budget.new_shape",
+                analyzer=NAME,
+                severity=severity_of(share, th) if share is not None else Severity.INFO,
+                title=title,
+                subjects=tuple(
+                    Subject(
+                        "step",
+                        str(s["step"]),
+                        figures={
+                            "rank": rank,
+                            "shape": s["shape"] or "",
+                            "wall_ms": s["wall_ms"],
+                            "over_median_ms": s["over_median_ms"],
+                            "cudnn_benchmark": s["cudnn_benchmark"],
+                        },
+                    )
+                    for s in slow[: th.step_budget.max_slow_steps]
+                ),
+                evidence=(
+                    Evidence("step_budget_new_shape_steps", float(n), "count"),
+                    Evidence("step_budget_new_shape_over_median_ms", each, "ms"),
+                    Evidence("step_budget_step_ms", median, "ms"),
+                    Evidence(
+                        "step_budget_new_shape_step_factor",
+                        sum(s["wall_ms"] for s in slow) / n / median if median > 0 else float("nan"),
+                        "x",
+                        th.step_budget.new_shape_slow_factor,
+                    ),
+                ),
+                cost_share=share,
+                recommendation=ADVICE["new_shape"] if cudnn else ADVICE["new_shape_no_cudnn"],
                 section=SECTION,
             )
         )

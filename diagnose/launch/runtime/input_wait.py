@@ -3,7 +3,8 @@
 Every torch DataLoader iterator (single- and multi-process) inherits ``__next__`` from
 ``_BaseDataLoaderIter``; one wrapper there sees every batch the loop asks for. It sums the wall time
 of the outermost call on the main thread (a loader that iterates another loader is counted once),
-never looks at the batch, and lets every exception, StopIteration included, through unchanged. The
+and lets every exception, StopIteration included, through unchanged. It never reads the batch: after the
+call it hands the batch to ``on_batch`` when given (new_shapes: its tensors' shapes, outside the timed span). The
 step boundary reads ``total_ns`` and records the difference since the previous boundary as the
 step's ``input_ms``: how long the step waited for its input. A step that asked no DataLoader for a batch
 (a loop over a generator or any other iterable) gets no ``input_ms``: its wait is not measured here, not 0
@@ -24,10 +25,11 @@ _ITERATOR_CLASS = "_BaseDataLoaderIter"
 class InputWait:
     """Sums the time spent in DataLoader iterators' ``__next__`` on one thread."""
 
-    def __init__(self, main_thread: int):
+    def __init__(self, main_thread: int, on_batch=None):
         self.total_ns = 0  # wall time in outermost __next__ calls on the main thread, since hooked
         self.calls = 0  # those calls: a step that made none did not fetch from a DataLoader (its wait is unknown)
         self._main_thread = main_thread
+        self._on_batch = on_batch  # called with each batch of an outermost call that returned one; never raises
         self._depth = 0
         self._iterator_class = None
         self._original = None
@@ -40,7 +42,7 @@ class InputWait:
         original = getattr(iterator_class, "__next__", None)
         if original is None:
             return False
-        wait, perf_ns, get_ident = self, time.perf_counter_ns, threading.get_ident
+        wait, perf_ns, get_ident, on_batch = self, time.perf_counter_ns, threading.get_ident, self._on_batch
 
         @functools.wraps(original)
         def __next__(iterator):
@@ -50,10 +52,13 @@ class InputWait:
             wait.calls += 1
             started_ns = perf_ns()
             try:
-                return original(iterator)
+                batch = original(iterator)
             finally:
                 wait.total_ns += perf_ns() - started_ns
                 wait._depth = 0
+            if on_batch is not None:
+                on_batch(batch)
+            return batch
 
         __next__._gpudiag_original = original
         iterator_class.__next__ = __next__

@@ -180,11 +180,13 @@ class Steps:
             lock.release()
 
     def hook_input_wait(self, torch) -> None:
-        """Time the loop's waits in torch DataLoader iterators: each step record's ``input_ms`` (input_wait)."""
+        """Time the loop's waits in torch DataLoader iterators: each step record's ``input_ms`` (input_wait); the
+        batches' new shapes as work records (new_shapes)."""
         from diagnose.launch.runtime.input_wait import InputWait
+        from diagnose.launch.runtime.new_shapes import NewShapes
 
         if self.input_wait is None:
-            wait = InputWait(self._main_thread)
+            wait = InputWait(self._main_thread, on_batch=NewShapes(self._runtime, torch).on_batch)
             if wait.hook(torch):
                 self._input_mark_ns, self._input_mark_calls = wait.total_ns, wait.calls
                 self.input_wait = wait
