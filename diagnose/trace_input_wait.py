@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from diagnose.table_memo import memo
 from diagnose.trace_timeline import clip_sums, merge, name_mask
 
 DATALOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#.+\.__next__$")
@@ -85,7 +86,21 @@ def loop_frame(trace, steps: pd.DataFrame) -> int | None:
 
 def iterator_fetches(trace, steps: pd.DataFrame, source_dirs=()) -> pd.DataFrame:
     """Fetches of the next batch from any iterator the loop's frame calls: ``__next__`` methods and generator
-    resumes (ts_ns, end_ns, name, file, line), by start; empty without Python frames or a loop frame."""
+    resumes (ts_ns, end_ns, name, file, line), by start; empty without Python frames or a loop frame.
+
+    Worked out once per trace, steps and folders (the sync, idle, launch and step budget analyzers all ask);
+    callers must not change the frame they get."""
+    dirs = tuple(str(d) for d in source_dirs if d)
+    starts = steps["cpu_start_ns"].to_numpy(np.int64) if len(steps) else np.zeros(0, dtype=np.int64)
+    span = (int(starts.min()), int(starts.max())) if len(starts) else ()
+    name = f"iterator_fetches {dirs} {len(starts)} {span}"
+    return memo(trace.python, name, PYTHON_COLUMNS, lambda: _iterator_fetches(trace, steps, dirs))
+
+
+PYTHON_COLUMNS = ("ts_ns", "end_ns", "parent_index", "line")  # the frame table's arrays a memo entry holds for
+
+
+def _iterator_fetches(trace, steps: pd.DataFrame, dirs: tuple[str, ...]) -> pd.DataFrame:
     loop = loop_frame(trace, steps)
     if loop is None:
         return _empty_fetches()
@@ -93,7 +108,6 @@ def iterator_fetches(trace, steps: pd.DataFrame, source_dirs=()) -> pd.DataFrame
     children = py[py["parent_index"].to_numpy(np.int64) == loop]
     if not len(children):
         return _empty_fetches()
-    dirs = tuple(str(d) for d in source_dirs if d)
     kinds = children[["file", "line", "function"]].astype({"file": object, "function": object}).drop_duplicates()
     fetch_keys = set()
     for file, line, function in kinds.itertuples(index=False):
@@ -222,25 +236,13 @@ def input_wait_per_step(trace, steps: pd.DataFrame, source_dirs=(), fetches: pd.
 def input_fetches(trace, steps: pd.DataFrame, source_dirs=(), fetches: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every fetch of a batch the trace shows (ts_ns, end_ns), by start: DataLoader ranges and the loop's
     iterator calls (``fetches``: iterator_fetches(trace, steps, ...) when the caller has it already)."""
-    key = (tuple(str(d) for d in source_dirs), len(steps), None if fetches is None else id(fetches))
-    memo = getattr(trace, "_gpudiag_input_fetches", None)  # the sync, idle and launch analyzers all ask
-    if memo is not None and memo[0] is trace.python and key in memo[1]:
-        return memo[1][key].copy()
     parts = [dataloader_fetches(trace)[["ts_ns", "end_ns"]]]
     if fetches is None and len(steps):
         fetches = iterator_fetches(trace, steps, source_dirs)
     if fetches is not None and len(fetches):
         parts.append(fetches[["ts_ns", "end_ns"]])
     found = pd.concat(parts, ignore_index=True).astype("int64")
-    found = found.sort_values("ts_ns", kind="stable").reset_index(drop=True)
-    if memo is None or memo[0] is not trace.python:
-        memo = (trace.python, {})
-        try:
-            object.__setattr__(trace, "_gpudiag_input_fetches", memo)
-        except AttributeError:
-            pass
-    memo[1][key] = found
-    return found.copy()
+    return found.sort_values("ts_ns", kind="stable").reset_index(drop=True)
 
 
 def input_idle_by_cause(gaps: pd.DataFrame, fetches: pd.DataFrame) -> dict[str, float]:

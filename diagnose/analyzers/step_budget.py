@@ -30,6 +30,7 @@ from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_
 from diagnose.metrics import LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
+from parsers.events import WORK_SCHEMA
 
 NAME = "step_budget"
 ORDER = 45
@@ -242,9 +243,9 @@ def rank_budget(
     rows = rows.assign(wall_ms=budget_wall_ms(rows))
     instrumented = rows["instrumented"].fillna(False).astype(bool) if "instrumented" in rows else rows["warmup"] & False
     warm = rows["warmup"] & ~instrumented
-    compiles = compile_records(profile.work_records.get(rank), rank)
+    compiles = work_of(profile.work_records.get(rank), rank, COMPILATION)
     compiled = rows["step"].isin(compiles["step"]) & ~rows["warmup"]  # compiled after warm-up: kept apart too
-    shapes = new_shape_records(profile.work_records.get(rank), rank)
+    shapes = work_of(profile.work_records.get(rank), rank, NEW_SHAPE)
     new_shaped = rows["step"].isin(shapes["step"]) & ~rows["warmup"] & ~compiled  # a compile explains it first
     steady = rows[~rows["warmup"] & ~compiled & ~new_shaped]
     meta = {
@@ -776,14 +777,12 @@ def work_words(work: list[dict]) -> tuple[str, str, list[Subject]]:
 # ---------------------------------------------------------------- compilation
 
 
-def compile_records(work: pd.DataFrame | None, rank: int) -> pd.DataFrame:
-    """This rank's compilation records (light mode's ``work`` records with what = compilation), maybe empty."""
+def work_of(work: pd.DataFrame | None, rank: int, what: str) -> pd.DataFrame:
+    """This rank's work records of one kind (``what``: compilation, new-shape, …), maybe empty; the parser's
+    WORK_SCHEMA gives every column."""
     if work is None or not len(work):
-        return pd.DataFrame(columns=["rank", "step", "what", "ms", "location", "t_ns", "name"])
-    rows = work[(work["rank"] == rank) & (work["what"] == COMPILATION)]
-    if "name" not in rows:
-        rows = rows.assign(name=None)
-    return rows.reset_index(drop=True)
+        return WORK_SCHEMA.empty()
+    return work[(work["rank"] == rank) & (work["what"] == what)].reset_index(drop=True)
 
 
 def add_compile_meta(meta: dict, compiles: pd.DataFrame, rows: pd.DataFrame, warm: pd.Series, compiled: pd.Series):
@@ -907,17 +906,6 @@ def compile_findings(meta: dict, th: Thresholds) -> list[Finding]:
 
 
 # ---------------------------------------------------------------- new input shapes
-
-
-def new_shape_records(work: pd.DataFrame | None, rank: int) -> pd.DataFrame:
-    """This rank's new-shape records (light mode's ``work`` records with what = new-shape), maybe empty."""
-    if work is None or not len(work):
-        return pd.DataFrame(columns=["rank", "step", "what", "name", "cudnn_benchmark"])
-    rows = work[(work["rank"] == rank) & (work["what"] == NEW_SHAPE)]
-    for column in ("name", "cudnn_benchmark"):
-        if column not in rows:
-            rows = rows.assign(**{column: None})
-    return rows.reset_index(drop=True)
 
 
 def add_new_shape_meta(meta: dict, shapes: pd.DataFrame, kept: pd.DataFrame, median_ms: float, th: Thresholds):

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-from diagnose.launch.runtime.periodic_work import caller_location, work_record
+from diagnose.launch.runtime.periodic_work import caller_location, write_work
 
 COMPILATION = "compilation"
 JAX_PHASES = (
@@ -176,15 +176,7 @@ class CompileWork:
 
     # ---- writing
     def _write(self, step, t_ns: int, elapsed_ns: int, location: str | None, name) -> None:
-        runtime = self._runtime
-        if step is None or runtime.disabled or runtime.faults.writes_off:
-            return  # before the first step boundary: no step to give it, no events file yet
-        if runtime.events is None or not runtime.events.opened:
-            return
-        record = work_record(runtime.rank, COMPILATION, step, t_ns, round(elapsed_ns / 1e6, 6), location)
-        record["name"] = str(name) if name else None
-        with runtime.lock:
-            runtime.events.append(record)
+        write_work(self._runtime, COMPILATION, step, t_ns, elapsed_ns, location, name=str(name) if name else None)
 
 
 def compiled_function(frame, args) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from diagnose.launch.runtime.periodic_work import work_record
+from diagnose.launch.runtime.periodic_work import write_work
 
 NEW_SHAPE = "new-shape"
 MAX_SHAPES = 64  # distinct signatures remembered; past them nothing more is recorded
@@ -97,14 +97,15 @@ class NewShapes:
             self._runtime.faults.internal_error("new-shape record", e)
 
     def _write(self, key) -> None:
-        runtime = self._runtime
-        step = runtime.steps.current_step
-        if step is None or runtime.disabled or runtime.faults.writes_off:
-            return
-        if runtime.events is None or not runtime.events.opened:
-            return
-        record = work_record(runtime.rank, NEW_SHAPE, step, time.time_ns(), 0, None)
-        record["name"] = shape_words(key)
-        record["cudnn_benchmark"] = bool(getattr(getattr(self._torch.backends, "cudnn", None), "benchmark", False))
-        with runtime.lock:
-            runtime.events.append(record)
+        cudnn = getattr(self._torch.backends, "cudnn", None)
+        step = self._runtime.steps.current_step
+        write_work(
+            self._runtime,
+            NEW_SHAPE,
+            step,
+            time.time_ns(),
+            0,
+            None,
+            name=shape_words(key),
+            cudnn_benchmark=bool(getattr(cudnn, "benchmark", False)),
+        )

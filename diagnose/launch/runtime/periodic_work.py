@@ -35,6 +35,22 @@ def work_record(rank: int, what: str, step: int, t_ns: int, ms: float, location:
     return {"kind": "work", "what": what, "rank": rank, "step": step, "t_ns": t_ns, "ms": ms, "location": location}
 
 
+def write_work(runtime, what: str, step, t_ns: int, elapsed_ns: int, location: str | None, **extra) -> None:
+    """Append one work record (checkpoint, evaluation, compilation, new shape) when this process records: after
+    the first step boundary (a step to give it, the events file open) and while writes are on. One write under
+    the runtime's lock, as sync and run records are written, so it survives a crash. ``extra``: the kind's own
+    fields (``name``, ``cudnn_benchmark``)."""
+    if step is None or runtime.disabled or runtime.faults.writes_off:
+        return
+    events = runtime.events
+    if events is None or not events.opened:
+        return
+    record = work_record(runtime.rank, what, step, t_ns, round(elapsed_ns / 1e6, 6), location)
+    record.update(extra)
+    with runtime.lock:
+        events.append(record)
+
+
 def caller_location(frame) -> str | None:
     """``file:line`` of the innermost user frame from ``frame`` outwards (None when there is none)."""
     stack = user_stack(frame)
@@ -148,21 +164,14 @@ class PeriodicWork:
             span = self._open_evals.pop(key, None)
             if span is not None:
                 started_ns, t_ns, step, location = span
-                self._write(EVALUATION, step, t_ns, time.perf_counter_ns() - started_ns, location)
+                write_work(self._runtime, EVALUATION, step, t_ns, time.perf_counter_ns() - started_ns, location)
         except Exception as e:
             self._runtime.faults.internal_error("evaluation span", e)
 
     def _record(self, what: str, step, t_ns: int, elapsed_ns: int, caller) -> None:
         try:
             if step is None or self._runtime.events is None:
-                return  # before the first step boundary: no step to give it, no events file yet
-            self._write(what, step, t_ns, elapsed_ns, caller_location(caller))
+                return  # before the first step boundary: no step to give it, no events file yet (no frame walk)
+            write_work(self._runtime, what, step, t_ns, elapsed_ns, caller_location(caller))
         except Exception as e:
             self._runtime.faults.internal_error("checkpoint record", e)
-
-    def _write(self, what: str, step: int, t_ns: int, elapsed_ns: int, location: str | None) -> None:
-        runtime = self._runtime
-        if runtime.disabled or runtime.faults.writes_off or runtime.events is None or not runtime.events.opened:
-            return
-        with runtime.lock:
-            runtime.events.append(work_record(runtime.rank, what, step, t_ns, round(elapsed_ns / 1e6, 6), location))
