@@ -33,7 +33,7 @@ from parsers.schema import BOOL, CAT, F64, I64, STR, Schema, conform
 from parsers.trace_collectives import COLLECTIVES_SCHEMA, CollectiveArgs
 from parsers.trace_events import EMPTY_ARGS, EventPiece, decode_events, to_dict
 from parsers.trace_nesting import enclosing, parents, thread_key
-from parsers.trace_stream import read_chunks
+from parsers.trace_stream import PieceBuilds, read_chunks
 
 KINETO = "kineto"
 PERFETTO = "perfetto"
@@ -435,6 +435,31 @@ class _Builder:
         t.add_codes("cat", fields.top(evs, "cat"))
         t.commit(self.tables["flows"])
 
+    def merge(self, piece: _Builder) -> None:
+        """Append a piece built by its own builder (:func:`_build_piece`), as if its events had come here.
+
+        Names are coded per piece there; their codes become this builder's in the order the piece first
+        met them, which is the order ``on_events`` would have given them, so the tables are the same.
+        """
+        self.n_events += piece.n_events
+        self.bad_duration += piece.bad_duration
+        self.bad_events += piece.bad_events
+        self.unknown_cats.update(piece.unknown_cats)
+        self.other_phases.update(piece.other_phases)
+        self.meta.extend(piece.meta)
+        self.collectives.rows.extend(piece.collectives.rows)
+        for name, columns in piece.tables.items():
+            table = self.tables[name]
+            for col, parts in columns.pieces.items():
+                if col in columns.codes:
+                    index = table.codes[col]
+                    local = columns.codes[col]
+                    ours = np.fromiter(
+                        (index.setdefault(v, len(index)) for v in local), dtype=np.int32, count=len(local)
+                    )
+                    parts = [ours[p] for p in parts]
+                table.pieces[col].extend(parts)
+
     # the typed fast path (parsers.trace_events): the same buckets and columns as the dict path above, for
     # pieces whose every kept field is well typed (str / int / float / None), so nothing here can fail on a value
 
@@ -595,11 +620,25 @@ _STRUCT_FIELDS = _Fields(
 )
 
 
+def _piece_of(events: list) -> _Builder:
+    piece = _Builder()
+    piece.on_events(events)
+    return piece
+
+
+def _build_piece(raw: bytes) -> _Builder | None:
+    """A piece's columns, built in the helper process (``parsers.piece_helper``); None if msgspec declines it."""
+    events = decode_events(raw)
+    return None if events is None else _piece_of(events)
+
+
 def read_trace(path: str | os.PathLike) -> Trace:
     """Read a Kineto ``.json``/``.json.gz`` or JAX ``*.trace.json.gz`` into a :class:`Trace`."""
     path = os.fspath(path)
     b = _Builder()
-    header = read_chunks(path, b.on_events, b.reset, decode=decode_events)
+    header = read_chunks(
+        path, b.on_events, b.reset, decode=decode_events, pieces=PieceBuilds(_build_piece, _piece_of, b.merge)
+    )
     if not isinstance(header, dict):
         header = {}
     if b.n_events == 0 and not header:

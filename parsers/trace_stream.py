@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,7 @@ except ImportError:  # pragma: no cover - exercised on machines without orjson
 
 from parsers.errors import InputError
 from parsers.limits import check_json_nesting, limit, nesting_error, open_input
+from parsers.piece_helper import HelperLost, PieceHelper, helper_allowed
 
 PIECE_BYTES = 16 * 2**20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -55,19 +57,44 @@ class _Fallback(Exception):
     """The streaming cut failed; parse the whole file instead."""
 
 
+class _BadCut(Exception):
+    """A piece sent to the helper unchecked did not parse: its cut was inside a string. Read again here alone."""
+
+
+class PieceBuilds:
+    """How a reader builds a whole piece into its own result, so that a helper process can build some.
+
+    ``build(raw)``: a piece's JSON array bytes to a picklable result, or None when it does not take them
+    (it runs in the forked helper, :mod:`parsers.piece_helper`); ``of_events(events)``: the same result
+    from events parsed here; ``take(result)``: merge one into the reader's tables, called in file order.
+    """
+
+    def __init__(self, build: Callable[[bytes], Any], of_events: Callable[[list], Any], take: Callable[[Any], None]):
+        self.build, self.of_events, self.take = build, of_events, take
+
+
 def read_chunks(
     path: str,
     on_events: Callable[[list], None],
     reset: Callable[[], None],
     decode: Callable[[bytes], list | None] | None = None,
+    pieces: PieceBuilds | None = None,
 ) -> dict:
     """Call ``on_events(list_of_events)`` for successive pieces; return the other top-level keys.
 
     The events are orjson's dicts, or what ``decode(json_array_bytes)`` returned for the pieces it took.
-    ``reset()`` is called before the whole-file fallback re-delivers every event (as dicts).
+    With ``pieces``, a trace larger than one piece has every other piece built in a helper process
+    (:class:`PieceBuilds`); those reach the caller through ``pieces.take``, the rest through ``on_events``,
+    all in file order. ``reset()`` is called before the events are delivered again from the start: after
+    a helper's piece was cut inside a string (read again in this process alone), and before the
+    whole-file fallback re-delivers every event (as dicts).
     """
     try:
-        return _stream(path, on_events, _Parser(path, decode))
+        try:
+            return _stream(path, on_events, _Parser(path, decode), pieces)
+        except _BadCut:
+            reset()
+            return _stream(path, on_events, _Parser(path, decode), None)
     except _Fallback:
         reset()
     data = _whole(path)
@@ -147,7 +174,7 @@ def _whole(path: str):
         raise InputError(path, f"expected a chrome trace in JSON; invalid JSON at {where}: {e.msg}") from None
 
 
-def _stream(path: str, on_events: Callable[[list], None], parse: _Parser) -> dict:
+def _stream(path: str, on_events: Callable[[list], None], parse: _Parser, pieces: PieceBuilds | None = None) -> dict:
     with _open(path, json=parse.decode is None) as f:
         buf = _read(path, f, PIECE_BYTES)
         start = len(buf) - len(buf.lstrip())
@@ -170,20 +197,32 @@ def _stream(path: str, on_events: Callable[[list], None], parse: _Parser) -> dic
         parse.start = pos
         del buf
         eof = False
-        while True:
-            if not eof:
-                eof = not pending.fill(path, f)
-            if eof:
-                tail = _finish(pending, on_events, parse)
-                break
-            cut = _cut(pending, parse)
-            if cut is None:
-                continue
-            events, rest_at = cut
-            on_events(events)
-            del events
-            pending.drop(rest_at)
-            parse.start += rest_at - 1
+        order = _InOrder(on_events, pieces, parse) if pieces is not None and helper_allowed() else None
+        try:
+            while True:
+                if not eof:
+                    eof = not pending.fill(path, f)
+                if eof:
+                    if order is not None:
+                        order.drain()
+                    tail = _finish(pending, on_events, parse)
+                    break
+                if order is not None and order.helper_idle() and _send(pending, order, parse):
+                    continue
+                cut = _cut(pending, parse)
+                if cut is None:
+                    continue
+                events, rest_at = cut
+                if order is not None:
+                    order.built_here(events)
+                else:
+                    on_events(events)
+                del events
+                pending.drop(rest_at)
+                parse.start += rest_at - 1
+        finally:
+            if order is not None:
+                order.close()
     if not header:
         return {}
     parse.check(header, 0, "the trace's header")
@@ -235,6 +274,87 @@ class _Pending:
 
     def view(self, stop: int) -> memoryview:
         return memoryview(self.buf)[:stop]
+
+
+class _InOrder:
+    """Pieces on their way to the caller, in file order: at most one at the helper, then those built here.
+
+    The helper is forked at the first piece of a trace that has a second one (smaller traces never start
+    it). A piece it does not take (msgspec declined it) is read here as a serial read would, with orjson;
+    one that orjson refuses too was cut inside a string (:class:`_BadCut`).
+    """
+
+    def __init__(self, on_events: Callable[[list], None], pieces: PieceBuilds, parse: _Parser):
+        self.on_events, self.pieces, self.parse = on_events, pieces, parse
+        self.helper: PieceHelper | None = None
+        self.helper_lost = False
+        self.at_helper: tuple[bytes, int] | None = None  # (raw, file offset) of the piece the helper builds
+        self.built: list = []  # results built here after it, waiting for it
+
+    def helper_idle(self) -> bool:
+        if self.helper_lost:
+            return False
+        if self.helper is None:
+            self.helper = PieceHelper(self.pieces.build)
+        return self.at_helper is None
+
+    def send(self, raw: bytes, start: int) -> None:
+        self.helper.submit(raw)
+        self.at_helper = (raw, start)
+
+    def built_here(self, events: list) -> None:
+        if self.at_helper is None:
+            self.on_events(events)
+            return
+        self.built.append(self.pieces.of_events(events))
+        self.drain()
+
+    def drain(self) -> None:
+        """Wait for the helper's piece; merge it, then what was built here meanwhile."""
+        if self.at_helper is not None:
+            raw, start = self.at_helper
+            try:
+                result = self.helper.result()
+            except HelperLost:
+                self.helper_lost = True
+                result = self.pieces.build(raw)
+            self.at_helper = None
+            if result is None:
+                result = self._read_here(raw, start)
+            self.pieces.take(result)
+        for result in self.built:
+            self.pieces.take(result)
+        self.built.clear()
+
+    def _read_here(self, raw: bytes, start: int):
+        saved, self.parse.start = self.parse.start, start
+        try:
+            events = self.parse(memoryview(raw))
+        except JSONDecodeError:
+            raise _BadCut from None
+        finally:
+            self.parse.start = saved
+        return self.pieces.of_events(events)
+
+    def close(self) -> None:
+        if self.helper is not None:
+            self.helper.close()
+
+
+def _send(pending: _Pending, order: _InOrder, parse: _Parser) -> bool:
+    """Cut the buffer at its last event boundary, unchecked, and send that piece to the helper."""
+    buf = pending.buf
+    for close, open_ in _boundaries(buf, pending.end):
+        saved = buf[close + 1]
+        buf[close + 1] = 93  # ']' over the comma (or space) after the piece's last event
+        with memoryview(buf) as view:
+            raw = bytes(view[: close + 2])
+        buf[close + 1] = saved
+        order.send(raw, parse.start)
+        pending.drop(open_)
+        parse.start += open_ - 1
+        return True
+    return False
 
 
 def _boundaries(buf: bytes, end: int) -> Iterator[tuple[int, int]]:

@@ -27,6 +27,7 @@ TABLES = ("gpu", "runtime", "cuda_sync", "cpu_ops", "python", "annotations", "fl
 
 
 def _counting_decoder(monkeypatch) -> dict:
+    monkeypatch.setenv("GPUDIAG_PIECE_HELPER", "0")  # counted here: no piece may be decoded in the helper process
     seen = {"structs": 0, "pieces": 0}
 
     def decode(raw):

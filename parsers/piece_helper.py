@@ -1,0 +1,94 @@
+"""A second process that builds pieces of one large trace while this process reads and builds the next.
+
+Reading a 1 GB Kineto trace is ~6 s of per-piece work in one Python process: msgspec decoding and the
+structs' fields into columns (``parsers/trace.py``). That work is independent per 16 MiB piece, so on a
+machine with a second core the stream (``parsers/trace_stream.py``) hands every other piece's bytes to this
+helper and builds the one in between itself; the results are merged in file order, so the tables are the
+ones a single process builds.
+
+The helper is forked when a trace turns out to be larger than one piece, so it starts with the readers
+imported and shares the (then small) parent's pages; it is not started on one core, nor inside a process
+that is itself a multiprocessing worker (``diagnose/parallel_ingest.py`` already reads one trace per
+core). A helper that dies (killed for memory) is noticed as the end of its pipe: the stream builds that
+piece itself and goes on without it. Nothing here can hang on a dead helper.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+
+class HelperLost(Exception):
+    """The helper process exited (killed, or a crash) before it answered."""
+
+
+def helper_allowed() -> bool:
+    """A second core exists, and this process is not a multiprocessing worker already."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return cores >= 2 and multiprocessing.parent_process() is None and os.environ.get("GPUDIAG_PIECE_HELPER") != "0"
+
+
+class PieceHelper:
+    """Runs ``build(raw_bytes)`` in a forked process on each piece sent, answering one piece at a time.
+
+    ``build`` returns a picklable result (or None for a piece it does not take); an exception in it comes
+    back as None too, so the caller builds that piece itself and meets the error as a serial read would.
+    """
+
+    def __init__(self, build: Callable[[bytes], Any]):
+        ctx = multiprocessing.get_context("fork")
+        self._conn, child = ctx.Pipe(duplex=True)
+        self._proc = ctx.Process(
+            target=_serve, args=(child, self._conn, build), name="gpudiag-trace-pieces", daemon=True
+        )
+        self._proc.start()
+        child.close()  # only the helper holds its end: its exit is seen here as the end of the pipe
+        self.busy = False
+
+    def submit(self, raw: bytes) -> None:
+        try:
+            self._conn.send_bytes(raw)
+        except OSError:  # the helper is gone; result() says so
+            pass
+        self.busy = True
+
+    def result(self) -> Any:
+        """What ``build`` returned for the last piece submitted; :class:`HelperLost` if the helper died."""
+        try:
+            return pickle.loads(self._conn.recv_bytes())  # from the forked copy of this process, not from input
+        except (EOFError, OSError):
+            raise HelperLost from None
+        finally:
+            self.busy = False
+
+    def close(self) -> None:
+        self._conn.close()  # the helper's next read ends: it exits
+        self._proc.join(timeout=2)
+        if self._proc.is_alive():  # still building a piece nobody will read
+            self._proc.kill()
+            self._proc.join()
+
+
+def _serve(conn, parent_end, build: Callable[[bytes], Any]) -> None:
+    parent_end.close()
+    while True:
+        try:
+            raw = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        try:
+            payload = pickle.dumps(build(raw), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - the parent builds the piece itself and meets the error there
+            payload = pickle.dumps(None)
+        del raw
+        try:
+            conn.send_bytes(payload)
+        except OSError:
+            return
