@@ -15,6 +15,7 @@ piece itself and goes on without it. Nothing here can hang on a dead helper.
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing
 import os
 import pickle
@@ -42,22 +43,39 @@ class PieceHelper:
     back as None too, so the caller builds that piece itself and meets the error as a serial read would.
     """
 
-    def __init__(self, build: Callable[[bytes], Any]):
+    def __init__(self, build: Callable[[bytes], Any], slot_bytes: int):
+        # the pieces pass through memory shared with the helper (an anonymous mapping made before the fork):
+        # one copy of 16 MiB instead of a copy, a pickle-free pipe write and the helper's read of it
+        self._slot = mmap.mmap(-1, slot_bytes)
+        self._sent_bytes = 0
+        self._slot_too_small = b""  # the last piece sent, when it did not fit the slot
         ctx = multiprocessing.get_context("fork")
         self._conn, child = ctx.Pipe(duplex=True)
         self._proc = ctx.Process(
-            target=_serve, args=(child, self._conn, build), name="gpudiag-trace-pieces", daemon=True
+            target=_serve, args=(child, self._conn, self._slot, build), name="gpudiag-trace-pieces", daemon=True
         )
         self._proc.start()
         child.close()  # only the helper holds its end: its exit is seen here as the end of the pipe
-        self.busy = False
 
-    def submit(self, raw: bytes) -> None:
+    def submit(self, piece) -> None:
+        """Send a piece (bytes or a buffer); it is copied before this returns."""
+        n = len(piece)
+        self._sent_bytes = n
+        self._slot_too_small = b""
         try:
-            self._conn.send_bytes(raw)
+            if n <= len(self._slot):
+                self._slot[:n] = piece
+                self._conn.send_bytes(n.to_bytes(8, "little"))
+            else:  # a piece larger than the slot (one event over 16 MiB): through the pipe
+                self._slot_too_small = bytes(piece)
+                self._conn.send_bytes(self._slot_too_small)
         except OSError:  # the helper is gone; result() says so
             pass
-        self.busy = True
+
+    def sent(self) -> bytes:
+        """The last piece sent (still whole until the next submit), for this process to build instead."""
+        n = self._sent_bytes
+        return bytes(self._slot[:n]) if n <= len(self._slot) else self._slot_too_small
 
     def result(self) -> Any:
         """What ``build`` returned for the last piece submitted; :class:`HelperLost` if the helper died."""
@@ -65,8 +83,6 @@ class PieceHelper:
             return pickle.loads(self._conn.recv_bytes())  # from the forked copy of this process, not from input
         except (EOFError, OSError):
             raise HelperLost from None
-        finally:
-            self.busy = False
 
     def close(self) -> None:
         self._conn.close()  # the helper's next read ends: it exits
@@ -74,20 +90,26 @@ class PieceHelper:
         if self._proc.is_alive():  # still building a piece nobody will read
             self._proc.kill()
             self._proc.join()
+        self._slot.close()
 
 
-def _serve(conn, parent_end, build: Callable[[bytes], Any]) -> None:
+def _serve(conn, parent_end, slot: mmap.mmap, build: Callable[[bytes], Any]) -> None:
     parent_end.close()
     while True:
         try:
-            raw = conn.recv_bytes()
+            message = conn.recv_bytes()
         except (EOFError, OSError):
             return
         try:
-            payload = pickle.dumps(build(raw), protocol=pickle.HIGHEST_PROTOCOL)
+            if len(message) == 8:
+                with memoryview(slot) as whole, whole[: int.from_bytes(message, "little")] as piece:
+                    out = build(piece)
+            else:
+                out = build(message)
+            payload = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - the parent builds the piece itself and meets the error there
             payload = pickle.dumps(None)
-        del raw
+        del message
         try:
             conn.send_bytes(payload)
         except OSError:

@@ -288,19 +288,19 @@ class _InOrder:
         self.on_events, self.pieces, self.parse = on_events, pieces, parse
         self.helper: PieceHelper | None = None
         self.helper_lost = False
-        self.at_helper: tuple[bytes, int] | None = None  # (raw, file offset) of the piece the helper builds
+        self.at_helper: int | None = None  # file offset of the piece the helper builds
         self.built: list = []  # results built here after it, waiting for it
 
     def helper_idle(self) -> bool:
         if self.helper_lost:
             return False
         if self.helper is None:
-            self.helper = PieceHelper(self.pieces.build)
+            self.helper = PieceHelper(self.pieces.build, slot_bytes=2 * PIECE_BYTES + 2**20)
         return self.at_helper is None
 
-    def send(self, raw: bytes, start: int) -> None:
-        self.helper.submit(raw)
-        self.at_helper = (raw, start)
+    def send(self, piece: memoryview, start: int) -> None:
+        self.helper.submit(piece)
+        self.at_helper = start
 
     def built_here(self, events: list) -> None:
         if self.at_helper is None:
@@ -312,15 +312,15 @@ class _InOrder:
     def drain(self) -> None:
         """Wait for the helper's piece; merge it, then what was built here meanwhile."""
         if self.at_helper is not None:
-            raw, start = self.at_helper
+            start = self.at_helper
             try:
                 result = self.helper.result()
             except HelperLost:
                 self.helper_lost = True
-                result = self.pieces.build(raw)
+                result = self.pieces.build(self.helper.sent())
             self.at_helper = None
             if result is None:
-                result = self._read_here(raw, start)
+                result = self._read_here(self.helper.sent(), start)
             self.pieces.take(result)
         for result in self.built:
             self.pieces.take(result)
@@ -347,10 +347,9 @@ def _send(pending: _Pending, order: _InOrder, parse: _Parser) -> bool:
     for close, open_ in _boundaries(buf, pending.end):
         saved = buf[close + 1]
         buf[close + 1] = 93  # ']' over the comma (or space) after the piece's last event
-        with memoryview(buf) as view:
-            raw = bytes(view[: close + 2])
+        with memoryview(buf) as view, view[: close + 2] as piece:
+            order.send(piece, parse.start)
         buf[close + 1] = saved
-        order.send(raw, parse.start)
         pending.drop(open_)
         parse.start += open_ - 1
         return True

@@ -56,7 +56,11 @@ def _assert_same(a, b):
 
 
 @pytest.mark.parametrize("path", [SAMPLED_RANK0, SYNC_PLANTED, NCCL, JAX], ids=lambda p: p.parent.name)
-def test_helper_builds_half_the_pieces_into_the_same_tables(path, small_pieces, monkeypatch):
+@pytest.mark.parametrize("through", ["shared slot", "pipe"])
+def test_helper_builds_half_the_pieces_into_the_same_tables(path, through, small_pieces, monkeypatch):
+    if through == "pipe":  # a piece larger than the shared slot (one event over 16 MiB) goes through the pipe
+        init = piece_helper.PieceHelper.__init__
+        monkeypatch.setattr(piece_helper.PieceHelper, "__init__", lambda self, build, slot_bytes: init(self, build, 64))
     with_helper = read_trace(path)
     pieces_sent = small_pieces["pieces"]
     assert pieces_sent >= 2
