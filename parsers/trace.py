@@ -32,7 +32,7 @@ from parsers.reader import JSON, TRACES, Reader, compact_json
 from parsers.schema import BOOL, CAT, F64, I64, STR, Schema, conform
 from parsers.trace_collectives import COLLECTIVES_SCHEMA, CollectiveArgs
 from parsers.trace_events import EMPTY_ARGS, EventPiece, decode_events, to_dict
-from parsers.trace_nesting import enclosing, parents, thread_key
+from parsers.trace_nesting import enclosing, nesting_order, parents, thread_key
 from parsers.trace_stream import PieceBuilds, read_chunks
 
 KINETO = "kineto"
@@ -848,11 +848,20 @@ def _conformed(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
         elif dtype in absent:
             out[col] = absent[dtype]()
         else:
-            out[col] = pd.Series([None] * n, dtype=CAT).array if dtype == CAT else np.full(n, None, dtype=object)
+            out[col] = _no_categories(n) if dtype == CAT else np.full(n, None, dtype=object)
     for col in df.columns:
         if col not in schema.columns:
             out[col] = df[col].array
     return pd.DataFrame(out, copy=False)
+
+
+def _no_categories(n: int) -> pd.Categorical:
+    """An all-missing categorical column, as ``pd.Series([None] * n, dtype="category")`` without the list.
+
+    Its empty categories have the dtype pandas gives that Series: float64, or object when ``n`` is 0.
+    """
+    empty = pd.Index([], dtype=np.float64 if n else object)
+    return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=empty)
 
 
 def _by_code(per_category, codes: np.ndarray, missing, dtype=object) -> np.ndarray:
@@ -1027,7 +1036,8 @@ def _link_threads(t: Trace, tol: int) -> None:
     if len(ops):
         o_ts, o_end = ops["ts_ns"].to_numpy(), ops["end_ns"].to_numpy()
         o_g = thread_key(ops["pid"].to_numpy(), ops["tid"].to_numpy())
-        parent = parents(o_ts, o_end, o_g, tol)
+        o_order = nesting_order(o_ts, o_end, o_g)
+        parent = parents(o_ts, o_end, o_g, tol, o_order)
         ops["parent_index"] = parent
         ops["top_index"] = _roots(parent)
         _return_free_memory()  # the pointer jumping's temporaries, before the next pass makes its own
@@ -1041,17 +1051,20 @@ def _link_threads(t: Trace, tol: int) -> None:
                 rt["end_ns"].to_numpy(),
                 thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy()),
                 tol,
+                o_order,
             )
             _return_free_memory()
+        del o_order
     # Python frames: parent by id where given, else by time; then the nearest user frame
     if len(py):
         p_ts, p_end = py["ts_ns"].to_numpy(), py["end_ns"].to_numpy()
         p_g = thread_key(py["pid"].to_numpy(), py["tid"].to_numpy())
         pids = py["python_id"].to_numpy()
+        p_order = nesting_order(p_ts, p_end, p_g)
         if (pids >= 0).all() and len(np.unique(pids)) == len(pids) and "parent_id" in py:
             parent = first_row_of(pids, py["parent_id"].to_numpy())
         else:
-            parent = parents(p_ts, p_end, p_g, tol)
+            parent = parents(p_ts, p_end, p_g, tol, p_order)
         py["parent_index"] = parent
         py["user_index"] = _nearest_marked(parent, py["is_user"].to_numpy())
         if len(ops):
@@ -1064,6 +1077,7 @@ def _link_threads(t: Trace, tol: int) -> None:
                 ops["end_ns"].to_numpy(),
                 thread_key(ops["pid"].to_numpy(), ops["tid"].to_numpy()),
                 tol,
+                p_order,
             )
         if len(rt):
             rt["python_index"] = enclosing(
@@ -1075,6 +1089,7 @@ def _link_threads(t: Trace, tol: int) -> None:
                 rt["end_ns"].to_numpy(),
                 thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy()),
                 tol,
+                p_order,
             )
         if "parent_id" in py:
             t.python = py.drop(columns=["parent_id"])

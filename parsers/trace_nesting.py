@@ -17,13 +17,24 @@ def thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     return (pid.astype(np.int64) << 32) ^ (tid.astype(np.int64) & 0xFFFFFFFF)
 
 
-def parents(ts: np.ndarray, end: np.ndarray, group: np.ndarray, tol: int = 0) -> np.ndarray:
+def nesting_order(ts: np.ndarray, end: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Rows by group, then start, then the longer first: an interval comes after every one that holds it.
+
+    Both functions below need it; a caller that runs both on the same intervals sorts them once.
+    """
+    return np.lexsort((-end, ts, group))
+
+
+def parents(
+    ts: np.ndarray, end: np.ndarray, group: np.ndarray, tol: int = 0, order: np.ndarray | None = None
+) -> np.ndarray:
     """Row index of each interval's innermost enclosing interval in the same group, or -1."""
     n = len(ts)
     out = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return out
-    order = np.lexsort((-end, ts, group))
+    if order is None:
+        order = nesting_order(ts, end, group)
     est = np.arange(-1, n - 1, dtype=np.int64)
     s_g = group[order]
     est[1:][s_g[1:] != s_g[:-1]] = -1
@@ -54,22 +65,24 @@ def enclosing(
     q_end: np.ndarray,
     q_group: np.ndarray,
     tol: int = 0,
+    order: np.ndarray | None = None,
 ) -> np.ndarray:
     """For each query interval, the row of the innermost interval (of ``ts``/``end``) holding it, or -1.
 
-    ``parent`` is what :func:`parents` gave for the same intervals.
+    ``parent`` is what :func:`parents` gave for the same intervals (``order``: their :func:`nesting_order`).
     """
     out = np.full(len(q_ts), -1, dtype=np.int64)
     if not len(ts) or not len(q_ts):
         return out
-    order = np.lexsort((-end, ts, group))
+    if order is None:
+        order = nesting_order(ts, end, group)
     s_ts, s_g = ts[order], group[order]
     rank_of_row = np.empty(len(order), dtype=np.int64)
     rank_of_row[order] = np.arange(len(order))
     s_parent = np.where(parent[order] >= 0, rank_of_row[np.maximum(parent[order], 0)], -1)
     s_end = end[order]
-    groups, starts = np.unique(s_g, return_index=True)
-    stops = np.append(starts[1:], len(s_g))
+    starts = np.concatenate(([0], np.flatnonzero(s_g[1:] != s_g[:-1]) + 1))  # s_g is sorted: no np.unique
+    groups, stops = s_g[starts], np.append(starts[1:], len(s_g))
     cand = np.full(len(q_ts), -1, dtype=np.int64)
     for g, lo, hi in zip(groups, starts, stops):
         qi = np.nonzero(q_group == g)[0]
