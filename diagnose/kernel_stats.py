@@ -37,8 +37,7 @@ def weighted_mean(values: pd.Series, weights: pd.Series) -> float:
 
 
 def weighted_mean_of_arrays(v: np.ndarray, w: np.ndarray) -> float:
-    """:func:`weighted_mean` on float arrays: the same arithmetic without the pandas conversions, for loops
-    over thousands of groups (the L2 heatmap's cells)."""
+    """:func:`weighted_mean` on float arrays: the same arithmetic without the pandas conversions."""
     ok = ~np.isnan(v) & ~np.isnan(w)
     if not ok.any():
         v_ok = v[~np.isnan(v)]

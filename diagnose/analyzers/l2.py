@@ -52,7 +52,6 @@ from diagnose.kernel_stats import (
     slim,
     total_gpu_time_ns,
     weighted_mean,
-    weighted_mean_of_arrays,
 )
 from diagnose.metrics import HIGHER, LOWER, Metric
 
@@ -448,42 +447,64 @@ def heatmap_cells(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
     k["order"] = np.arange(len(k))
     bin_size = max(1, int(np.ceil(len(k) / HEATMAP_MAX_COLUMNS)))
     k = k[k["label"].isin(top) & k["l2_hit_pct"].notna()]
-    # one pass over numpy slices, not a pandas groupby: 40 kernels × 400 bins of 100,000 launches is 16,000
-    # groups, and pandas' per-group overhead made this 10 s; launches keep their order within each cell
+    # whole-array reductions over the cells (np.*.reduceat on the launches sorted by cell): 40 kernels × 400
+    # bins of 100,000 launches is 16,000 cells; a pandas groupby took 10 s, a Python loop per cell 1 s
     rank_of = {name: i for i, name in enumerate(top)}
-    labels = k["label"].to_numpy(dtype=object)
-    order = k["order"].to_numpy()
-    cell_key = k["label"].map(rank_of).to_numpy(dtype=np.int64) * (len(order) + 1) + order // bin_size
-    by_cell = np.argsort(cell_key, kind="stable")
-    starts = np.flatnonzero(np.r_[True, np.diff(cell_key[by_cell]) != 0])
-    hit = k["l2_hit_pct"].to_numpy(dtype=float)
-    dur = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)
-    dram = pd.to_numeric(k["dram_throughput_pct"], errors="coerce").to_numpy(dtype=float)
-    dims = {c: k[c].to_numpy() for c in ("grid_size", "grid_x", "grid_y", "grid_z") if c in k.columns}
-    rows = []
-    for idx in np.split(by_cell, starts[1:]) if len(by_cell) else []:
-        w = dur[idx]
-        first = idx[int(np.argmax(np.where(np.isnan(w), 0.0, w)))]
-        launch = {c: v[first] for c, v in dims.items()}
-        rows.append(
-            {
-                "kernel": labels[idx[0]],
-                "bin": int(order[idx[0]] // bin_size),
-                "first_launch": int(order[idx].min()),
-                "last_launch": int(order[idx].max()),
-                "launches": int(len(idx)),
-                "l2_hit_pct": weighted_mean_of_arrays(hit[idx], w),
-                "dur_ns": float(np.nansum(w)),
-                "dram_throughput_pct": weighted_mean_of_arrays(dram[idx], w),
-                "grid_size": float(launch["grid_size"]),
-                "grid": _grid_text(launch),
-            }
-        )
+    cell_key = k["label"].map(rank_of).to_numpy(dtype=np.int64) * (len(k) + 1) + k["order"].to_numpy() // bin_size
+    by_cell = np.argsort(cell_key, kind="stable")  # launches keep their order within each cell
+    starts = np.flatnonzero(np.r_[True, np.diff(cell_key[by_cell]) != 0]) if len(by_cell) else by_cell[:0]
+    order = k["order"].to_numpy()[by_cell]
+    dur = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)[by_cell]
+    hit = k["l2_hit_pct"].to_numpy(dtype=float)[by_cell]
+    dram = pd.to_numeric(k["dram_throughput_pct"], errors="coerce").to_numpy(dtype=float)[by_cell]
+    dims = {c: k[c].to_numpy()[by_cell] for c in ("grid_size", "grid_x", "grid_y", "grid_z") if c in k.columns}
+    dur_or_0 = np.where(np.isnan(dur), 0.0, dur)
+    longest = _first_max_per_cell(dur_or_0, starts)  # the cell's longest launch gives its grid
+    cells_dims = [{c: v[i] for c, v in dims.items()} for i in longest]
+    rows = {
+        "kernel": k["label"].to_numpy(dtype=object)[by_cell][starts],
+        "bin": order[starts] // bin_size,
+        "first_launch": np.minimum.reduceat(order, starts) if len(starts) else order[:0],
+        "last_launch": np.maximum.reduceat(order, starts) if len(starts) else order[:0],
+        "launches": np.diff(np.r_[starts, len(order)]),
+        "l2_hit_pct": _weighted_means_per_cell(hit, dur, starts),
+        "dur_ns": np.add.reduceat(dur_or_0, starts) if len(starts) else dur[:0],
+        "dram_throughput_pct": _weighted_means_per_cell(dram, dur, starts),
+        "grid_size": np.array([float(d["grid_size"]) for d in cells_dims], dtype=float),
+        "grid": [_grid_text(d) for d in cells_dims],
+    }
     cells = pd.DataFrame(rows, columns=[c for c in columns if c != "kernel_rank"])
+    cells = cells.astype({"bin": int, "first_launch": int, "last_launch": int, "launches": int})
     cells.insert(1, "kernel_rank", cells["kernel"].map({name: i for i, name in enumerate(top)}))
     cells = cells.sort_values(["kernel_rank", "bin"]).reset_index(drop=True)
     cells.attrs["bin_size"] = bin_size
     return cells
+
+
+def _first_max_per_cell(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Index of each cell's first largest value (cells are the runs that begin at ``starts``)."""
+    if not len(starts):
+        return starts
+    cell = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(values)]))
+    at_max = np.flatnonzero(values == np.maximum.reduceat(values, starts)[cell])
+    return at_max[np.searchsorted(cell[at_max], np.arange(len(starts)))]
+
+
+def _weighted_means_per_cell(v: np.ndarray, w: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """:func:`diagnose.kernel_stats.weighted_mean_of_arrays` of each cell, for all cells at once."""
+    if not len(starts):
+        return v[:0]
+    has_v = ~np.isnan(v)
+    ok = has_v & ~np.isnan(w)
+    n_ok = np.add.reduceat(ok, starts)
+    n_v = np.add.reduceat(has_v, starts)
+    w_ok = np.add.reduceat(np.where(ok, w, 0.0), starts)
+    vw_ok = np.add.reduceat(np.where(ok, v * np.where(ok, w, 0.0), 0.0), starts)
+    v_ok = np.add.reduceat(np.where(ok, v, 0.0), starts)
+    v_any = np.add.reduceat(np.where(has_v, v, 0.0), starts)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weighted = np.where(w_ok > 0, vw_ok / w_ok, v_ok / n_ok)
+        return np.where(n_ok > 0, weighted, np.where(n_v > 0, v_any / n_v, np.nan))
 
 
 def _grid_text(launch) -> str:
