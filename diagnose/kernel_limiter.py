@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose.kernel_stats import kernel_key
+from diagnose.kernel_stats import by_kernel, kernel_groups
 from diagnose.table_memo import memo
 
 SUFFIX = ".avg.pct_of_peak_sustained_elapsed"
@@ -292,14 +292,14 @@ def kernel_limiters(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
 
 def _breakdown_means(kernels: pd.DataFrame, members: list[str]) -> pd.DataFrame:
     """Per kernel key (rows) × member (columns): the duration-weighted mean of each listed breakdown metric."""
-    key = kernel_key(kernels).to_numpy()
+    codes, keys = kernel_groups(kernels)
     w = pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0).to_numpy()
     raw = np.column_stack(
         [pd.to_numeric(kernels[column_of(m)], errors="coerce").to_numpy(dtype=float) for m in members]
     )
     raw = np.where(_listed_mask(kernels, members), raw, np.nan)
     ok = ~np.isnan(raw)
-    num = pd.DataFrame(np.where(ok, raw * w[:, None], 0.0)).groupby(key).sum()
-    den = pd.DataFrame(np.where(ok, w[:, None], 0.0)).groupby(key).sum()
-    plain = pd.DataFrame(raw).groupby(key).mean()
-    return (num / den.where(den > 0)).where(den > 0, plain)
+    num = pd.DataFrame(np.where(ok, raw * w[:, None], 0.0)).groupby(codes).sum()
+    den = pd.DataFrame(np.where(ok, w[:, None], 0.0)).groupby(codes).sum()
+    plain = pd.DataFrame(raw).groupby(codes).mean()
+    return by_kernel((num / den.where(den > 0)).where(den > 0, plain), keys)

@@ -31,7 +31,15 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
-from diagnose.kernel_stats import kernel_key, kernel_subject_name, launches_figure, per_kernel, total_gpu_time_ns
+from diagnose.kernel_stats import (
+    by_kernel,
+    kernel_groups,
+    kernel_key,
+    kernel_subject_name,
+    launches_figure,
+    per_kernel,
+    total_gpu_time_ns,
+)
 from diagnose.metrics import LOWER, Metric
 
 NAME = "memory_access"
@@ -144,8 +152,9 @@ def _bytes_per_sector(kernels: pd.DataFrame, direction: str) -> np.ndarray:
     return np.where(np.isnan(ratio), pct, ratio)
 
 
-def _sum(values: np.ndarray, key: np.ndarray) -> pd.Series:
-    return pd.Series(values).groupby(key).sum(min_count=1)
+def _sum(values: np.ndarray, groups: tuple[np.ndarray, np.ndarray]) -> pd.Series:
+    codes, keys = groups
+    return by_kernel(pd.Series(values).groupby(codes).sum(min_count=1), keys)
 
 
 def kernel_access(kernels: pd.DataFrame, th) -> pd.DataFrame:
@@ -155,11 +164,11 @@ def kernel_access(kernels: pd.DataFrame, th) -> pd.DataFrame:
     stats = per_kernel(kernels, ["memory_throughput_pct"])
     if not len(stats):
         return stats.reindex(columns=COLUMNS)
-    key = kernel_key(kernels).to_numpy()
+    groups = kernel_groups(kernels)
     names = stats["kernel_name"]
 
     def per(values: np.ndarray) -> np.ndarray:
-        return _sum(values, key).reindex(names).to_numpy(dtype=float)
+        return _sum(values, groups).reindex(names).to_numpy(dtype=float)
 
     excess, sectors, ideal = (per(_values(kernels, m)) for m in (EXCESS, SECTORS, IDEAL))
     # where only the ideal is known with the total (or the excess with one of them), complete the triple
@@ -191,7 +200,7 @@ def kernel_access(kernels: pd.DataFrame, th) -> pd.DataFrame:
     stats["excess_share_pct"] = 100.0 * excess / np.where(sectors > 0, sectors, np.nan)
     stats.loc[(stats["excess_sectors"] == 0) & stats["excess_share_pct"].isna(), "excess_share_pct"] = 0.0
 
-    lines = _sources(kernels, key, names)
+    lines = _sources(kernels, kernel_key(kernels).to_numpy(), names)
     split = []
     for i, name in enumerate(names):
         by_access = lines[name]["by_access"] if name in lines else None
