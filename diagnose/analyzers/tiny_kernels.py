@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
-from diagnose.kernel_stats import kernel_subject_name, launches_figure, most_common, names_list, per_kernel
+from diagnose.kernel_stats import kernel_subject_name, launches_figure, most_common, names_list, per_kernel, slim
 from diagnose.metrics import LOWER, Metric
 
 NAME = "tiny_kernels"
@@ -38,7 +38,8 @@ def analyze(profile, th) -> Result:
     result = Result(NAME)
     if not len(kernels) or kernels["dur_ns"].notna().sum() == 0:
         return result
-    timed = kernels[kernels["dur_ns"].notna()]
+    timed = slim(kernels, "grid_size", "block_size")  # not the hundreds of other metric columns, per filter
+    timed = timed[timed["dur_ns"].notna()]
     limit_ns = t.max_dur_us * 1000.0
     overhead_ns = t.launch_overhead_us * 1000.0
     tiny = timed[timed["dur_ns"] < limit_ns]
