@@ -168,7 +168,10 @@ def unique_labels(short: pd.Series) -> list[str]:
 
 def label_of_launch(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.Series:
     """Each launch's kernel label (``stats["kernel"]``), matched through its full-name key."""
-    return kernel_key(kernels).map(dict(zip(stats["kernel_name"], stats["kernel"])))
+    codes, keys = kernel_groups(kernels)
+    label_of_key = dict(zip(stats["kernel_name"], stats["kernel"]))
+    labels = np.array([label_of_key.get(k, np.nan) for k in keys] + [np.nan], dtype=object)
+    return pd.Series(labels[codes], index=kernels.index, dtype=object)
 
 
 def per_kernel_sum(kernels: pd.DataFrame, values: pd.Series, stats: pd.DataFrame) -> pd.Series:

@@ -442,8 +442,11 @@ def heatmap_cells(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
     top = stats[stats["l2_hit_pct"].notna()]["kernel"].head(HEATMAP_MAX_KERNELS).tolist()
     order_cols = [c for c in ("launch_id",) if c in kernels.columns and kernels[c].notna().all()]
     k = slim(kernels, "launch_id", "l2_hit_pct", "dram_throughput_pct", "grid_size", "grid_x", "grid_y", "grid_z")
-    k = k.sort_values(order_cols, kind="stable") if order_cols else k
-    k = k.reset_index(drop=True).assign(label=lambda d: label_of_launch(d, stats).to_numpy())
+    labels = label_of_launch(kernels, stats).to_numpy()  # on the table analyze() grouped (memoized), then sorted
+    if order_cols:
+        by_launch = np.argsort(k["launch_id"].to_numpy(), kind="stable")
+        k, labels = k.take(by_launch), labels[by_launch]
+    k = k.reset_index(drop=True).assign(label=labels)
     k["order"] = np.arange(len(k))
     bin_size = max(1, int(np.ceil(len(k) / HEATMAP_MAX_COLUMNS)))
     k = k[k["label"].isin(top) & k["l2_hit_pct"].notna()]
