@@ -19,6 +19,7 @@ import mmap
 import multiprocessing
 import os
 import pickle
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -28,12 +29,10 @@ class HelperLost(Exception):
 
 
 def helper_allowed() -> bool:
-    """A second core exists, and this process is not a multiprocessing worker already."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return cores >= 2 and multiprocessing.parent_process() is None and os.environ.get("GPUDIAG_PIECE_HELPER") != "0"
+    """Linux (where a fork of this process is safe: no macOS frameworks), a second core, not a worker already."""
+    if not sys.platform.startswith("linux") or os.environ.get("GPUDIAG_PIECE_HELPER") == "0":
+        return False
+    return len(os.sched_getaffinity(0)) >= 2 and multiprocessing.parent_process() is None
 
 
 class PieceHelper:
