@@ -76,6 +76,13 @@ class PieceHelper:
         n = self._sent_bytes
         return bytes(self._slot[:n]) if n <= len(self._slot) else self._slot_too_small
 
+    def answered(self) -> bool:
+        """Whether the result of the piece sent is here (or the helper is gone), without waiting."""
+        try:
+            return self._conn.poll(0)
+        except OSError:
+            return True
+
     def result(self) -> Any:
         """What ``build`` returned for the last piece submitted; :class:`HelperLost` if the helper died."""
         try:

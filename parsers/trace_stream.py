@@ -280,9 +280,13 @@ class _InOrder:
     """Pieces on their way to the caller, in file order: at most one at the helper, then those built here.
 
     The helper is forked at the first piece of a trace that has a second one (smaller traces never start
-    it). A piece it does not take (msgspec declined it) is read here as a serial read would, with orjson;
-    one that orjson refuses too was cut inside a string (:class:`_BadCut`).
+    it). It is sent the next piece as soon as it has answered the last one, and this process builds pieces
+    meanwhile, so the two share the work whatever its split (a gzip's inflating falls on this process).
+    A piece it does not take (msgspec declined it) is read here as a serial read would, with orjson; one
+    that orjson refuses too was cut inside a string (:class:`_BadCut`).
     """
+
+    MAX_BUILT_AHEAD = 8  # pieces built here while the helper still builds an earlier one (~5 MB each)
 
     def __init__(self, on_events: Callable[[list], None], pieces: PieceBuilds, parse: _Parser):
         self.on_events, self.pieces, self.parse = on_events, pieces, parse
@@ -296,6 +300,8 @@ class _InOrder:
             return False
         if self.helper is None:
             self.helper = PieceHelper(self.pieces.build, slot_bytes=2 * PIECE_BYTES + 2**20)
+        if self.at_helper is not None and self.helper.answered():
+            self.drain()
         return self.at_helper is None
 
     def send(self, piece: memoryview, start: int) -> None:
@@ -307,7 +313,8 @@ class _InOrder:
             self.on_events(events)
             return
         self.built.append(self.pieces.of_events(events))
-        self.drain()
+        if len(self.built) >= self.MAX_BUILT_AHEAD:
+            self.drain()
 
     def drain(self) -> None:
         """Wait for the helper's piece; merge it, then what was built here meanwhile."""
