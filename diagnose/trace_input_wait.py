@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from diagnose.table_memo import memo
-from diagnose.trace_timeline import clip_sums, merge, name_mask
+from diagnose.trace_timeline import clip_sums, merge, name_mask, names_at, per_trace
 
 DATALOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#.+\.__next__$")
 
@@ -50,13 +50,38 @@ def dataloader_fetches(trace) -> pd.DataFrame:
     return fetches.sort_values("ts_ns", kind="stable").reset_index(drop=True)
 
 
+def _loader_ranges(trace) -> tuple[np.ndarray, np.ndarray]:
+    """(ts_ns, end_ns) of :func:`dataloader_fetches`' rows, as plain arrays; worked out once per trace (sync, idle,
+    launch and the step budget all ask, and a concat, drop_duplicates and sort of frames was ~6 ms each)."""
+    return per_trace(trace, "dataloader_ranges", None, lambda: _find_loader_ranges(trace))
+
+
+def _find_loader_ranges(trace) -> tuple[np.ndarray, np.ndarray]:
+    ts, end, tid = [], [], []
+    for table in (trace.annotations, trace.cpu_ops):
+        if len(table):
+            rows = np.flatnonzero(name_mask(table["name"], lambda names: names.str.match(DATALOADER_NEXT)))
+            ts += table["ts_ns"].to_numpy()[rows].tolist()
+            end += table["end_ns"].to_numpy()[rows].tolist()
+            tid += table["tid"].to_numpy()[rows].tolist()
+    # a range Kineto keeps both as an annotation and as a CPU op is one fetch: the first of each (ts, end, tid)
+    first = list(dict.fromkeys(zip(ts, end, tid)))
+    ts_ns = np.array([k[0] for k in first], dtype=np.int64)
+    end_ns = np.array([k[1] for k in first], dtype=np.int64)
+    order = np.argsort(ts_ns, kind="stable")
+    ts_ns, end_ns = ts_ns[order], end_ns[order]
+    ts_ns.flags.writeable = end_ns.flags.writeable = False  # shared by every caller
+    return ts_ns, end_ns
+
+
 # Kineto's Python frames and its ops are stamped by different clocks' readings: a fetch that returns as the step
 # begins was seen ending 25 µs after the step's start. A boundary this far inside a call is held by it.
 BOUNDARY_SLACK_NS = 200_000
 MAX_SOURCE_BYTES = 2_000_000  # a bigger "source file" is not parsed to look for generators
 
 
-def _empty_fetches() -> pd.DataFrame:
+@functools.lru_cache(maxsize=1)
+def _empty_fetches_template() -> pd.DataFrame:
     return pd.DataFrame(
         {
             "ts_ns": pd.Series([], dtype="int64"),
@@ -66,6 +91,10 @@ def _empty_fetches() -> pd.DataFrame:
             "line": pd.Series([], dtype="int64"),
         }
     )
+
+
+def _empty_fetches() -> pd.DataFrame:
+    return _empty_fetches_template().copy()  # built once (~1 ms), copied out
 
 
 def loop_frame(trace, steps: pd.DataFrame) -> int | None:
@@ -105,17 +134,19 @@ def _iterator_fetches(trace, steps: pd.DataFrame, dirs: tuple[str, ...]) -> pd.D
     if loop is None:
         return _empty_fetches()
     py = trace.python
-    children = py[py["parent_index"].to_numpy(np.int64) == loop]
-    if not len(children):
+    rows = np.flatnonzero(py["parent_index"].to_numpy(np.int64) == loop)
+    if not len(rows):
         return _empty_fetches()
-    kinds = children[["file", "line", "function"]].astype({"file": object, "function": object}).drop_duplicates()
+    # (file, line, function) of each call the loop makes, names through the categories (NaN where missing, as
+    # astype(object) gives them); a frame of the children is cut only when some are fetches
+    keys = list(zip(names_at(py["file"], rows), py["line"].to_numpy()[rows].tolist(), names_at(py["function"], rows)))
     fetch_keys = set()
-    for file, line, function in kinds.itertuples(index=False):
+    for file, line, function in dict.fromkeys(keys):
         if function == "__next__" or (file and is_generator(str(file), int(line), str(function), dirs)):
             fetch_keys.add((file, int(line), function))
     if not fetch_keys:
         return _empty_fetches()
-    keys = list(zip(children["file"].astype(object), children["line"].astype(int), children["function"].astype(object)))
+    children = py.iloc[rows]
     # a function any of whose calls holds a step boundary is the loop body itself (a training loop written as a
     # generator that yields once a step, driven by an outer loop), not a fetch
     starts = np.sort(steps["cpu_start_ns"].to_numpy(np.int64))
@@ -213,16 +244,16 @@ def input_wait_per_step(trace, steps: pd.DataFrame, source_dirs=(), fetches: pd.
     trace_timeline.steps gives), indexed by step: the time inside DataLoader fetch ranges and other iterators'
     fetches (a frame that overlaps a DataLoader range is that DataLoader's, already counted); every step 0 when
     the trace shows no fetch at all."""
-    loader = dataloader_fetches(trace)[["ts_ns", "end_ns"]]
+    loader_ts, loader_end = _loader_ranges(trace)
     if fetches is None:  # ``fetches``: iterator_fetches(trace, steps, ...) when the caller has it already
         fetches = iterator_fetches(trace, steps, source_dirs)
-    frames = fetches[["ts_ns", "end_ns"]]
-    if len(loader) and len(frames):  # a DataLoader's own __next__ frame: its record_function range is the measure
-        lo, hi = merge(loader["ts_ns"].to_numpy(np.int64), loader["end_ns"].to_numpy(np.int64))
-        overlap = clip_sums(lo, hi, frames["ts_ns"].to_numpy(np.int64), frames["end_ns"].to_numpy(np.int64))
-        frames = frames[np.asarray(overlap) <= 0]
-    fetches = pd.concat([loader, frames], ignore_index=True).sort_values("ts_ns", kind="stable")
-    starts, ends = merge(fetches["ts_ns"].to_numpy(dtype=np.int64), fetches["end_ns"].to_numpy(dtype=np.int64))
+    frame_ts, frame_end = fetches["ts_ns"].to_numpy(np.int64), fetches["end_ns"].to_numpy(np.int64)
+    if len(loader_ts) and len(frame_ts):  # a DataLoader's own __next__ frame: its record_function range is the measure
+        lo, hi = merge(loader_ts, loader_end)
+        alone = np.asarray(clip_sums(lo, hi, frame_ts, frame_end)) <= 0
+        frame_ts, frame_end = frame_ts[alone], frame_end[alone]
+    # the union of both (merge sorts): plain arrays, not a concat of frames
+    starts, ends = merge(np.concatenate([loader_ts, frame_ts]), np.concatenate([loader_end, frame_end]))
     wait_ns = clip_sums(
         starts,
         ends,
@@ -236,13 +267,17 @@ def input_wait_per_step(trace, steps: pd.DataFrame, source_dirs=(), fetches: pd.
 def input_fetches(trace, steps: pd.DataFrame, source_dirs=(), fetches: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every fetch of a batch the trace shows (ts_ns, end_ns), by start: DataLoader ranges and the loop's
     iterator calls (``fetches``: iterator_fetches(trace, steps, ...) when the caller has it already)."""
-    parts = [dataloader_fetches(trace)[["ts_ns", "end_ns"]]]
+    loader_ts, loader_end = _loader_ranges(trace)
+    ts, end = [loader_ts], [loader_end]
     if fetches is None and len(steps):
         fetches = iterator_fetches(trace, steps, source_dirs)
     if fetches is not None and len(fetches):
-        parts.append(fetches[["ts_ns", "end_ns"]])
-    found = pd.concat(parts, ignore_index=True).astype("int64")
-    return found.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+        ts.append(fetches["ts_ns"].to_numpy().astype(np.int64))
+        end.append(fetches["end_ns"].to_numpy().astype(np.int64))
+    # plain arrays, not a concat of frames and a sort_values (~5 ms a call on a small trace); the same rows
+    ts, end = np.concatenate(ts), np.concatenate(end)
+    order = np.argsort(ts, kind="stable")
+    return pd.DataFrame({"ts_ns": ts[order], "end_ns": end[order]})
 
 
 def input_idle_by_cause(gaps: pd.DataFrame, fetches: pd.DataFrame) -> dict[str, float]:

@@ -38,9 +38,17 @@ class Schema:
         return empty(self)
 
 
+_EMPTY: dict[tuple, pd.DataFrame] = {}  # one zero-row frame per declared schema, copied out
+
+
 def empty(schema: Schema) -> pd.DataFrame:
-    """A zero-row frame with every declared column at its declared dtype."""
-    return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in schema.columns.items()})
+    """A zero-row frame with every declared column at its declared dtype (a copy of one built once per schema:
+    building it column by column cost ~1.5 ms, asked for several times a report)."""
+    key = (schema.name, tuple(schema.columns.items()))
+    template = _EMPTY.get(key)
+    if template is None:
+        template = _EMPTY[key] = pd.DataFrame({c: pd.Series([], dtype=d) for c, d in schema.columns.items()})
+    return template.copy()
 
 
 def conform(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:

@@ -154,30 +154,37 @@ class CollectiveArgs:
             )
 
     def frame(self) -> pd.DataFrame:
-        cols = [
-            "source",
-            "ts_ns",
-            "correlation",
-            "external_id",
-            "collective",
-            "pg_name",
-            "pg_ranks",
-            "group_size",
-            "in_nelems",
-            "out_nelems",
-            "dtype",
-            "seq",
-        ]
-        df = pd.DataFrame(self.rows, columns=cols)
-        for c in ("correlation", "external_id"):
-            df[c] = _ints(df[c])
-        for c in ("group_size", "in_nelems", "out_nelems", "seq"):
-            df[c] = pd.to_numeric(df[c], errors="coerce").astype(F64)
-        for c in ("collective", "pg_name", "pg_ranks", "dtype"):
-            df[c] = df[c].map(lambda v: None if v is None else str(v)).astype(object)
-        size = df["dtype"].map(DTYPE_BYTES).astype(F64)
-        df["msg_bytes"] = np.fmax(df["in_nelems"], df["out_nelems"]) * size
-        return conform(df, COLLECTIVES_SCHEMA)
+        if not self.rows:  # no collective (most traces): the typed empty frame rows_frame gives, ~4 ms sooner
+            return COLLECTIVES_SCHEMA.empty()
+        return rows_frame(self.rows)
+
+
+def rows_frame(rows: list[tuple]) -> pd.DataFrame:
+    """The collectives table of :class:`CollectiveArgs`' rows."""
+    cols = [
+        "source",
+        "ts_ns",
+        "correlation",
+        "external_id",
+        "collective",
+        "pg_name",
+        "pg_ranks",
+        "group_size",
+        "in_nelems",
+        "out_nelems",
+        "dtype",
+        "seq",
+    ]
+    df = pd.DataFrame(rows, columns=cols)
+    for c in ("correlation", "external_id"):
+        df[c] = _ints(df[c])
+    for c in ("group_size", "in_nelems", "out_nelems", "seq"):
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype(F64)
+    for c in ("collective", "pg_name", "pg_ranks", "dtype"):
+        df[c] = df[c].map(lambda v: None if v is None else str(v)).astype(object)
+    size = df["dtype"].map(DTYPE_BYTES).astype(F64)
+    df["msg_bytes"] = np.fmax(df["in_nelems"], df["out_nelems"]) * size
+    return conform(df, COLLECTIVES_SCHEMA)
 
 
 def read_collectives(path: str | os.PathLike) -> pd.DataFrame:

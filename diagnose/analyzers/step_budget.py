@@ -538,10 +538,13 @@ def traced_steps(
     not_compute = comm | (kind == "memcpy") | (kind == "memset")
     collective = tl.clip_sums(*tl.merge(ts[comm], end[comm]), lo, hi).astype(float)
     copies_or_comm = tl.clip_sums(*tl.merge(ts[not_compute], end[not_compute]), lo, hi).astype(float)
-    out = pd.DataFrame({"rank": rank, "trace_step": per["step"].to_numpy()})
-    run_steps = np.full(len(out), -1, dtype=np.int64)
-    if window is not None and len(out) <= len(window):
-        run_steps[:] = list(window)[: len(out)]
+    # the table's columns as arrays, made a frame once at the end (a column assignment each was ~3 ms a call)
+    trace_step = per["step"].to_numpy()
+    n = len(trace_step)
+    out = {"rank": rank, "trace_step": trace_step}
+    run_steps = np.full(n, -1, dtype=np.int64)
+    if window is not None and n <= len(window):
+        run_steps[:] = list(window)[:n]
     out["run_step"] = run_steps
     out["wall_ms"] = per["step_ns"].to_numpy() / 1e6
     busy = per["busy_ns"].to_numpy()
@@ -552,12 +555,13 @@ def traced_steps(
     # what the trace cannot attribute (no kernel linked to its launch) is not host work either
     out["other_wait_ms"] = (per["idle_other_ns"].to_numpy() + per["idle_unlinked_ns"].to_numpy()) / 1e6
     host_idle = (per["idle_host_ns"].to_numpy() + per["idle_short_ns"].to_numpy()) / 1e6
-    out["allocator_host_ms"] = allocator_host_ms(trace, windows, out["trace_step"].to_numpy())
+    out["allocator_host_ms"] = allocator_host_ms(trace, windows, trace_step)
     by_step = dict(zip(rows["step"].astype(int), input_ms))
-    out["input_ms"] = [by_step.get(int(s), np.nan) if s >= 0 else np.nan for s in run_steps]
+    # a list becomes a column as a Series makes it (the dtype pandas infers)
+    out["input_ms"] = pd.Series([by_step.get(int(s), np.nan) if s >= 0 else np.nan for s in run_steps]).to_numpy()
     # a run step with no input_ms fetched no batch from a DataLoader: its wait for the loop's own iterator (a
     # generator, a __next__ method) is read from the trace's Python frames instead
-    from_trace = out["input_ms"].isna().to_numpy()
+    from_trace = pd.isna(out["input_ms"])
     from_loop = "input_from" in rows and (rows["input_from"] == "loop").any()
     from diagnose.trace_input_wait import (
         input_fetches,
@@ -574,31 +578,34 @@ def traced_steps(
         sync_gaps["start_ns"].to_numpy(), sync_gaps["end_ns"].to_numpy(), input_fetches(trace, windows, fetches=fetches)
     )
     fetching_in_sync_ms = tl.clip_sums(fetch_start, fetch_end, lo, hi) / 1e6
-    out["sync_ms"] = out["sync_ms"].to_numpy() - fetching_in_sync_ms
+    out["sync_ms"] = out["sync_ms"] - fetching_in_sync_ms
     host_idle = host_idle + fetching_in_sync_ms
+    input_iterator = None
     if from_trace.any() or from_loop:
         if len(fetches):
             if from_trace.any():
                 traced_wait = input_wait_per_step(trace, windows, fetches=fetches)
-                out.loc[from_trace, "input_ms"] = out.loc[from_trace, "trace_step"].map(traced_wait).to_numpy()
+                out["input_ms"] = out["input_ms"].copy()
+                out["input_ms"][from_trace] = pd.Series(trace_step[from_trace]).map(traced_wait).to_numpy()
             top = fetches.assign(ms=fetches["end_ns"] - fetches["ts_ns"]).groupby(["file", "line"])["ms"].sum()
             file, line = top.idxmax()
             function = fetches.loc[(fetches["file"] == file) & (fetches["line"] == line), "name"].iloc[0]
-            out.attrs["input_iterator"] = f"{str(function).rsplit(': ', 1)[-1]} at {file}:{int(line)}"
+            input_iterator = f"{str(function).rsplit(': ', 1)[-1]} at {file}:{int(line)}"
     # GPU idle while the host was busy: first the allocator's calls, then input wait, then gpudiag's excess
     out["allocator_ms"] = np.minimum(out["allocator_host_ms"], host_idle)
-    left = host_idle - out["allocator_ms"].to_numpy()
-    input_here = np.minimum(out["input_ms"].fillna(0.0).to_numpy(), left)
+    left = host_idle - out["allocator_ms"]
+    input_missing = pd.isna(out["input_ms"])
+    input_here = np.minimum(np.where(input_missing, 0.0, out["input_ms"]), left)
     # the part of the step's input wait inside its GPU window (the first traced step's window opens at its
     # first GPU work, after its fetch): what the traced budget counts, so its parts stay within the step
-    out["input_in_window_ms"] = np.where(out["input_ms"].isna(), np.nan, input_here)
+    out["input_in_window_ms"] = np.where(input_missing, np.nan, input_here)
     left = left - input_here
     # gpudiag's excess over the steady median slows the host: it shows as launch idle, then as a longer wait
     # for the host to launch again after each sync; it is taken out of those, in that order
     # (median_ms None: a trace captured elsewhere, no step of it is gpudiag's)
-    excess = np.maximum(out["wall_ms"].to_numpy() - median_ms, 0.0) if median_ms is not None else np.zeros(len(out))
+    excess = np.maximum(out["wall_ms"] - median_ms, 0.0) if median_ms is not None else np.zeros(n)
     from_launch = np.minimum(excess, left)
-    from_sync = np.minimum(excess - from_launch, out["sync_ms"].to_numpy())
+    from_sync = np.minimum(excess - from_launch, out["sync_ms"])
     out["trace_window_ms"] = from_launch + from_sync
     out["launch_bound_ms"] = left - from_launch
     out["sync_raw_ms"] = out["sync_ms"]
@@ -607,11 +614,14 @@ def traced_steps(
     records = profile.sync_records.get(rank)
     if records is not None and len(records):
         calls = sync.apply_records(calls, records, trace)
-    step_to_run = dict(zip(out["trace_step"], out["run_step"]))
+    step_to_run = dict(zip(trace_step.tolist(), run_steps.tolist()))
     calls = calls[calls["step"].isin(list(step_to_run))].copy()
     calls["run_step"] = calls["step"].map(step_to_run)
     blocked = calls.groupby("step")["blocked_ns"].sum()
-    out["sync_blocked_ms"] = out["trace_step"].map(blocked).fillna(0.0).to_numpy() / 1e6
+    out["sync_blocked_ms"] = pd.Series(trace_step).map(blocked).fillna(0.0).to_numpy() / 1e6
+    out = pd.DataFrame(out)
+    if input_iterator is not None:
+        out.attrs["input_iterator"] = input_iterator
     return out, calls
 
 
@@ -1018,12 +1028,14 @@ def severity_of(share: float, th: Thresholds) -> Severity:
 def cause_findings(budget: pd.DataFrame, meta: dict, calls_by_rank: dict, th: Thresholds) -> list[Finding]:
     median = budget[budget["column"] == "median step"]
     findings = []
+    # which rows each part keeps, on arrays: a frame is cut only for a part that has some (~3 ms of filters before)
+    part_of, share_of = median["part"].to_numpy(), median["share"].to_numpy()
     for part in (*CAUSES, "unexplained"):
-        rows = median[(median["part"] == part) & median["share"].notna()]
         limit = th.step_budget.unexplained_share if part == "unexplained" else th.step_budget.cause_min_share
-        rows = rows[rows["share"] >= limit]
-        if not len(rows):
+        keep = (part_of == part) & pd.notna(share_of) & (share_of >= limit)
+        if not keep.any():
             continue
+        rows = median[keep]
         top = rows.sort_values("share", ascending=False).iloc[0]
         rank, share, ms, wall = int(top["rank"]), float(top["share"]), float(top["ms"]), float(top["wall_ms"])
         subjects = [

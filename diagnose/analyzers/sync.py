@@ -263,34 +263,42 @@ def trace_syncs(trace, th: Thresholds, fetches: pd.DataFrame | None = None) -> t
         py_i = np.where(py_i >= 0, py_i, op_py)
     file, line, func, where = frames(py, py_i)
     step = step_of_times(windows, sub["ts_ns"].to_numpy())
-    calls = pd.DataFrame(
-        {
-            "ts_ns": sub["ts_ns"].to_numpy(),
-            "blocked_ns": sub["dur_ns"].to_numpy().astype(float),
-            "gpu_idle_ns": idle_by_sync.reindex(idx).fillna(0.0).to_numpy(),
-            "call": call,
-            "sync_kind": sub["sync_kind"].astype(str).to_numpy(),
-            "op": op,
-            "inner_op": inner,
-            "file": file,
-            "line": line,
-            "function": func,
-            "location": where,
-            "line_exact": False,
-            "step": step,
-            "runtime_index": idx,
-        }
-    )
+    columns = {
+        "ts_ns": sub["ts_ns"].to_numpy(),
+        "blocked_ns": sub["dur_ns"].to_numpy().astype(float),
+        "gpu_idle_ns": idle_by_sync.reindex(idx).fillna(0.0).to_numpy(),
+        "call": call,
+        "sync_kind": sub["sync_kind"].astype(str).to_numpy(),
+        "op": op,
+        "inner_op": inner,
+        "file": file,
+        "line": line,
+        "function": func,
+        "location": where,
+        "line_exact": False,
+        "step": step,
+        "runtime_index": idx,
+    }
     # one op (aten::item → cudaMemcpyAsync + cudaStreamSynchronize) is one sync, not two
-    calls["instance"] = np.where(top_i >= 0, top_i, -1 - np.arange(len(calls)))
-    if calls["instance"].duplicated().any():
-        first = calls.groupby("instance", sort=False).first()
-        first["blocked_ns"] = calls.groupby("instance", sort=False)["blocked_ns"].sum()
-        first["gpu_idle_ns"] = calls.groupby("instance", sort=False)["gpu_idle_ns"].sum()
-        first["call"] = calls.groupby("instance", sort=False)["call"].agg(lambda c: " + ".join(dict.fromkeys(c)))
-        calls = first.reset_index()
-    calls = calls.drop(columns=["instance"]).sort_values("ts_ns").reset_index(drop=True)
+    instance = np.where(top_i >= 0, top_i, -1 - np.arange(len(idx)))
+    if len(np.unique(instance)) == len(instance):
+        calls = pd.DataFrame(columns)
+    else:
+        calls = _one_row_per_instance(columns, instance)
+    calls = calls.sort_values("ts_ns").reset_index(drop=True)
     return calls, step_ns, n_steps
+
+
+def _one_row_per_instance(columns: dict, instance: np.ndarray) -> pd.DataFrame:
+    """One row per op instance: the first non-missing value of each column, blocked and idle summed, the calls
+    joined; groups in order of first appearance."""
+    calls = pd.DataFrame(columns)
+    calls["instance"] = instance
+    first = calls.groupby("instance", sort=False).first()
+    first["blocked_ns"] = calls.groupby("instance", sort=False)["blocked_ns"].sum()
+    first["gpu_idle_ns"] = calls.groupby("instance", sort=False)["gpu_idle_ns"].sum()
+    first["call"] = calls.groupby("instance", sort=False)["call"].agg(lambda c: " + ".join(dict.fromkeys(c)))
+    return first.reset_index().drop(columns=["instance"])
 
 
 def frames(py: pd.DataFrame, py_i: np.ndarray):
@@ -450,25 +458,55 @@ def group_syncs(calls: pd.DataFrame, n_steps: int, step_ns: float) -> pd.DataFra
     ]
     if not len(calls):
         return pd.DataFrame(columns=cols)
-    g = calls.groupby(["location", "op"], sort=False, dropna=False)
-    out = g.agg(
-        function=("function", "first"),
-        file=("file", "first"),
-        line=("line", "first"),
-        line_exact=("line_exact", "all"),
-        calls=("call", lambda s: ", ".join(dict.fromkeys(map(str, s)))),
-        count=("call", "size"),
-        blocked_ns=("blocked_ns", "sum"),
-        gpu_idle_ns=("gpu_idle_ns", lambda s: s.sum(min_count=1)),
-    ).reset_index()
-    out["count_per_step"] = out["count"] / n_steps
-    out["blocked_ms"] = out["blocked_ns"] / 1e6
-    out["gpu_idle_ms"] = out["gpu_idle_ns"] / 1e6
-    out["blocked_ms_per_step"] = out["blocked_ms"] / n_steps
-    out["gpu_idle_ms_per_step"] = out["gpu_idle_ms"] / n_steps
-    out["share_of_step"] = out["gpu_idle_ns"] / n_steps / step_ns if step_ns and step_ns == step_ns else np.nan
+    grouped = _grouped_by_location_op(calls)
+    # the figures as arrays and one frame (six column assignments cost ~2 ms on a few rows)
+    count = grouped["count"].to_numpy()
+    blocked_ns, gpu_idle_ns = grouped["blocked_ns"].to_numpy(), grouped["gpu_idle_ns"].to_numpy()
+    blocked_ms, gpu_idle_ms = blocked_ns / 1e6, gpu_idle_ns / 1e6
+    figures = {
+        "count_per_step": count / n_steps,
+        "blocked_ms_per_step": blocked_ms / n_steps,
+        "gpu_idle_ms_per_step": gpu_idle_ms / n_steps,
+        "share_of_step": gpu_idle_ns / n_steps / step_ns if step_ns and step_ns == step_ns else np.nan,
+        "blocked_ms": blocked_ms,
+        "gpu_idle_ms": gpu_idle_ms,
+    }
+    out = pd.DataFrame({c: figures[c] if c in figures else grouped[c] for c in cols})
     out = out.sort_values(["gpu_idle_ms_per_step", "blocked_ms_per_step"], ascending=False, na_position="last")
-    return out[cols].reset_index(drop=True)
+    return out.reset_index(drop=True)
+
+
+def _grouped_by_location_op(calls: pd.DataFrame) -> dict[str, pd.Series]:
+    """``group_syncs``' aggregation per (location, op), groups in order of first appearance: the same columns and
+    values as a two-key ``groupby(...).agg(...)``, through one integer group code and a groupby per column
+    (~1 ms instead of ~5 ms of named aggregation on a dozen rows)."""
+    loc, _ = pd.factorize(calls["location"], use_na_sentinel=False)  # a missing key is a group, as dropna=False
+    op, _ = pd.factorize(calls["op"], use_na_sentinel=False)
+    _, first_row, inverse = np.unique(
+        loc.astype(np.int64) * (int(op.max()) + 1) + op, return_index=True, return_inverse=True
+    )
+    rank = np.empty(len(first_row), dtype=np.int64)
+    rank[np.argsort(first_row, kind="stable")] = np.arange(len(first_row))
+    group = rank[inverse.reshape(-1)]  # 0, 1, ... in order of first appearance, as groupby(sort=False) orders
+    first_row = np.sort(first_row)
+
+    def by_group(column: str):
+        return calls[column].groupby(group, sort=True)
+
+    out = {
+        # the keys as groupby gives them: an index built from the first row's values (object strings infer str)
+        "location": pd.Series(pd.Index(calls["location"].to_numpy()[first_row])),
+        "op": pd.Series(pd.Index(calls["op"].to_numpy()[first_row])),
+        "function": by_group("function").first(),
+        "file": by_group("file").first(),
+        "line": by_group("line").first(),
+        "line_exact": by_group("line_exact").all(),
+        "calls": by_group("call").agg(lambda s: ", ".join(dict.fromkeys(map(str, s)))),
+        "count": by_group("call").size(),
+        "blocked_ns": by_group("blocked_ns").sum(),
+        "gpu_idle_ns": by_group("gpu_idle_ns").agg(lambda s: s.sum(min_count=1)),
+    }
+    return {k: v.reset_index(drop=True) for k, v in out.items()}
 
 
 def subject_of(g, rank: int, th: Thresholds, span_only: bool = False) -> Subject:
@@ -526,10 +564,13 @@ def representative_step(trace, calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
         lo, hi, step = int(trace.gpu["ts_ns"].min()), int(trace.gpu["end_ns"].max()), -1
     s, e = tl.merge(trace.gpu["ts_ns"].to_numpy(), trace.gpu["end_ns"].to_numpy())
     keep = (e > lo) & (s < hi)
-    busy = pd.DataFrame(
-        {"start_ms": (np.maximum(s[keep], lo) - lo) / 1e6, "end_ms": (np.minimum(e[keep], hi) - lo) / 1e6}
+    busy = pd.DataFrame(  # each frame built once, the step included (not assigned after: ~0.2 ms each)
+        {
+            "start_ms": (np.maximum(s[keep], lo) - lo) / 1e6,
+            "end_ms": (np.minimum(e[keep], hi) - lo) / 1e6,
+            "step": step,
+        }
     )
-    busy["step"] = step
     c = calls[(calls["ts_ns"] >= lo) & (calls["ts_ns"] < hi)] if len(calls) else calls
     points = pd.DataFrame(
         {
@@ -538,7 +579,7 @@ def representative_step(trace, calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
             "gpu_idle_ms": c["gpu_idle_ns"] / 1e6,
             "location": c["location"],
             "op": c["op"],
+            "step": step,
         }
     )
-    points["step"] = step
-    return {"timeline_busy": busy.reset_index(drop=True), "timeline_syncs": points.reset_index(drop=True)}
+    return {"timeline_busy": busy, "timeline_syncs": points.reset_index(drop=True)}
