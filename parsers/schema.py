@@ -47,8 +47,13 @@ def empty(schema: Schema) -> pd.DataFrame:
     key = (schema.name, tuple(schema.columns.items()))
     template = _EMPTY.get(key)
     if template is None:
-        template = _EMPTY[key] = pd.DataFrame({c: pd.Series([], dtype=d) for c, d in schema.columns.items()})
+        template = _EMPTY[key] = pd.DataFrame({c: _no_rows(d) for c, d in schema.columns.items()}, copy=False)
     return template.copy()
+
+
+def _no_rows(dtype: str):
+    """A zero-length column of ``dtype``, as ``pd.Series([], dtype=dtype)`` holds it (a Series each cost ~0.15 ms)."""
+    return pd.Categorical([]) if dtype == CAT else np.empty(0, dtype=dtype)
 
 
 def conform(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
