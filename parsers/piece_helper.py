@@ -15,6 +15,7 @@ piece itself and goes on without it. Nothing here can hang on a dead helper.
 
 from __future__ import annotations
 
+import io
 import mmap
 import multiprocessing
 import os
@@ -22,6 +23,8 @@ import pickle
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from parsers.restricted_pickle import RestrictedUnpickler
 
 
 class HelperLost(Exception):
@@ -38,8 +41,9 @@ def helper_allowed() -> bool:
 class PieceHelper:
     """Runs ``build(raw_bytes)`` in a forked process on each piece sent, answering one piece at a time.
 
-    ``build`` returns a picklable result (or None for a piece it does not take); an exception in it comes
-    back as None too, so the caller builds that piece itself and meets the error as a serial read would.
+    ``build`` returns plain data (dicts, lists, tuples, text, numbers, bytearrays; or None for a piece it does
+    not take); an exception in it comes back as None too, so the caller builds that piece itself and meets the
+    error as a serial read would.
     """
 
     def __init__(self, build: Callable[[bytes], Any], slot_bytes: int):
@@ -86,7 +90,8 @@ class PieceHelper:
     def result(self) -> Any:
         """What ``build`` returned for the last piece submitted; :class:`HelperLost` if the helper died."""
         try:
-            return pickle.loads(self._conn.recv_bytes())  # from the forked copy of this process, not from input
+            # plain data only (parsers.trace's to_plain): the restricted unpickler builds nothing by name
+            return RestrictedUnpickler(io.BytesIO(self._conn.recv_bytes())).load()
         except (EOFError, OSError):
             raise HelperLost from None
 

@@ -435,12 +435,15 @@ class _Builder:
         t.add_codes("cat", fields.top(evs, "cat"))
         t.commit(self.tables["flows"])
 
-    def merge(self, piece: _Builder) -> None:
-        """Append a piece built by its own builder (:func:`_build_piece`), as if its events had come here.
+    def merge(self, piece: _Builder | dict) -> None:
+        """Append a piece built by its own builder (here, or in the helper as :meth:`to_plain` data), as if its
+        events had come here.
 
         Names are coded per piece there; their codes become this builder's in the order the piece first
         met them, which is the order ``on_events`` would have given them, so the tables are the same.
         """
+        if isinstance(piece, dict):
+            piece = _Builder.from_plain(piece)
         self.n_events += piece.n_events
         self.bad_duration += piece.bad_duration
         self.bad_events += piece.bad_events
@@ -459,6 +462,42 @@ class _Builder:
                     )
                     parts = [ours[p] for p in parts]
                 table.pieces[col].extend(parts)
+
+    def to_plain(self) -> dict:
+        """This builder as plain data (columns as dtype and bytearray), which the helper's pipe carries and the
+        parent reads with a restricted unpickler that builds no object by name (parsers.restricted_pickle)."""
+        return {
+            "tables": {
+                name: {
+                    "pieces": {
+                        c: [(a.dtype.str, bytearray(a.tobytes())) for a in parts] for c, parts in t.pieces.items()
+                    },
+                    "codes": {c: list(index) for c, index in t.codes.items()},
+                }
+                for name, t in self.tables.items()
+            },
+            "meta": self.meta,
+            "counts": [self.n_events, self.bad_duration, self.bad_events],
+            "unknown_cats": list(self.unknown_cats.items()),
+            "other_phases": list(self.other_phases.items()),
+            "collective_rows": self.collectives.rows,
+        }
+
+    @classmethod
+    def from_plain(cls, plain: dict) -> _Builder:
+        b = cls()
+        for name, t in plain["tables"].items():
+            table = b.tables[name]
+            for c, parts in t["pieces"].items():
+                table.pieces[c] = [np.frombuffer(data, dtype=np.dtype(dtype)) for dtype, data in parts]
+            for c, keys in t["codes"].items():
+                table.codes[c] = {k: i for i, k in enumerate(keys)}
+        b.meta = plain["meta"]
+        b.n_events, b.bad_duration, b.bad_events = plain["counts"]
+        b.unknown_cats.update(dict(plain["unknown_cats"]))
+        b.other_phases.update(dict(plain["other_phases"]))
+        b.collectives.rows = plain["collective_rows"]
+        return b
 
     # the typed fast path (parsers.trace_events): the same buckets and columns as the dict path above, for
     # pieces whose every kept field is well typed (str / int / float / None), so nothing here can fail on a value
@@ -626,10 +665,11 @@ def _piece_of(events: list) -> _Builder:
     return piece
 
 
-def _build_piece(raw: bytes) -> _Builder | None:
-    """A piece's columns, built in the helper process (``parsers.piece_helper``); None if msgspec declines it."""
+def _build_piece(raw: bytes) -> dict | None:
+    """A piece's columns, built in the helper process (``parsers.piece_helper``) and sent back as plain data;
+    None if msgspec declines the piece."""
     events = decode_events(raw)
-    return None if events is None else _piece_of(events)
+    return None if events is None else _piece_of(events).to_plain()
 
 
 def read_trace(path: str | os.PathLike) -> Trace:
