@@ -107,7 +107,7 @@ def occurrences(trace, rank: int, metadata: pd.DataFrame | None = None) -> pd.Da
     a = tl.analysed(trace)
     steps = step_windows(a)
     gpu = a.gpu
-    comm = gpu[gpu["kind"].astype(str) == "comm"] if len(gpu) else gpu
+    comm = gpu[(gpu["kind"] == "comm").to_numpy(dtype=bool, na_value=False)] if len(gpu) else gpu
     if len(comm):
         names = comm["name"].astype(str)
         op = names.map(kernel_op).to_numpy(dtype=object)
@@ -181,7 +181,7 @@ def rank_times(trace) -> RankTimes:
     """Merged compute, busy and communication intervals of one rank's analysed trace, and its steps."""
     a = tl.analysed(trace)
     gpu = a.gpu
-    kind = gpu["kind"].astype(str).to_numpy() if len(gpu) else np.array([], dtype=object)
+    kind = tl.names_at(gpu["kind"], slice(None)) if len(gpu) else np.array([], dtype=object)
     ts, end = gpu["ts_ns"].to_numpy(), gpu["end_ns"].to_numpy()
     span = int(end.max() - ts.min()) if len(gpu) else 0
     return RankTimes(

@@ -43,7 +43,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     for rank in sorted(profile.traces):
         trace = profile.traces[rank]
         gpu = trace.gpu
-        has_comm = len(gpu) and (gpu["kind"].astype(str) == "comm").any()
+        has_comm = len(gpu) and bool((gpu["kind"] == "comm").any())
         o = col.occurrences(trace, rank, trace.collectives if has_comm else None)
         if len(o):
             occ.append(o)

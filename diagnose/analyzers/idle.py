@@ -273,7 +273,7 @@ def host_activity_words(trace) -> str:
             words.append(f"{int(pjit['size'].sum()):,} jitted dispatches on the host ({top})")
     gpu = trace.gpu
     if len(gpu) and "name" in gpu:
-        copies = gpu[gpu["kind"].astype(str) == "memcpy"]
+        copies = gpu[(gpu["kind"] == "memcpy").to_numpy(dtype=bool, na_value=False)]
         names = copies["name"].astype(str)
         for tag, what in (("D2H", "device-to-host"), ("H2D", "host-to-device")):
             mine = copies[names.str.contains(tag, regex=False)]

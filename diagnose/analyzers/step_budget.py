@@ -532,7 +532,7 @@ def traced_steps(
     per = idle.step_breakdown(trace, gaps, windows)  # the same windows, busy and idle as the idle analyzer
     lo, hi = gwin["gpu_start_ns"].to_numpy(np.int64), gwin["gpu_end_ns"].to_numpy(np.int64)
     gpu = trace.gpu
-    kind = gpu["kind"].astype(str).to_numpy()
+    kind = tl.names_at(gpu["kind"], slice(None))  # through the categories: not a str per GPU row
     ts, end = gpu["ts_ns"].to_numpy(), gpu["end_ns"].to_numpy()
     comm = kind == "comm"
     not_compute = comm | (kind == "memcpy") | (kind == "memset")
