@@ -18,6 +18,7 @@ from diagnose.profile_data import Profile
 from diagnose.progress import Progress
 from parsers import registry, run_folder
 from parsers.errors import InputError
+from parsers.limits import bytes_read_on_disk, track_reads, untrack_reads
 from parsers.reader import FINDINGS, TRACES, Reader
 
 WORKERS_ENV = "GPUDIAG_WORKERS"  # processes reading a folder's files when the caller does not say; 1: in-process
@@ -123,14 +124,30 @@ def _read_many(
         parsed = [_input_bytes(p) for p in paths]
         worth_it = len(paths) >= 2 and sum(parsed) >= ingest.PARALLEL_MIN_INPUT_BYTES
         workers = ingest.worker_count(parsed) if worth_it else 1
-    with Progress(sum(sizes_on_disk.values()), what, quiet=quiet, autostart=False) as progress:
-        reads = ingest.read_all(
-            paths,
-            workers,
-            kinds,
-            on_done=lambda r: progress.advance(sizes_on_disk[r.path]),
-            on_started=progress.start,  # its thread after the workers are forked
-        )
+    reading = set(sizes_on_disk)  # files not read yet: what this process has read of them shows as progress
+
+    def done(read: ingest.ArtifactRead) -> None:
+        reading.discard(read.path)
+        progress.advance(sizes_on_disk[read.path])
+
+    track_reads(reading)
+    try:
+        with Progress(
+            sum(sizes_on_disk.values()),
+            what,
+            quiet=quiet,
+            autostart=False,
+            in_flight=lambda: sum(bytes_read_on_disk(p) for p in list(reading)),
+        ) as progress:
+            reads = ingest.read_all(
+                paths,
+                workers,
+                kinds,
+                on_done=done,
+                on_started=progress.start,  # its thread after the workers are forked
+            )
+    finally:
+        untrack_reads(sizes_on_disk)
     return reads, {
         "workers": workers,
         "files": [

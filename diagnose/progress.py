@@ -45,6 +45,7 @@ class Progress:
         clock: Callable[[], float] = time.monotonic,
         terminal: bool | None = None,
         autostart: bool = True,
+        in_flight: Callable[[], float] | None = None,
     ):
         self.total = float(total)
         self.what = what
@@ -65,6 +66,7 @@ class Progress:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._autostart = autostart
+        self.in_flight = in_flight  # work under way not yet advanced (bytes read of files not done), or None
 
     # ---- the work's side --------------------------------------------------------------------------
 
@@ -118,8 +120,18 @@ class Progress:
                 self.last_line_at = now
                 self.lines_written += 1
 
+    def _so_far(self) -> float:
+        """What is done, with the work under way: a 1 GB trace read alone moves the bar as it is read."""
+        done = self.done
+        if self.in_flight is not None:
+            try:
+                done += float(self.in_flight())
+            except Exception:  # noqa: BLE001 - a display must not stop the work
+                self.in_flight = None
+        return min(done, self.total) if self.total else done
+
     def bar(self, now: float) -> str:
-        share = self.done / self.total if self.total else 0.0
+        share = self._so_far() / self.total if self.total else 0.0
         filled = int(round(share * BAR_CELLS))
         return (
             f"{self.what} [{'#' * filled}{'.' * (BAR_CELLS - filled)}] {100 * share:3.0f}%"
@@ -127,13 +139,14 @@ class Progress:
         )
 
     def line(self, now: float) -> str:
-        share = self.done / self.total if self.total else 0.0
+        share = self._so_far() / self.total if self.total else 0.0
         return f"gpudiag: {self.what}: {100 * share:.0f}% ({self._amount()}) after {now - self.started:.0f} s"
 
     def _amount(self) -> str:
+        done = self._so_far()
         if self.unit == "bytes":
-            return f"{self.done / 2**20:,.0f} of {self.total / 2**20:,.0f} MiB"
-        return f"{self.done:,.0f} of {self.total:,.0f} {self.unit}"
+            return f"{done / 2**20:,.0f} of {self.total / 2**20:,.0f} MiB"
+        return f"{done:,.0f} of {self.total:,.0f} {self.unit}"
 
     def _write(self, text: str) -> None:
         try:

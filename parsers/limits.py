@@ -106,6 +106,25 @@ def require_regular_file(path: str | os.PathLike) -> None:
         raise _not_regular(os.fspath(path), st.st_mode)
 
 
+_TRACKED: dict[str, int] = {}  # path -> bytes of it read from disk so far in this process, for a progress display
+
+
+def track_reads(paths) -> None:
+    """Count the bytes read from disk of these files (by any reader, in this process) from now on."""
+    for p in paths:
+        _TRACKED[os.fspath(p)] = 0
+
+
+def bytes_read_on_disk(path) -> int:
+    """What :func:`track_reads` counted for ``path``: its bytes on disk read so far (compressed, for a gzip)."""
+    return _TRACKED.get(os.fspath(path), 0)
+
+
+def untrack_reads(paths) -> None:
+    for p in paths:
+        _TRACKED.pop(os.fspath(p), None)
+
+
 class InputFile:
     """A regular file opened for reading bytes, gunzipped when it is gzip, held to the caps.
 
@@ -161,9 +180,12 @@ class InputFile:
                 out.write(piece)
                 if n is not None:
                     n -= len(piece)
+            self._count_read()
             return out.getvalue()
         if n is None:
-            return self._checked(self._f.read())
+            data = self._checked(self._f.read())
+            self._count_read()
+            return data
         parts = []  # a raw read returns at most ~2 GiB, or less: read until n or the end
         while n > 0:
             part = self._f.read(n)
@@ -171,7 +193,12 @@ class InputFile:
                 break
             parts.append(part)
             n -= len(part)
+        self._count_read()
         return self._checked(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def _count_read(self) -> None:
+        if self.path in _TRACKED:
+            _TRACKED[self.path] = self._raw.tell()
 
     def _check_ratio(self, more: int) -> None:
         inflated = self._offset + more

@@ -20,6 +20,7 @@ import mmap
 import multiprocessing
 import os
 import pickle
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -106,6 +107,9 @@ class PieceHelper:
 
 def _serve(conn, parent_end, slot: mmap.mmap, build: Callable[[bytes], Any]) -> None:
     parent_end.close()
+    # Ctrl-C reaches the whole process group: the parent stops the read and closes the pipe, which ends this
+    # loop; a KeyboardInterrupt here would only print a second traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         try:
             message = conn.recv_bytes()

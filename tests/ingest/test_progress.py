@@ -123,3 +123,37 @@ def test_a_failed_read_ends_without_a_100_percent_line():
     except ValueError:
         pass
     assert log.getvalue().splitlines() == ["gpudiag: reading x: 30% (0 of 0 MiB) after 2 s"]
+
+
+def test_one_file_shows_the_bytes_read_so_far(monkeypatch):
+    # a single 1 GB trace is one file: without the bytes read so far, its progress said 0 % until it was done
+    import importlib
+
+    from parsers import limits
+
+    load_module = importlib.import_module("diagnose.load")
+    trace = FIXTURES / "trace" / "hta" / "trace_filter_sampled_rank-0.json.gz"
+    size = os.path.getsize(trace)
+    shown, progresses = [], []
+
+    class Recording(Progress):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            progresses.append(self)
+
+    read = limits.InputFile.read
+
+    def read_and_look(self, n=-1):
+        data = read(self, n)
+        shown.append(progresses[0]._so_far())
+        return data
+
+    monkeypatch.setattr(load_module, "Progress", Recording)
+    monkeypatch.setattr(limits.InputFile, "read", read_and_look)
+    monkeypatch.setattr("parsers.trace_stream.PIECE_BYTES", 16 * 1024)  # read in pieces, as a large file is
+    profile = load_module.load(str(trace), quiet=True)
+    assert len(profile.traces[0].gpu) == 1204
+    assert len(shown) > 3 and shown == sorted(shown)  # it grows with each piece read
+    assert 0 < shown[0] < size  # part of the compressed bytes, while the file is read
+    assert progresses[0]._so_far() == size  # done: the file's whole size, counted once
+    assert limits.bytes_read_on_disk(trace) == 0  # no longer counted
