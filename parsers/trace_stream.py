@@ -299,7 +299,11 @@ class _InOrder:
         if self.helper_lost:
             return False
         if self.helper is None:
-            self.helper = PieceHelper(self.pieces.build, slot_bytes=2 * PIECE_BYTES + 2**20)
+            try:
+                self.helper = PieceHelper(self.pieces.build, slot_bytes=2 * PIECE_BYTES + 2**20)
+            except OSError:  # no process or shared memory to be had (a limit, a sandbox): read alone
+                self.helper_lost = True
+                return False
         if self.at_helper is not None and self.helper.answered():
             self.drain()
         return self.at_helper is None

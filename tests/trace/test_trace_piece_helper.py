@@ -147,3 +147,13 @@ def test_no_helper_inside_a_multiprocessing_worker(monkeypatch):
     assert piece_helper.helper_allowed() is (len(os.sched_getaffinity(0)) >= 2)
     monkeypatch.setenv("GPUDIAG_PIECE_HELPER", "0")
     assert piece_helper.helper_allowed() is False
+
+
+def test_no_helper_to_be_had_reads_alone(small_pieces, monkeypatch):
+    def cannot_fork(self, build, slot_bytes):
+        raise OSError(11, "Resource temporarily unavailable")  # fake: fork refused by a process limit
+
+    monkeypatch.setattr(piece_helper.PieceHelper, "__init__", cannot_fork)
+    alone = read_trace(NCCL)
+    assert small_pieces["pieces"] == 0
+    _assert_same(alone, _serial(NCCL, monkeypatch))
