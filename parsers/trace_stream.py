@@ -281,7 +281,8 @@ class _InOrder:
 
     The helper is forked at the first piece of a trace that has a second one (smaller traces never start
     it). It is sent the next piece as soon as it has answered the last one, and this process builds pieces
-    meanwhile, so the two share the work whatever its split (a gzip's inflating falls on this process).
+    meanwhile, so neither waits on the other. A gzip's inflating falls on this process, which is then the
+    slower one: the helper waits (the 1 GB trace gzipped reads in ~9 s, plain in ~7 s).
     A piece it does not take (msgspec declined it) is read here as a serial read would, with orjson; one
     that orjson refuses too was cut inside a string (:class:`_BadCut`).
     """
