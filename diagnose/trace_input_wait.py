@@ -53,23 +53,11 @@ def dataloader_fetches(trace) -> pd.DataFrame:
 def _loader_ranges(trace) -> tuple[np.ndarray, np.ndarray]:
     """(ts_ns, end_ns) of :func:`dataloader_fetches`' rows, as plain arrays; worked out once per trace (sync, idle,
     launch and the step budget all ask, and a concat, drop_duplicates and sort of frames was ~6 ms each)."""
-    return per_trace(trace, "dataloader_ranges", None, lambda: _find_loader_ranges(trace))
+    return per_trace(trace, "dataloader_ranges", None, lambda: _read_only_ranges(dataloader_fetches(trace)))
 
 
-def _find_loader_ranges(trace) -> tuple[np.ndarray, np.ndarray]:
-    ts, end, tid = [], [], []
-    for table in (trace.annotations, trace.cpu_ops):
-        if len(table):
-            rows = np.flatnonzero(name_mask(table["name"], lambda names: names.str.match(DATALOADER_NEXT)))
-            ts += table["ts_ns"].to_numpy()[rows].tolist()
-            end += table["end_ns"].to_numpy()[rows].tolist()
-            tid += table["tid"].to_numpy()[rows].tolist()
-    # a range Kineto keeps both as an annotation and as a CPU op is one fetch: the first of each (ts, end, tid)
-    first = list(dict.fromkeys(zip(ts, end, tid)))
-    ts_ns = np.array([k[0] for k in first], dtype=np.int64)
-    end_ns = np.array([k[1] for k in first], dtype=np.int64)
-    order = np.argsort(ts_ns, kind="stable")
-    ts_ns, end_ns = ts_ns[order], end_ns[order]
+def _read_only_ranges(fetches: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    ts_ns, end_ns = fetches["ts_ns"].to_numpy(np.int64).copy(), fetches["end_ns"].to_numpy(np.int64).copy()
     ts_ns.flags.writeable = end_ns.flags.writeable = False  # shared by every caller
     return ts_ns, end_ns
 
