@@ -14,6 +14,31 @@ from typing import Any
 
 import pandas as pd
 
+# the formatting layer, re-exported: reports/ takes from diagnose only this module's public names
+from diagnose.formatting import (  # noqa: F401
+    DURATION_SCALE_NS,
+    MISSING,
+    agree,
+    bytes_human,
+    cell_text,
+    count_human,
+    is_missing,
+    label_of_key,
+    ms_human,
+    n_things,
+    ns_human,
+    number_human,
+    offset_human,
+    pct_human,
+    plural_of,
+    s_human,
+    share_human,
+    singular_of,
+    unit_of_column,
+    us_human,
+    value_human,
+)
+
 
 class Severity(IntEnum):
     INFO = 0
@@ -106,13 +131,23 @@ class Result:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def not_measured(analyzer: str, what: str, how: str, section: str | None = None) -> Finding:
-    """The info finding an analyzer returns when its input is missing."""
+def within(subjects, severity: Severity) -> tuple[Subject, ...]:
+    """``subjects`` with no severity above ``severity``, their finding's: a subject ranks within its finding, never
+    above it (docs/findings-json.md). An info finding had read with a "critical" rank subject (issue 28)."""
+    return tuple(
+        s if s.severity is None or s.severity <= severity else Subject(s.kind, s.name, severity, s.figures)
+        for s in subjects
+    )
+
+
+def not_measured(analyzer: str, what: str, how: str, section: str | None = None, plural: bool = False) -> Finding:
+    """The info finding an analyzer returns when its input is missing (``plural``: ``what`` is a plural noun,
+    "Kernel launch statistics were not measured")."""
     return Finding(
         id=f"{analyzer}.not_measured",
         analyzer=analyzer,
         severity=Severity.INFO,
-        title=f"{what} was not measured",
+        title=f"{what} {'were' if plural else 'was'} not measured",
         recommendation=how,
         section=section,
     )
@@ -121,7 +156,10 @@ def not_measured(analyzer: str, what: str, how: str, section: str | None = None)
 # Findings that say what the GPU or the step time looks like, not why, and findings that name a cause
 # those cannot see (the loop waiting in the DataLoader, stalls every N steps, the allocator). On the H200 an
 # input-bound script read "GPU ran kernels only 1 % of the time" and "waiting for the host to launch work"
-# first, with the DataLoader wait that caused both third (issue 18).
+# first, with the DataLoader wait that caused both third (issue 18). The step budget's launch-bound and sync
+# parts name the idle finding's causes on the median steady step, the basis the budget and the verdict share,
+# where the idle finding covers the whole traced span, first step included (issue 28: "~99 % of step time" beside
+# 79.0 % of the median step): they lead too.
 SYMPTOM_IDS = frozenset({"utilization.low_gpu_util", "idle.gpu_idle", "steps.unstable", "launch.launch_bound"})
 ROOT_CAUSE_IDS = frozenset(
     {
@@ -130,6 +168,8 @@ ROOT_CAUSE_IDS = frozenset(
         "step_budget.allocator",
         "step_budget.compilation",
         "step_budget.new_shape",
+        "step_budget.launch_bound",
+        "step_budget.sync",
     }
 )
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnose.findings import Finding, Severity, jsonable
+from diagnose.formatting import ms_human
 
 LIMITED, CLEAN, UNJUDGED = "limited", "clean", "unjudged"
 
@@ -41,6 +42,28 @@ JUDGED = {
 KERNEL_ANALYZERS = frozenset(
     {"kernels", "l2", "occupancy", "launch_config", "tiny_kernels", "speed_of_light", "memory_access", "ncu_rules"}
 )
+# What a finding's cost_share is a share of, in the words the verdict says it (by id, else by analyzer): the
+# verdict's saving is the cited finding's own figure on the finding's own basis, never one finding's share read
+# against another's whole (issue 28: "~99 % of step time" was the idle share of a whole trace, first step
+# included, beside 79.0 % of the median step in the step budget)
+COST_OF_BY_ID = {
+    "step_budget.periodic": "the steady steps' time",
+    "step_budget.compilation": "the time of the steps after warm-up",
+    "step_budget.new_shape": "the time of the steps after warm-up",
+    "steps.unstable": "the steady steps' time",
+    "steps.outliers": "the steady steps' time",
+    "steps.host_bound": "the median step's host time",
+    "steps.own_overhead": "the median step's host time",
+    "comm.low_overlap": "the traced time",
+}
+COST_OF_BY_ANALYZER = {
+    "step_budget": "the median step",
+    "idle": "the traced time",
+    "sync": "the traced time",
+    "launch": "the traced time",
+    "comm": "the step time",
+    "utilization": "the sampled time (NVML)",
+}
 # the idle analyzer's breakdown columns, in bar order: (cause, column, label)
 BUDGET_PARTS = (
     ("compute", "compute_ns", "GPU busy: compute"),
@@ -148,9 +171,14 @@ class Verdict:
     sentence: str
     state: str  # limited | clean | unjudged
     cost_share: float | None  # what fixing the named limit could save, 0..1; None when not estimated
-    cost_basis: str | None  # "step time" or "GPU time": what cost_share is a share of
+    cost_basis: str | None  # "step time", "traced time" or "GPU time": what cost_share is a share of
     top_finding_ids: tuple[str, ...]  # the findings the sentence names, most costly first
     budget: StepBudget | None  # None when the input has no trace with GPU activity
+    cost_of: str | None = None  # what cost_share is a share of, as the sentence says it ("the median step", ...)
+
+    def __str__(self) -> str:
+        """The sentence: ``print(analysis.verdict)`` shows the answer, not the dataclass."""
+        return self.sentence
 
     def to_json(self) -> dict:
         return {
@@ -158,6 +186,7 @@ class Verdict:
             "state": self.state,
             "cost_share": jsonable(self.cost_share),
             "cost_basis": self.cost_basis,
+            "cost_of": self.cost_of,
             "top_finding_ids": list(self.top_finding_ids),
             "step_budget": self.budget.to_json() if self.budget else None,
         }
@@ -201,13 +230,30 @@ def limited(top: Finding, measured: list[Finding], budget: StepBudget | None) ->
     if phrase is None:
         phrase = top.title.rstrip(". ")
     cost = top.cost_share if top.cost_share is not None and math.isfinite(top.cost_share) else None
-    basis = "GPU time" if top.analyzer in KERNEL_ANALYZERS else "step time"
+    of = cost_of(top)
+    basis = (
+        "GPU time" if top.analyzer in KERNEL_ANALYZERS else "traced time" if of == "the traced time" else "step time"
+    )
     sentence = phrase
     if cost is not None and cost > 0:
-        sentence += f"; fixing {what} could save up to ~{percent(cost)} of {basis}"
+        # the cited finding's figure as its title shows it (one decimal), on the basis it is a share of
+        sentence += f"; fixing {what} could save up to {percent(cost, 1)} of {of}"
     return Verdict(
-        sentence + ".", LIMITED, cost, basis if cost is not None else None, tuple(f.id for f in named), budget
+        sentence + ".",
+        LIMITED,
+        cost,
+        basis if cost is not None else None,
+        tuple(f.id for f in named),
+        budget,
+        of if cost is not None else None,
     )
+
+
+def cost_of(finding: Finding) -> str:
+    """What ``finding.cost_share`` is a share of, in words: 'the median step', 'the traced time', 'GPU time'."""
+    if finding.analyzer in KERNEL_ANALYZERS:
+        return "GPU time"
+    return COST_OF_BY_ID.get(finding.id) or COST_OF_BY_ANALYZER.get(finding.analyzer, "step time")
 
 
 def idle_phrase(budget: StepBudget, sync: Finding | None, sync_first: bool = False) -> tuple[str, bool]:
@@ -261,7 +307,7 @@ def clean_sentence(summary: dict, budget: StepBudget | None, judged: list[str]) 
         figures.append(f"GPU idle {percent(budget.idle_share, 1)} of the traced time")
     step_ms = summary.get("step_time_median_ms")
     if step_ms is not None and math.isfinite(step_ms):
-        figures.append(f"median step {step_ms:,.3g} ms")
+        figures.append(f"median step {ms_human(step_ms)}")
     lead = "Nothing crossed a threshold"
     if figures:
         lead += " (" + ", ".join(figures) + ")"
@@ -306,7 +352,7 @@ def median_step_budget(result) -> StepBudget | None:
     if not total:
         return None
     steps = int(rows["steps"].iloc[0])
-    words = f"rank {rank}, the median steady step of {steps:,}, {wall_ms:,.3g} ms"
+    words = f"rank {rank}, the median steady step of {steps:,}, {ms_human(wall_ms)}"
     parts = tuple(BudgetPart(c, label, v / total) for c, label, v in values)
     return StepBudget(rank, steps, wall_ms, parts, described=words)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 import diagnose
+from diagnose import verdict
 from diagnose.metrics import NEUTRAL, Metric
 from diagnose.verdict import idle_phrase
 from reports.html import render_html
@@ -72,10 +73,13 @@ def test_verdict_names_the_planted_sync_line_and_the_idle_it_costs(run_sync):
     assert v.state == "limited"
     assert v.sentence == (
         "GPU idle 28.8 % of the traced time, mostly waiting for the host to launch work (18.7 %) and host syncs "
-        "(9.5 %, costliest `.to()/.cpu()` at sync_planted.py:22); fixing them could save up to ~29 % of step time."
+        "(9.5 %, costliest `.to()/.cpu()` at sync_planted.py:22); fixing them could save up to 28.8 % of the traced "
+        "time."
     )
     assert v.top_finding_ids == ("idle.gpu_idle", "sync.host_sync")
-    assert v.cost_share == pytest.approx(0.2878, abs=1e-4) and v.cost_basis == "step time"
+    # the saving is the idle finding's own figure on its own basis, the traced time (issue 28)
+    assert v.cost_share == pytest.approx(0.2878, abs=1e-4) and v.cost_basis == "traced time"
+    assert v.cost_of == "the traced time" and str(v) == v.sentence
     # the bar: rank 0's traced span (3 steps), parts that add to 100 %
     b = v.budget
     assert (b.rank, b.steps, round(b.span_ms, 1)) == (0, 3, 21.3)
@@ -90,7 +94,7 @@ def test_trace_only_verdict_names_the_sync_function_when_the_line_is_not_known()
     assert v.top_finding_ids == ("sync.host_sync", "idle.gpu_idle")  # the sync warning outranks the idle info
     assert "GPU idle 10.1 % of the traced time, mostly host syncs (5.7 %, " in v.sentence
     assert "costliest `.to()/.cpu()` in accuracy() of sync_planted.py)" in v.sentence
-    assert v.sentence.endswith("fixing them could save up to ~6 % of step time.")
+    assert v.sentence.endswith("fixing them could save up to 5.7 % of the traced time.")
     assert v.cost_share == pytest.approx(0.05705, abs=1e-5)
 
 
@@ -99,7 +103,7 @@ def test_ncu_verdict_is_the_top_finding_and_costs_gpu_time():
     v = a.verdict
     top = a.findings[0]
     assert top.id == "l2.low_hit_rate" and v.top_finding_ids == ("l2.low_hit_rate",)
-    assert v.sentence == f"{top.title}; fixing it could save up to ~82 % of GPU time."
+    assert v.sentence == f"{top.title}; fixing it could save up to 81.9 % of GPU time."
     assert "_scatter_gather_elementwise_kernel at 17.1 % hit" in v.sentence
     assert v.budget is None  # an ncu capture has no step timeline
 
@@ -107,7 +111,7 @@ def test_ncu_verdict_is_the_top_finding_and_costs_gpu_time():
 def test_memory_only_verdict_has_no_saving_to_claim():
     v = analysed(CHURN).verdict
     assert v.top_finding_ids == ("fragmentation.at_peak",) and v.cost_share is None
-    assert "32% of the 7.70 GiB reserved was never allocated even at the peak" in v.sentence
+    assert "32 % of the 7.7 GiB reserved was never allocated even at the peak (5.25 GiB)" in v.sentence
     assert "could save" not in v.sentence and v.budget is None
 
 
@@ -215,11 +219,15 @@ def test_syncs_at_the_top_are_named_even_when_another_cause_holds_more_idle():
     # second cause, but a verdict led by the sync finding must still say where they are
     a = analysed(FIXTURES / "runs" / "torchrun_mlp")
     sync = next(f for f in a.findings if f.id == "sync.host_sync")
-    assert idle_phrase(a.verdict.budget, sync) == (
+    # the verdict itself now leads with the step budget's launch-bound part (issue 28): the idle phrase is read on
+    # the idle analyzer's traced-time breakdown, as a verdict led by the idle or sync finding would show it
+    traced = verdict.step_budget(a.results["idle"])
+    assert a.verdict.top_finding_ids[0] == "step_budget.launch_bound"
+    assert idle_phrase(traced, sync) == (
         "GPU idle 97.4 % of the traced time, mostly waiting for the host to launch work (83.5 %)",
         False,
     )
-    assert idle_phrase(a.verdict.budget, sync, sync_first=True) == (
+    assert idle_phrase(traced, sync, sync_first=True) == (
         "GPU idle 97.4 % of the traced time, mostly waiting for the host to launch work (83.5 %) and host syncs "
         "(13.4 %, costliest `.to()/.cpu()` at mlp_model.py:19)",
         True,

@@ -12,8 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from diagnose import capture_advice
 from diagnose import trace_timeline as tl
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.formatting import ms_human
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
@@ -57,6 +59,12 @@ CAUSE_ADVICE = {
     "say why the GPU waited. Run the script under `gpudiag profile`: its step timings measure how long each "
     "step takes on the host and the loop's waits.",
 }
+# the same for a run folder of `gpudiag profile`, which holds those step timings already (diagnose.capture_advice)
+UNLINKED_IN_RUN_FOLDER = (
+    "The trace does not link kernels to their launch calls (JAX/XLA's traces do not), so it cannot say why the GPU "
+    "waited. This run's step timings (the steps and step budget sections) say how long each step takes on the host, "
+    "its slow steps and, where recorded, the loop's waits."
+)
 
 
 def rank_key(rank: int, lowest: int, name: str) -> str:
@@ -70,7 +78,13 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             not_measured(
                 NAME,
                 "GPU idle time",
-                "Profile with `gpudiag profile` or pass a PyTorch profiler / JAX trace to `gpudiag report`.",
+                capture_advice.advice(
+                    profile,
+                    "Profile with `gpudiag profile` or pass a PyTorch profiler / JAX trace to `gpudiag report`.",
+                    "This run holds no trace: light mode traces --trace-steps steps (3 by default) from --trace-start; "
+                    "an --ncu run and --trace-steps 0 take none.",
+                    "trace/",
+                ),
                 SECTION,
             )
         )
@@ -158,7 +172,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         shown = host_activity_words(trace) if by_cause["unlinked"] > 0 else ""
         by_cause = {c: by_cause[c] - input_by_cause.get(c, 0.0) for c in tl.GAP_CAUSES}
         by_cause["input"] = sum(input_by_cause.values())
-        finding = idle_finding(rank, b, by_cause, per_step, th, shown)
+        finding = idle_finding(rank, b, by_cause, per_step, th, shown, capture_advice.from_run_folder(profile))
         if finding:
             result.findings.append(finding)
     if breakdown_rows:
@@ -169,10 +183,32 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     return result
 
 
+def step_gpu_windows(trace, windows: pd.DataFrame) -> pd.DataFrame:
+    """Each step's GPU window (``tl.gpu_step_windows``: by the launch calls), or, for a trace that links no GPU
+    work to its launch (JAX/XLA's), the step's host window with the GPU work that started in it.
+
+    Without launch links a step's work can only be placed by time; its GPU busy inside its host window is what
+    it spent of the step's wall time either way. Without this the JAX budget read "GPU busy not measured" beside
+    an idle finding that measured the compute (issue 28)."""
+    win = tl.gpu_step_windows(trace, windows) if len(windows) else pd.DataFrame()
+    gpu = trace.gpu
+    if len(win) or not len(windows) or not len(gpu) or (gpu["runtime_index"].to_numpy() >= 0).any():
+        return win
+    lo = windows["cpu_start_ns"].to_numpy(dtype=np.int64)
+    hi = windows["cpu_end_ns"].to_numpy(dtype=np.int64)
+    starts = np.sort(gpu["ts_ns"].to_numpy(dtype=np.int64))
+    kernels = np.searchsorted(starts, hi, side="left") - np.searchsorted(starts, lo, side="left")
+    out = pd.DataFrame(
+        {"step": windows["step"].to_numpy(dtype=np.int64), "gpu_start_ns": lo, "gpu_end_ns": hi, "kernels": kernels}
+    )
+    out.attrs["by_time"] = True
+    return out
+
+
 def step_breakdown(trace, gaps: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """Per step: window length, busy, and idle by cause (all ns); one row "all" when there are no steps."""
     s, e = tl.merge(trace.gpu["ts_ns"].to_numpy(), trace.gpu["end_ns"].to_numpy())
-    win = tl.gpu_step_windows(trace, windows) if len(windows) else pd.DataFrame()
+    win = step_gpu_windows(trace, windows)
     if not len(win):
         win = pd.DataFrame(
             {"step": [-1], "gpu_start_ns": [int(s.min())], "gpu_end_ns": [int(e.max())], "kernels": [len(trace.gpu)]}
@@ -188,13 +224,23 @@ def step_breakdown(trace, gaps: pd.DataFrame, windows: pd.DataFrame) -> pd.DataF
     for c in tl.GAP_CAUSES:
         m = cause == c
         columns[f"idle_{c}_ns"] = tl.clip_sums(g_s[m], g_e[m], lo, hi).astype(np.float64)
+    if win.attrs.get("by_time"):  # a host window also holds idle before its first GPU work: no gap, no cause either
+        known = sum(columns[f"idle_{c}_ns"] for c in tl.GAP_CAUSES if c != "unlinked")
+        columns["idle_unlinked_ns"] = np.maximum(columns["step_ns"] - columns["busy_ns"] - known, 0.0)
     return pd.DataFrame(columns)
 
 
 def idle_finding(
-    rank: int, b: dict, by_cause: dict, per_step: pd.DataFrame, th: Thresholds, shown: str = ""
+    rank: int,
+    b: dict,
+    by_cause: dict,
+    per_step: pd.DataFrame,
+    th: Thresholds,
+    shown: str = "",
+    run_folder: bool = False,
 ) -> Finding | None:
-    """``shown``: what the trace shows of the host (host_activity_words), said when the cause cannot be read."""
+    """``shown``: what the trace shows of the host (host_activity_words), said when the cause cannot be read;
+    ``run_folder``: the input is a run folder of ``gpudiag profile``, whose advice never sends the user back to it."""
     span = b["span_ns"]
     if span <= 0:
         return None
@@ -235,7 +281,7 @@ def idle_finding(
         f"GPU idle {idle_pct:.1f} % of the time on rank {rank}, mostly {labels[main]} "
         f"({100 * by_cause[main] / span:.1f} % of the span)"
     )
-    advice = CAUSE_ADVICE[main]
+    advice = UNLINKED_IN_RUN_FOLDER if main == "unlinked" and run_folder else CAUSE_ADVICE[main]
     if main == "unlinked":  # say plainly what cannot be attributed, and what the trace does show
         title = (
             f"GPU idle {idle_pct:.1f} % of the time on rank {rank}; the trace links no kernel to its launch, so "
@@ -268,7 +314,7 @@ def host_activity_words(trace) -> str:
                 ops[is_pjit].groupby(names[is_pjit])["dur_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
             )
             top = ", ".join(
-                f"{name} {int(r['size']):,}x, {r['sum'] / 1e6:,.3g} ms" for name, r in pjit.head(3).iterrows()
+                f"{name} {int(r['size']):,}x, {ms_human(r['sum'] / 1e6)}" for name, r in pjit.head(3).iterrows()
             )
             words.append(f"{int(pjit['size'].sum()):,} jitted dispatches on the host ({top})")
     gpu = trace.gpu
@@ -278,5 +324,5 @@ def host_activity_words(trace) -> str:
         for tag, what in (("D2H", "device-to-host"), ("H2D", "host-to-device")):
             mine = copies[names.str.contains(tag, regex=False)]
             if len(mine):
-                words.append(f"{len(mine):,} {what} copies ({mine['dur_ns'].sum() / 1e6:,.3g} ms)")
+                words.append(f"{len(mine):,} {what} copies ({ms_human(mine['dur_ns'].sum() / 1e6)})")
     return "; ".join(words)

@@ -23,10 +23,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from diagnose import capture_advice
 from diagnose import trace_timeline as tl
 from diagnose.analyzers import idle, sync
 from diagnose.analyzers.steps import step_table
-from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured, within
+from diagnose.formatting import ms_human, n_things, share_human
 from diagnose.metrics import LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
@@ -49,6 +51,15 @@ PARTS = (
     ("unexplained", "unexplained", False),
 )
 TRACE_PARTS = ("compute", "memcpy", "collective", "sync", "launch_bound", "allocator", "other_wait")
+# a traced step's columns a trace that links no GPU work to its launch calls cannot measure (its GPU idle has no cause)
+UNLINKED_PARTS = (
+    "sync_ms",
+    "sync_raw_ms",
+    "launch_bound_ms",
+    "allocator_ms",
+    "other_wait_ms",
+    "trace_window_ms",
+)
 MAX_PERIOD_STEPS = 5000  # longest period looked for (an epoch of 5,000 steps)
 HOST_CAUSED_SHARE = 0.5  # traced idle (outside syncs and other streams) this host-caused: the rest is host work
 CAUSES = ("input", "sync", "launch_bound", "allocator")  # the parts that are findings of their own
@@ -140,14 +151,19 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     window = sync.window_of(profile.manifest)
     from_trace = not len(steps) and bool(profile.traces)
     if from_trace:  # a trace captured elsewhere: its own steps are the budget's, and no step is gpudiag's window
-        steps, window = trace_step_table(profile), None
+        steps, window = trace_step_table(profile, th), None
     if not len(steps):
         result.findings.append(
             not_measured(
                 NAME,
                 "The step-time budget",
-                "It needs per-step timings: run the script under `gpudiag profile`, or pass a CSV/JSON of step "
-                "timings (docs/step-timings.md).",
+                capture_advice.advice(
+                    profile,
+                    "It needs per-step timings: run the script under `gpudiag profile`, or pass a CSV/JSON of step "
+                    "timings (docs/step-timings.md).",
+                    f"It needs per-step timings. {capture_advice.STEP_RECORDS}",
+                    "events/",
+                ),
                 SECTION,
             )
         )
@@ -201,10 +217,15 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
 # ---------------------------------------------------------------- one rank
 
 
-def trace_step_table(profile: Profile) -> pd.DataFrame:
+def trace_step_table(profile: Profile, th: Thresholds = Thresholds()) -> pd.DataFrame:
     """Step rows made from each rank's trace (ProfilerStep ranges or inferred iterations): host_ms is the step's
     host window; input_ms the time inside DataLoader fetch ranges and the loop's other iterators' fetches
-    (trace_input_wait)."""
+    (trace_input_wait).
+
+    Warm-up: the run's first ``warmup_steps`` iterations, when the trace holds them (ProfilerStep#0-2 of a
+    profiler started with the loop, or inferred iterations 0-2), at most half the trace's steps, as the steps
+    analyzer does for step records. A profiler schedule that skipped them (steps from #3 on) leaves none out.
+    The real convnet trace's step 0 took 995 ms of a 3.8 ms median and had read as a slow, periodic step."""
     from diagnose.trace_input_wait import input_wait_per_step, source_dirs_of
 
     frames, dirs = [], source_dirs_of(profile)
@@ -215,17 +236,27 @@ def trace_step_table(profile: Profile) -> pd.DataFrame:
             continue
         host_ms = (windows["cpu_end_ns"] - windows["cpu_start_ns"]).to_numpy(dtype=float) / 1e6
         input_ms = input_wait_per_step(trace, windows, dirs).to_numpy()
+        numbers = windows["step"].to_numpy(dtype=np.int64)
+        warmup = (numbers < th.steps.warmup_steps) & (np.arange(len(numbers)) < len(numbers) // 2)
+        # the step's GPU window (idle's, from the previous step's last GPU work to the end of its own): a GPU-bound
+        # step lasts that long though its host window only queued the work (sync_free: 5.0 ms busy, 2.8 ms host)
+        gwin = idle.step_gpu_windows(trace, windows).set_index("step") if len(trace.gpu) else pd.DataFrame()
+        gpu_ms = (
+            ((gwin["gpu_end_ns"] - gwin["gpu_start_ns"]) / 1e6).reindex(numbers).to_numpy(dtype=float)
+            if len(gwin)
+            else np.full(len(numbers), np.nan)
+        )
         frames.append(
             pd.DataFrame(
                 {
                     "rank": int(rank),
-                    "step": windows["step"].to_numpy(dtype=np.int64),
+                    "step": numbers,
                     "name": "step",
                     "host_ms": host_ms,
-                    "gpu_ms": np.nan,
+                    "gpu_ms": gpu_ms,
                     "step_ms": host_ms,
                     "input_ms": input_ms,
-                    "warmup": False,
+                    "warmup": warmup,
                     "instrumented": False,
                 }
             )
@@ -288,6 +319,9 @@ def rank_budget(
         median_ms if own_window else None,
         th,
     )
+    if len(traced) and not own_window:  # a trace's own warm-up steps are kept out of its traced parts too
+        traced = traced[~traced["run_step"].isin(meta["warmup_step_numbers"])].reset_index(drop=True)
+        calls = calls[~calls["run_step"].isin(meta["warmup_step_numbers"])] if len(calls) else calls
     typical = {p: float(traced[f"{p}_ms"].median()) for p in TRACE_PARTS} if len(traced) else {}
     host_share = traced_host_share(traced) if len(traced) else None
     traced_where = describe_steps(traced) if len(traced) else None
@@ -295,6 +329,12 @@ def rank_budget(
         meta["notes"].append(
             "GPU busy, syncs, launch-bound work and the allocator were not measured: no trace with GPU activity "
             "and step marks for this rank"
+        )
+    elif traced.attrs.get("by_time"):
+        meta["notes"].append(
+            "syncs, launch-bound work, the allocator and waits on other streams were not measured: the trace links "
+            "no GPU work to its launch calls (JAX/XLA traces do not), so its GPU idle has no readable cause; GPU "
+            "busy is the GPU work inside each traced step's host window"
         )
 
     slow_mask = steady["wall_ms"] > th.step_budget.slow_factor * median_ms
@@ -387,6 +427,11 @@ def rank_budget(
         on = slow_rows[slow_rows["on_period"]]
         period["excess_ms"] = float(on["wall_ms"].median() - median_ms)
         period["steps"] = [int(s) for s in on["step"]]
+        # the steady steps on the period that were not slow, from its first slow step on (before it: the work had
+        # not started); the title names them, never "every N steps" then
+        quiet = steady.loc[(steady["step"] % n == k) & ~slow_mask, "step"]
+        period["not_slow"] = [int(s) for s in quiet if s > period["steps"][0]]
+        period["quiet_before"] = [int(s) for s in quiet if s < period["steps"][0]]
         on_input = on["input_ms"].dropna()
         period["input_ms"] = float(on_input.median()) if len(on_input) else None
         base_input = float(steady_input.median()) if len(steady_input) else 0.0
@@ -397,10 +442,55 @@ def rank_budget(
         period["traced_steps"] = [int(s) for s in seen["run_step"]] if len(seen) else []
         period["work"] = period_work(profile.work_records.get(rank), rank, period["steps"], period["excess_ms"], th)
         meta["period_steps"] = n
+    else:
+        period = recurring_work(profile.work_records.get(rank), rank, steady, slow_mask, median_ms, th)
+        if period is not None:
+            slow_rows["on_period"] = slow_rows["step"].isin(period["steps"])
+            if period["period"] is not None:
+                meta["period_steps"] = period["period"]
     meta["period"] = period
+    meta["unexplained_advice"] = unexplained_advice(profile, meta, traced)
     meta["slow_step_numbers"] = [int(s) for s in slow_rows["step"].head(th.step_budget.max_slow_steps)]
     slow_rows = slow_rows.sort_values("wall_ms", ascending=False).head(th.step_budget.max_slow_steps)
     return meta, budget, slow_rows.reset_index(drop=True), traced, calls
+
+
+def unexplained_advice(profile: Profile, meta: dict, traced: pd.DataFrame) -> str:
+    """What would measure the part of the step nothing explains: ``gpudiag profile`` for an input captured
+    elsewhere; for a run folder it wrote, what that run lacked (a traced step, input wait) and the option or code
+    change that records it (diagnose.capture_advice)."""
+    if not capture_advice.from_run_folder(profile):
+        return ADVICE["unexplained"]
+    fixes = []
+    if not len(traced):
+        trace_steps = capture_advice.run_option(profile, "trace_steps")
+        if trace_steps == 0:
+            fixes.append(
+                "this run traced no steps (--trace-steps 0; an --ncu run takes no trace): run it in light mode with "
+                "--trace-steps 3 or more to measure GPU busy, syncs, launch-bound work and the allocator"
+            )
+        else:
+            why = capture_advice.why_absent(profile, "trace/")
+            fixes.append(
+                f"no traced step with GPU activity{f' ({why})' if why else ''}: the trace window must hold steps that "
+                "run on the GPU (--trace-start after warm-up, --trace-steps 3 or more)"
+            )
+    elif traced.attrs.get("by_time"):
+        fixes.append(
+            "the trace links no GPU work to its launch calls (JAX/XLA traces do not), so the GPU's idle time has no "
+            "readable cause: mark each iteration with diagnose.step() and read the step timings and slow steps"
+        )
+    else:
+        fixes.append(
+            "the traced parts come from a few steps: trace more steps (--trace-steps, and --trace-start after warm-up) "
+            "so they stand for the run"
+        )
+    if not meta.get("input_measured_steps") and not meta.get("input_iterator"):
+        fixes.append(
+            "input wait is recorded for batches from a torch DataLoader and, on Python 3.12+, for a for loop over an "
+            "iterable; this loop used neither, so making a batch inline (a get_batch() call) counts as step work"
+        )
+    return "Part of the step is not explained by anything measured: " + "; ".join(fixes) + "."
 
 
 def budget_wall_ms(rows: pd.DataFrame) -> pd.Series:
@@ -466,7 +556,7 @@ def budget_column(
                 "ms": ms,
                 "shown_ms": max(ms, 0.0) if np.isfinite(ms) else np.nan,
                 "share": ms / wall_ms if np.isfinite(ms) and wall_ms > 0 else np.nan,
-                "measured_in": where[part] or "not measured",
+                "measured_in": (where[part] if np.isfinite(ms) else None) or "not measured",
             }
         )
     return rows
@@ -525,7 +615,7 @@ def traced_steps(
     if not len(trace.gpu):
         return pd.DataFrame(), pd.DataFrame()
     windows = tl.steps(trace)
-    gwin = tl.gpu_step_windows(trace, windows) if len(windows) else pd.DataFrame()
+    gwin = idle.step_gpu_windows(trace, windows)
     if not len(gwin):
         return pd.DataFrame(), pd.DataFrame()
     gaps = tl.gaps(trace, th.sync.kernel_gap_us * 1e3, th.sync.sync_slack_us * 1e3)
@@ -552,8 +642,10 @@ def traced_steps(
     out["memcpy_ms"] = (copies_or_comm - collective) / 1e6
     out["collective_ms"] = collective / 1e6
     out["sync_ms"] = per["idle_sync_ns"].to_numpy() / 1e6
-    # what the trace cannot attribute (no kernel linked to its launch) is not host work either
-    out["other_wait_ms"] = (per["idle_other_ns"].to_numpy() + per["idle_unlinked_ns"].to_numpy()) / 1e6
+    # what the trace cannot attribute (no kernel linked to its launch) is neither host work nor a wait on another
+    # stream: it is left to the unexplained remainder (a JAX trace's idle)
+    out["other_wait_ms"] = per["idle_other_ns"].to_numpy() / 1e6
+    out["unlinked_ms"] = per["idle_unlinked_ns"].to_numpy() / 1e6
     host_idle = (per["idle_host_ns"].to_numpy() + per["idle_short_ns"].to_numpy()) / 1e6
     out["allocator_host_ms"] = allocator_host_ms(trace, windows, trace_step)
     by_step = dict(zip(rows["step"].astype(int), input_ms))
@@ -610,16 +702,16 @@ def traced_steps(
     out["launch_bound_ms"] = left - from_launch
     out["sync_raw_ms"] = out["sync_ms"]
     out["sync_ms"] = out["sync_raw_ms"] - from_sync
-    calls, _, _ = sync.trace_syncs(trace, th)
-    records = profile.sync_records.get(rank)
-    if records is not None and len(records):
-        calls = sync.apply_records(calls, records, trace)
+    calls, _, _ = sync.rank_calls(profile, rank, trace, th)  # the sync analyzer's calls and costs (issue 28)
     step_to_run = dict(zip(trace_step.tolist(), run_steps.tolist()))
     calls = calls[calls["step"].isin(list(step_to_run))].copy()
     calls["run_step"] = calls["step"].map(step_to_run)
     blocked = calls.groupby("step")["blocked_ns"].sum()
     out["sync_blocked_ms"] = pd.Series(trace_step).map(blocked).fillna(0.0).to_numpy() / 1e6
     out = pd.DataFrame(out)
+    if gwin.attrs.get("by_time"):  # no GPU work linked to its launch (JAX/XLA): busy by time, idle of no known cause
+        out[list(UNLINKED_PARTS)] = np.nan
+        out.attrs["by_time"] = True
     if input_iterator is not None:
         out.attrs["input_iterator"] = input_iterator
     return out, calls
@@ -671,12 +763,16 @@ def find_period(
 ) -> dict | None:
     """The period N and offset k at which slow steps recur (step k + iN), or None.
 
-    A (N, k) qualifies when at least ``period_min_occurrences`` slow steps sit on it, they hold
-    ``period_min_share`` of the slow steps' time over the median (``excess_ms``; of their count without it),
-    and ``period_min_hit_share`` of the steady steps at k mod N are slow. By time, not count: on the H200 an
-    epoch boundary stalled one step by ~480 ms and left one to three shorter slow steps after it (workers
+    ``step_numbers``: the steady steps (warm-up, gpudiag's trace window, compiles and new shapes left out);
+    ``slow``: which of them are slow. A (N, k) qualifies when at least ``period_min_occurrences`` slow steps sit
+    on it, they hold ``period_min_share`` of the slow steps' time over the median (``excess_ms``; of their count
+    without it), and ``period_min_hit_share`` of the steady steps at k mod N are slow. By time, not count: on the
+    H200 an epoch boundary stalled one step by ~480 ms and left one to three shorter slow steps after it (workers
     finishing their start one after another), which outnumber the stalls but hold a fraction of the time.
-    The best score (share on it x share of its steps slow) wins, the shorter N on a tie.
+    Every N at which ``period_min_occurrences`` steps fit between the first and the last steady step is searched
+    (up to ``MAX_PERIOD_STEPS``): the bound was a third of the steady steps' count, so an evaluation every 200
+    steps of a 600-step run (593 steady steps) was never looked for. The best score (share on it x share of its
+    steps slow) wins, the shorter N on a tie.
     """
     b = th.step_budget
     slow_steps = step_numbers[slow]
@@ -690,7 +786,7 @@ def find_period(
     missing = np.setdiff1d(np.arange(span), steps_at, assume_unique=False)
     best = None
     # every offset of a period at once (bincount): a 100,000-step run is a few hundred ms, not minutes
-    for n in range(2, min(MAX_PERIOD_STEPS, max(2, len(step_numbers) // b.period_min_occurrences)) + 1):
+    for n in range(2, min(MAX_PERIOD_STEPS, longest_period(span, b.period_min_occurrences)) + 1):
         on = np.bincount(slow_at % n, minlength=n)
         weight = np.bincount(slow_at % n, weights=weights, minlength=n)
         # steps 0..span-1 after the base hold span // n of each residue, one more for the first span % n;
@@ -715,6 +811,59 @@ def find_period(
                 "score": float(score[k]),
             }
     return best
+
+
+def recurring_work(
+    work: pd.DataFrame | None, rank: int, steady: pd.DataFrame, slow_mask: pd.Series, median_ms: float, th: Thresholds
+) -> dict | None:
+    """Slow steady steps that light mode's work records show running the same checkpoint save or evaluation, when
+    no period holds them: at least ``period_min_occurrences`` slow steps whose work of one kind takes
+    ``period_work_share`` of their excess over the median. Made like find_period's dict (``by_work`` set, the
+    period the gaps between them keep to within a step, else None).
+
+    A loop that evaluates at iterations 0, 200, 400 and its last one (599) is timed in steps 199, 399 and 598 (the
+    step in progress when the evaluation began; the first one, before the first step boundary, in none): no period
+    holds three of them, yet the same evaluation makes each slow (examples/char_lm_eval.py, fixtures/runs/
+    char_lm_eval)."""
+    if work is None or not len(work):
+        return None
+    b = th.step_budget
+    slow = steady[slow_mask].set_index("step")
+    kinds = work[(work["rank"] == rank) & work["step"].isin(slow.index) & work["what"].isin((CHECKPOINT, EVALUATION))]
+    best = None
+    for _, of_kind in kinds.groupby("what", sort=True):
+        per_step = of_kind.groupby("step")["ms"].sum()
+        excess = slow.loc[per_step.index, "wall_ms"] - median_ms
+        held = per_step.index[(per_step >= b.period_work_share * excess).to_numpy()]
+        if len(held) >= b.period_min_occurrences and (best is None or len(held) > len(best)):
+            best = held
+    if best is None:
+        return None
+    steps = sorted(int(s) for s in best)
+    gaps = np.diff(steps)
+    excess_ms = float(slow.loc[steps, "wall_ms"].median() - median_ms)
+    return {
+        "period": int(round(float(np.median(gaps)))) if gaps.max() - gaps.min() <= 1 else None,
+        "offset": None,
+        "by_work": True,
+        "occurrences": len(steps),
+        "slots": len(steps),
+        "slow_total": int(len(slow)),
+        "steps": steps,
+        "not_slow": [],
+        "quiet_before": [],
+        "excess_ms": excess_ms,
+        "input_ms": None,
+        "input_wait": False,
+        "traced_steps": [],
+        "work": period_work(work, rank, steps, excess_ms, th),
+    }
+
+
+def longest_period(span: int, occurrences: int) -> int:
+    """The longest N at which ``occurrences`` steps k, k + N, … fit in ``span`` consecutive steps: N = 200 fits 3
+    times in steps 0–599 (0, 200, 400), N = 300 does not (0, 300, 600)."""
+    return (span - 1) // max(1, occurrences - 1)
 
 
 def period_work(
@@ -768,13 +917,13 @@ def work_words(work: list[dict]) -> tuple[str, str, list[Subject]]:
         top = w["locations"][0][0] if w["locations"] else None
         where = short_location(top)
         if w["what"] == CHECKPOINT:
-            words.append(f"checkpoint saving, torch.save at {where} takes {w['ms']:,.3g} ms")
+            words.append(f"checkpoint saving, torch.save at {where} takes {ms_human(w['ms'])}")
             advice.append(ADVICE["checkpoint"].format(where=where))
         elif w["what"] == EVALUATION:
-            words.append(f"evaluation (model.eval() at {where}) takes {w['ms']:,.3g} ms")
+            words.append(f"evaluation (model.eval() at {where}) takes {ms_human(w['ms'])}")
             advice.append(ADVICE["evaluation"].format(where=where))
         else:
-            words.append(f"{w['what']} at {where} takes {w['ms']:,.3g} ms")
+            words.append(f"{w['what']} at {where} takes {ms_human(w['ms'])}")
             advice.append(f"{w['what']} at {where} runs in these steps: make it less frequent or asynchronous.")
         subjects += [
             Subject("location", location, figures={"what": w["what"], "calls": calls, "ms": total_ms})
@@ -813,8 +962,9 @@ def add_compile_meta(meta: dict, compiles: pd.DataFrame, rows: pd.DataFrame, war
         warm_ms = float(compiles.loc[in_warmup, "ms"].sum())
         meta["warmup_compile_ms"] = warm_ms
         meta["notes"].append(
-            f"of the {meta['warmup_steps']} warm-up step(s)' {meta['warmup_ms']:,.1f} ms, {warm_ms:,.1f} ms was "
-            f"compilation ({int(in_warmup.sum())} compile(s); compiles before the first step are not recorded)"
+            f"of the {n_things(meta['warmup_steps'], 'warm-up step')} ({ms_human(meta['warmup_ms'])}), "
+            f"{ms_human(warm_ms)} was compilation ({n_things(int(in_warmup.sum()), 'compile')}; compiles before the "
+            "first step are not recorded)"
         )
     meta["compile_ms"] = float(after["ms"].sum())
     meta["compile_count"] = int(len(after))
@@ -841,8 +991,8 @@ def add_compile_meta(meta: dict, compiles: pd.DataFrame, rows: pd.DataFrame, war
     meta["compile_ms_by_step"] = {int(s): float(ms) for s, ms in per_step.items()}
     if meta["compile_steps"]:
         meta["notes"].append(
-            f"{meta['compile_steps']} step(s) after warm-up compiled ({meta['compile_steps_wall_ms']:,.1f} ms in all, "
-            f"{meta['compile_ms']:,.1f} ms of it compilation) and are kept out of the figures (step_budget.compilation)"
+            f"{n_things(meta['compile_steps'], 'step')} after warm-up compiled ({ms_human(meta['compile_steps_wall_ms'])} "
+            f"in all, {ms_human(meta['compile_ms'])} of it compilation) and are kept out of the figures (step_budget.compilation)"
         )
 
 
@@ -871,12 +1021,12 @@ def compile_findings(meta: dict, th: Thresholds) -> list[Finding]:
         where = short_location(top["locations"][0][0]) if top["locations"] else "an unknown line"
         others = len(m["compile_functions"]) - 1
         title = (
-            f"{function_words(top['name'])} compiled again in {len(top['steps'])} step{'s' if len(top['steps']) != 1 else ''} after warm-up "
+            f"{function_words(top['name'])} compiled again in {n_things(len(top['steps']), 'step')} after warm-up "
             f"(steps {', '.join(str(s) for s in top['steps'][:6])}{', …' if len(top['steps']) > 6 else ''}): "
-            f"{top['ms']:,.4g} ms in all, {top['ms'] / top['count']:,.3g} ms each ({where})"
+            f"{ms_human(top['ms'])} in all, {ms_human(top['ms'] / top['count'])} each ({where})"
         )
         if others:
-            title += f"; {others} other function(s) too, {total_ms:,.4g} ms of compilation in all"
+            title += f"; {n_things(others, 'other function')} too, {ms_human(total_ms)} of compilation in all"
         if len(meta) > 1:
             title += f" on rank {rank}"
         title += f", {100 * share:.1f} % of the run after warm-up"
@@ -939,7 +1089,8 @@ def add_new_shape_meta(meta: dict, shapes: pd.DataFrame, kept: pd.DataFrame, med
         )
     meta["new_shapes"] = steps
     meta["notes"].append(
-        f"{len(steps)} step(s) after warm-up met a new input shape ({meta['new_shape_steps_wall_ms']:,.1f} ms in all, "
+        f"{n_things(len(steps), 'step')} after warm-up met a new input shape "
+        f"({ms_human(meta['new_shape_steps_wall_ms'])} in all, "
         f"{sum(s['slow'] for s in steps)} of them slow) and are kept out of the figures (step_budget.new_shape)"
     )
 
@@ -961,9 +1112,9 @@ def new_shape_findings(meta: dict, th: Thresholds) -> list[Finding]:
         shape_words = "; ".join(shapes[:2]) + (f"; {len(shapes) - 2} more" if len(shapes) > 2 else "")
         each, each_words = excess_ms / n, " each" if n > 1 else ""
         cost = (  # below the median only when new_shape_slow_factor is set under 1
-            f"{each:,.3g} ms slower than the median {median:,.3g} ms{each_words}"
+            f"{ms_human(each)} slower than the median {ms_human(median)}{each_words}"
             if each > 0
-            else f"{sum(s['wall_ms'] for s in slow) / n:,.3g} ms{each_words} against the median {median:,.3g} ms"
+            else f"{ms_human(sum(s['wall_ms'] for s in slow) / n)}{each_words} against the median {ms_human(median)}"
         )
         cudnn = any(s["cudnn_benchmark"] for s in slow)
         why = (
@@ -1047,7 +1198,7 @@ def cause_findings(budget: pd.DataFrame, meta: dict, calls_by_rank: dict, th: Th
             )
             for r in rows.itertuples()
         ]
-        what = f"{ms:,.3g} ms of the {wall:,.3g} ms median step ({100 * share:.1f} %)"
+        what = f"{ms_human(ms)} of the {ms_human(wall)} median step ({100 * share:.1f} %)"
         measured_in = str(top["measured_in"])
         if measured_in.startswith("inferred: "):  # "…, inferred: the step's GPU idle left after …"
             where = f", {measured_in}"
@@ -1055,6 +1206,8 @@ def cause_findings(budget: pd.DataFrame, meta: dict, calls_by_rank: dict, th: Th
             where = f", measured in {measured_in}" if measured_in != "the remainder" else ""
         rank_words = f" on rank {rank}" if budget["rank"].nunique() > 1 else ""
         recommendation = ADVICE.get(part, "")
+        if part == "unexplained":
+            recommendation = meta.get(rank, {}).get("unexplained_advice") or recommendation
         severity = severity_of(share, th)
         evidence = (
             Evidence(f"step_budget_{part}_ms", ms, "ms"),
@@ -1077,7 +1230,7 @@ def cause_findings(budget: pd.DataFrame, meta: dict, calls_by_rank: dict, th: Th
                 analyzer=NAME,
                 severity=severity,
                 title=title,
-                subjects=(*subjects, *extra),
+                subjects=within((*subjects, *extra), severity),
                 evidence=evidence,
                 cost_share=share,
                 recommendation=recommendation,
@@ -1085,7 +1238,9 @@ def cause_findings(budget: pd.DataFrame, meta: dict, calls_by_rank: dict, th: Th
             )
 
         if part == "sync":
-            title, fix, extra = sync_words(calls_by_rank.get(rank), what, where, rank_words)
+            traced = budget[(budget["rank"] == rank) & (budget["column"] == "traced steps")]["steps"]
+            n_traced = int(traced.iloc[0]) if len(traced) else None  # every traced step, not only those with syncs
+            title, fix, extra = sync_words(calls_by_rank.get(rank), what, where, rank_words, ms, n_traced)
             findings.append(make(id="step_budget.sync", title=title, recommendation=fix, extra=tuple(extra)))
         elif part == "input":
             iterator = meta.get(rank, {}).get("input_iterator")
@@ -1114,30 +1269,51 @@ def cause_findings(budget: pd.DataFrame, meta: dict, calls_by_rank: dict, th: Th
     return findings
 
 
-def sync_words(calls: pd.DataFrame | None, what: str, where: str, rank_words: str) -> tuple[str, str, list[Subject]]:
-    """The sync finding's title, fix and location subjects: the costliest line of the traced steps first."""
+def sync_words(
+    calls: pd.DataFrame | None,
+    what: str,
+    where: str,
+    rank_words: str,
+    whole_ms: float = np.nan,
+    n_traced: int | None = None,
+) -> tuple[str, str, list[Subject]]:
+    """The sync finding's title, fix and location subjects, costliest first.
+
+    The sites are the sync analyzer's, ranked by its cost (sync.rank_calls, sync.group_syncs) over the traced steps
+    and named as it names them (sync.where_words); each is given its share of those syncs' GPU idle, and that share
+    of this part (``whole_ms``, the median step's): a site never exceeds the whole it is part of (issue 28:
+    "1.47 ms of the 17.8 ms median step … the costliest is aten::item at main.py:0 (13.8 ms a step)")."""
     title = f"Host syncs hold the GPU idle {what}{rank_words}{where}"
     if calls is None or not len(calls):
         return title, "Move the synchronising calls out of the step (see the sync section).", []
-    n = max(1, calls["step"].nunique())
+    n = n_traced or max(1, calls["step"].nunique())
     groups = sync.group_syncs(calls, n, np.nan)  # the sync analyzer's rows per (location, op), costliest first
+    idle_ms = np.nan_to_num(groups["gpu_idle_ms"].to_numpy(dtype=float))
+    shares = idle_ms / idle_ms.sum() if idle_ms.sum() > 0 else np.full(len(groups), np.nan)
+    part_ms = shares * whole_ms if np.isfinite(whole_ms) else np.full(len(groups), np.nan)
     top = groups.iloc[0]
-    title += f"; the costliest is {top['op']} at {top['location']} ({np.nan_to_num(top['gpu_idle_ms_per_step']):,.3g} ms a step as traced)"
+    top_where = sync.where_words(top["location"], top["function"], top["file"], bool(top["line_exact"]))
+    if np.isfinite(part_ms[0]):
+        title += f"; the costliest, {top['op']} at {top_where}, holds {share_human(shares[0], 0)} of it ({ms_human(part_ms[0])})"
+    else:
+        title += f"; the costliest is {top['op']} at {top_where}"
     subjects = [
         Subject(
             "location",
             str(g.location),
             figures={
                 "op": str(g.op),
-                "gpu_idle_ms_per_step": float(np.nan_to_num(g.gpu_idle_ms_per_step)),
+                "share_of_sync_idle": None if not np.isfinite(sh) else float(sh),
+                # this site's part of the part (its share of the syncs' idle in the traced steps), per median step
+                "gpu_idle_ms_per_step": None if not np.isfinite(pm) else float(pm),
                 "blocked_ms_per_step": float(g.blocked_ms_per_step),
                 "count_per_step": float(g.count_per_step),
                 "line_exact": bool(g.line_exact),
             },
         )
-        for g in groups.head(10).itertuples()
+        for g, sh, pm in zip(groups.head(10).itertuples(), shares, part_ms)
     ]
-    fix = f"At {top['location']}: {sync.advice_for(str(top['op']), str(top['calls']))}."
+    fix = f"At {top_where}: {sync.advice_for(str(top['op']), str(top['calls']))}."
     return title, fix, subjects
 
 
@@ -1149,39 +1325,65 @@ def periodic_findings(meta: dict, calls_by_rank: dict, th: Thresholds) -> list[F
             continue
         n, k, median = p["period"], p["offset"], m["median_step_ms"]
         steps_words = f"step {k} + {n}i" if k else f"step {n}i"
-        title = (
-            f"Every {n} steps ({steps_words}: steps {step_ranges(p['steps'][:6])}{', …' if len(p['steps']) > 6 else ''})"
-            f" a step is {p['excess_ms']:,.3g} ms slower than the median {median:,.3g} ms"
-            + (f" on rank {rank}" if len(meta) > 1 else "")
-        )
+        slow_words = f"{step_ranges(p['steps'][:6])}{', …' if len(p['steps']) > 6 else ''}"
+        not_slow = p.get("not_slow") or []
+        if p.get("by_work"):  # the same work in each, on no exact period (a loop's last iteration, say)
+            every = f", about every {n} steps" if n else ""
+            title = (
+                f"Steps {slow_words} ({len(p['steps'])} steps{every}) are {ms_human(p['excess_ms'])} slower than "
+                f"the median {ms_human(median)}"
+            )
+        elif not_slow:  # some steady steps on the period were not slow: say which, never "every N steps" then
+            title = (
+                f"{len(p['steps'])} of the {len(p['steps']) + len(not_slow)} steps at {steps_words} from step "
+                f"{p['steps'][0]} (steps {slow_words}; not {'step' if len(not_slow) == 1 else 'steps'} "
+                f"{step_ranges(not_slow[:6])}{', …' if len(not_slow) > 6 else ''}) are {ms_human(p['excess_ms'])} "
+                f"slower than the median {ms_human(median)}"
+            )
+        elif p.get("quiet_before"):  # the work started later than the period's first steady step
+            title = (
+                f"Every {n} steps from step {p['steps'][0]} (steps {slow_words}) a step is "
+                f"{ms_human(p['excess_ms'])} slower than the median {ms_human(median)}"
+            )
+        else:
+            title = (
+                f"Every {n} steps ({steps_words}: steps {slow_words}) a step is {ms_human(p['excess_ms'])} slower "
+                f"than the median {ms_human(median)}"
+            )
+        title += f" on rank {rank}" if len(meta) > 1 else ""
         work = p.get("work") or []
         work_subjects: list[Subject] = []
         if work and (not p.get("input_wait") or work[0]["ms"] >= (p.get("input_ms") or 0.0)):
             words, fix, work_subjects = work_words(work)
             title += f": {words}"
         elif p.get("input_wait") and m.get("input_from_loop"):
-            title += f", waiting {p['input_ms']:,.3g} ms for input"
+            title += f", waiting {ms_human(p['input_ms'])} for input"
             fix = (
                 "These steps wait for the loop's iterator: a new one at each epoch boundary is slow to give its first "
                 "item (a file or shard opened, a buffer filled). Build the next epoch's iterator ahead, in a "
                 "background thread or a DataLoader with persistent workers, or keep one iterator across epochs."
             )
         elif p.get("input_wait"):
-            title += f", waiting {p['input_ms']:,.3g} ms for input"
+            title += f", waiting {ms_human(p['input_ms'])} for input"
             fix = (
                 "These steps wait on the data loader: a new DataLoader iterator at an epoch boundary (workers "
                 "restart). Use DataLoader(persistent_workers=True) and a prefetch_factor that covers the restart; "
                 "keep the epoch's first batches prefetched."
             )
         else:
-            fix = f"Something runs every {n} steps: {PERIOD_CANDIDATES}. Make it asynchronous or less frequent"
+            fix = (
+                f"Something runs every {n} steps: {PERIOD_CANDIDATES}. Make it asynchronous or less frequent"
+                if n
+                else f"Something runs in these steps: {PERIOD_CANDIDATES}. Make it asynchronous or less frequent"
+            )
             calls = calls_by_rank.get(rank)
             seen = (
                 calls[calls["run_step"].isin(p.get("traced_steps", []))] if calls is not None and len(calls) else None
             )
             if seen is not None and len(seen):
                 worst = seen.sort_values("blocked_ns", ascending=False).iloc[0]
-                fix += f"; the trace saw {worst['op']} at {worst['location']} block the host in such a step"
+                at = sync.where_words(worst["location"], worst["function"], worst["file"], bool(worst["line_exact"]))
+                fix += f"; the trace saw {worst['op']} at {at} block the host in such a step"
             fix += "."
             if p.get("input_ms") is None:
                 fix += " Input wait was not measured in these steps."
@@ -1201,9 +1403,15 @@ def periodic_findings(meta: dict, calls_by_rank: dict, th: Thresholds) -> list[F
                     *(Subject("step", str(s), figures={"rank": rank}) for s in p["steps"][:20]),
                 ),
                 evidence=(
-                    Evidence("step_budget_period_steps", float(n), "count"),
+                    *((Evidence("step_budget_period_steps", float(n), "count"),) if n else ()),
                     Evidence("step_budget_period_excess_ms", p["excess_ms"], "ms"),
                     Evidence("step_budget_period_occurrences", float(p["occurrences"]), "count"),
+                    Evidence("step_budget_step_ms", median, "ms"),  # the median the title compares with
+                    *(
+                        (Evidence("step_budget_period_input_ms", p["input_ms"], "ms"),)
+                        if p.get("input_ms") is not None
+                        else ()
+                    ),
                     *(
                         Evidence(f"step_budget_period_{w['what']}_ms", w["ms"], "ms")
                         for w in (work if work_subjects else ())

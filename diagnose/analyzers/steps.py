@@ -16,7 +16,9 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from diagnose import capture_advice
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.formatting import ms_human, n_things
 from diagnose.metrics import LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
@@ -26,7 +28,7 @@ ORDER = 40
 SECTION = "section-steps"
 SUMMARY_METRICS = (  # what _summary() writes into Result.summary (diagnose.metrics)
     Metric("step_count", "Measured steps", "count", NEUTRAL, 1),
-    Metric("step_warmup_excluded", "Warm-up steps left out", "count", NEUTRAL, 1),
+    Metric("step_warmup_excluded", "Warm-up and profiler trace-window steps left out", "count", NEUTRAL, 1),
     Metric("step_outlier_count", "Outlier steps", "count", LOWER, 1),
     # host times: perf_counter or a trace's microsecond timestamps, so 1 us; GPU times: CUDA events (~0.5 us)
     Metric("step_time_median_ms", "Median step time", "ms", LOWER, 0.001),
@@ -57,7 +59,8 @@ def step_table(profile: Profile, th: Thresholds) -> pd.DataFrame:
     """
     frames = [f for f in profile.step_events.values() if len(f)]
     if not frames:
-        return pd.DataFrame(columns=["rank", "step", "name", "t_start_ns", "host_ms", "gpu_ms", "step_ms", "warmup"])
+        columns = ["rank", "step", "name", "t_start_ns", "host_ms", "gpu_ms", "step_ms", "warmup", "instrumented"]
+        return pd.DataFrame(columns=columns)
     events = pd.concat(frames, ignore_index=True)
     steps = events[events["name"] == primary_name(events)].sort_values(["rank", "step"], kind="stable")
     steps = steps.reset_index(drop=True)
@@ -65,8 +68,10 @@ def step_table(profile: Profile, th: Thresholds) -> pd.DataFrame:
     position = steps.groupby("rank").cumcount()
     count = steps.groupby("rank")["step"].transform("size")
     steps["warmup"] = position < np.minimum(th.steps.warmup_steps, count // 2)
-    if "instrumented" in steps:  # steps inside gpudiag's trace window are slow by design: not the run's own timing
-        steps["warmup"] = steps["warmup"] | steps["instrumented"].fillna(False).astype(bool)
+    # steps inside gpudiag's profiler trace window are slow by design: not the run's own timing. They are left out
+    # with the warm-up (``warmup`` means "left out of the medians"); ``instrumented`` tells them apart for display
+    steps["instrumented"] = steps["instrumented"].fillna(False).astype(bool) if "instrumented" in steps else False
+    steps["warmup"] = steps["warmup"] | steps["instrumented"]
     return steps
 
 
@@ -86,8 +91,13 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             not_measured(
                 NAME,
                 "Per-step CUDA-event timing",
-                "Run the script under `gpudiag profile` (it records CUDA events around each optimizer step), or pass "
-                "a CSV/JSON of step timings (name,step,elapsed_ms; see docs/step-timings.md).",
+                capture_advice.advice(
+                    profile,
+                    "Run the script under `gpudiag profile` (it records CUDA events around each optimizer step), or "
+                    "pass a CSV/JSON of step timings (name,step,elapsed_ms; see docs/step-timings.md).",
+                    capture_advice.STEP_RECORDS,
+                    "events/",
+                ),
                 section=SECTION,
             )
         )
@@ -110,6 +120,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             "chart_stride": stride,
             "warmup_steps_per_rank": th.steps.warmup_steps,
             "warmup_excluded": int(steps["warmup"].sum()),
+            "trace_window_excluded": int(steps["instrumented"].sum()),
             "median_step_ms": result.summary.get("step_time_median_ms"),
             "gpu_time_every": gpu_time_every(measured),
             "gpu_time_budget_pct": gpu_time_budget_pct(profile),
@@ -238,7 +249,7 @@ def _chart_rows(steps: pd.DataFrame, max_rows: int) -> tuple[pd.DataFrame, int]:
         gpu_stride = max(1, int(np.ceil(timed.sum() / max_rows)))
         gpu_position = timed.astype(int).groupby(steps["rank"]).cumsum() - 1
         keep |= timed & (gpu_position % gpu_stride == 0)
-    columns = ["rank", "step", "host_ms", "gpu_ms", "step_ms", "warmup", "outlier"]
+    columns = ["rank", "step", "host_ms", "gpu_ms", "step_ms", "warmup", "instrumented", "outlier"]
     return steps.loc[keep, columns].reset_index(drop=True), stride
 
 
@@ -341,6 +352,7 @@ def _unstable(steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds) -> Fi
         Evidence("step_time_p10_ms", p10, "ms"),
         Evidence("step_time_p90_ms", p90, "ms"),
         Evidence("step_outlier_count", float(len(outliers)), "steps"),
+        Evidence("step_outlier_factor", th.steps.outlier_factor, "x"),  # "over 1.5x the median"
     )
     if spread_pct >= th.steps.unstable_spread_pct:
         severity = Severity.CRITICAL if spread_pct >= th.steps.unstable_critical_spread_pct else Severity.WARNING
@@ -348,7 +360,7 @@ def _unstable(steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds) -> Fi
             id="steps.unstable",
             analyzer=NAME,
             severity=severity,
-            title=f"Step time varies widely: p10 {p10:,.1f} ms, p90 {p90:,.1f} ms around a median of {median:,.1f} ms",
+            title=f"Step time varies widely: p10 {ms_human(p10)}, p90 {ms_human(p90)} around a median of {ms_human(median)}",
             subjects=subjects,
             evidence=evidence,
             cost_share=cost,
@@ -363,8 +375,8 @@ def _unstable(steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds) -> Fi
             id="steps.outliers",
             analyzer=NAME,
             severity=Severity.INFO,
-            title=f"{len(outliers)} step(s) took over {th.steps.outlier_factor:g}x the median step time "
-            f"({median:,.1f} ms)",
+            title=f"{n_things(len(outliers), 'step')} took over {th.steps.outlier_factor:g}x the median step time "
+            f"({ms_human(median)})",
             subjects=subjects,
             evidence=evidence,
             cost_share=float((outliers["step_ms"] - median).clip(lower=0).sum()) / float(step_ms.sum()),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from diagnose import capture_advice
 from diagnose.analyzers.steps import step_table
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric
@@ -55,8 +56,14 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             not_measured(
                 NAME,
                 "GPU utilisation (NVML)",
-                "Run the script under `gpudiag profile`; it samples NVML (utilisation, memory, clocks, power) about "
-                "ten times a second into nvml.csv.",
+                capture_advice.advice(
+                    profile,
+                    "Run the script under `gpudiag profile`; it samples NVML (utilisation, memory, clocks, power) "
+                    "about ten times a second into nvml.csv.",
+                    "NVML is sampled into nvml.csv where an NVIDIA driver and nvidia-ml-py are present and the run "
+                    "was not given --no-nvml (an --ncu run does not sample it).",
+                    "nvml.csv",
+                ),
                 section=SECTION,
             )
         )

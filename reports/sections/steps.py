@@ -1,4 +1,4 @@
-"""Step-time chart: host and GPU time per step, warm-up and outlier steps marked.
+"""Step-time chart: host and GPU time per step, warm-up, profiler trace-window and outlier steps marked.
 
 Draws ``result.tables["steps"]`` (already thinned by the analyzer) and the median
 from ``result.meta``; tables of per-rank figures and timed regions follow. Still over the mark
@@ -10,6 +10,7 @@ from __future__ import annotations
 from reports import chart_budget
 from reports.chart_budget import binning_note, thin_line
 from reports.figures import figure_html, titled_tables
+from reports.format import n_things
 
 
 def render(result) -> str:
@@ -18,10 +19,16 @@ def render(result) -> str:
         return '<p class="muted">No per-step timings in this input.</p>'
     parts = [_chart(result)]
     meta = result.meta
+    window = meta.get("trace_window_excluded", 0)
     note = (
         f"The first {meta.get('warmup_steps_per_rank')} steps of each rank (at most half of them) are warm-up "
-        f"and left out of the medians: {meta.get('warmup_excluded', 0)} step(s) here."
+        f"and left out of the medians: {n_things(meta.get('warmup_excluded', 0) - window, 'step')} here."
     )
+    if window:
+        note += (
+            f" The {n_things(window, 'step')} inside gpudiag's profiler trace window run slower by design and are left out "
+            "too."
+        )
     own_us, own_pct = result.summary.get("gpudiag_overhead_mean_us"), result.summary.get("gpudiag_overhead_pct")
     if own_us is not None:
         share = f", {own_pct:.2f} % of the median host step time" if own_pct is not None else ""
@@ -41,7 +48,7 @@ def render(result) -> str:
     if meta.get("step_source_sentence"):
         note += " " + meta["step_source_sentence"]
     if meta.get("chart_stride", 1) > 1:
-        note += f" Every {meta['chart_stride']}th step is drawn, plus all warm-up and outlier steps."
+        note += f" Every {meta['chart_stride']}th step is drawn, plus all warm-up, trace-window and outlier steps."
     parts.append(f'<p class="muted">{note}</p>')
     parts += titled_tables(result.tables, (("per_rank", "Per rank"), ("regions", "Timed regions")), "steps")
     return "\n".join(parts)
@@ -60,8 +67,14 @@ def _chart(result) -> str:
         if rows["gpu_ms"].notna().any():
             timed = rows.dropna(subset=["gpu_ms"])  # only a sample of the steps when light mode sampled GPU time
             series.append((f"GPU ms{suffix}", timed, "gpu_ms", None))
-        for flag, label, symbol in (("warmup", "warm-up", "circle-open"), ("outlier", "outlier", "x")):
-            marked = rows[rows[flag]]
+        window = rows["instrumented"].astype(bool) if "instrumented" in rows else rows["warmup"] & False
+        marks = (
+            ("warm-up", rows["warmup"] & ~window, "circle-open"),
+            ("profiler trace window", window, "square-open"),
+            ("outlier", rows["outlier"], "x"),
+        )
+        for label, flag, symbol in marks:
+            marked = rows[flag]
             if len(marked):
                 series.append((f"{label}{suffix}", marked, "step_ms", symbol))
     over = sum(len(rows) for _, rows, _, _ in series) > chart_budget.MAX_MARKS - 2

@@ -157,5 +157,9 @@ def test_the_verdict_bar_is_the_step_budget_when_the_verdict_names_its_cause(ana
     shares = {p.cause: p.share for p in budget.parts}
     assert shares["input"] == pytest.approx(0.896, abs=0.001) and shares["host"] == pytest.approx(0.092, abs=0.001)
     assert sum(shares.values()) == pytest.approx(1.0)
-    # a verdict on the idle analyzer keeps the traced-time bar (sync_heavy: GPU idle is its top finding)
-    assert analysed["sync_heavy"].verdict.budget.basis().endswith("ms of GPU time")
+    # sync_heavy: the step budget's launch-bound part (55.7 % of the median step) now leads, not the idle share of
+    # the traced time (94.3 %): verdict, bar and saving on the median step (issue 28)
+    verdict = analysed["sync_heavy"].verdict
+    assert verdict.top_finding_ids[0] == "step_budget.launch_bound" and verdict.cost_of == "the median step"
+    assert verdict.budget.basis() == "rank 0, the median steady step of 52, 1.43 ms"
+    assert verdict.sentence.endswith("; fixing it could save up to 55.7 % of the median step.")

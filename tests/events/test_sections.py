@@ -54,7 +54,7 @@ def test_step_chart_draws_host_gpu_and_warmup():
     html = steps_section.render(result)
     names = [t["name"] for t in plotly_data(html)]
     assert names == ["host ms", "GPU ms", "warm-up"]
-    assert "median 30.00 ms" in html and "3 step(s) here" in html
+    assert "median 30.00 ms" in html and "3 steps here" in html
     assert 'id="steps-per_rank"' in html
 
 
@@ -96,3 +96,29 @@ def test_steps_after_the_last_nvml_sample_are_drawn_as_not_recorded(tmp_path):
     assert "NVML not recorded (after the last sample)" in utilization.render(result)
     full = diagnose.analyze(diagnose.load(FIXTURES / "runs" / "sync_planted")).results["utilization"]
     assert full.meta["not_recorded"] == []
+
+
+def plotly_values(values) -> list:
+    """A trace's x or y as a list: plotly writes numeric arrays as {"bdata": base64, "dtype": ...}."""
+    if isinstance(values, dict) and "bdata" in values:
+        import base64
+
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values)
+
+
+def test_step_chart_tells_the_trace_window_from_the_warm_up():
+    """fixtures/runs/sync_planted (H200): steps 0-2 are warm-up, steps 4-7 ran inside gpudiag's profiler trace
+    window. The legend had called both "warm-up" (issue 28)."""
+    import diagnose
+    from tests.paths import FIXTURES
+
+    result = steps.analyze(diagnose.load(FIXTURES / "runs" / "sync_planted"), Thresholds())
+    html = steps_section.render(result)
+    marks = {t["name"]: plotly_values(t["x"]) for t in plotly_data(html) if t.get("mode") == "markers"}
+    assert marks["warm-up"] == [0, 1, 2]
+    assert marks["profiler trace window"] == [4, 5, 6, 7]
+    assert result.meta["warmup_excluded"] == 7 and result.meta["trace_window_excluded"] == 4
+    assert "profiler trace window run slower by design" in html

@@ -1,0 +1,58 @@
+"""How to measure what an input lacks, said for where the input came from.
+
+A trace, CSV or snapshot captured elsewhere is told to run the script under ``gpudiag profile``. A run folder
+that ``gpudiag profile`` wrote is told why it lacks the artifact (its manifest's ``missing_reasons``, ``missing``
+and ``unavailable``, the options it ran with) and what to change: advice to "profile with `gpudiag profile`" on a
+report of a folder that ``gpudiag profile`` wrote did not follow from what was captured (issue 28).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+RUN_SCHEMA_PREFIX = "gpudiag.run"  # a run folder's manifest.json (docs/run-folder.md)
+# why a run folder can lack step timings, and what gives it some
+STEP_RECORDS = (
+    "Light mode writes a step record at each optimizer.step(), at the end of each backward pass, at each dispatch of "
+    "a jitted step function and at each diagnose.step() (docs/profile.md): call diagnose.step() once per iteration in "
+    "a loop that has none of those, or pass a CSV/JSON of step timings (docs/step-timings.md)."
+)
+
+
+def from_run_folder(profile: Any) -> bool:
+    """True when the input is a run folder ``gpudiag profile`` wrote (it has a run manifest)."""
+    manifest = getattr(profile, "manifest", None) or {}
+    return str(manifest.get("schema", "")).startswith(RUN_SCHEMA_PREFIX)
+
+
+def run_option(profile: Any, key: str) -> Any:
+    """An option the run folder's child ran with (``trace_steps``, ``mode``, ...), or None."""
+    options = (profile.manifest.get("options") or {}) if from_run_folder(profile) else {}
+    return (options.get("child") or {}).get(key)
+
+
+def why_absent(profile: Any, artifact: str) -> str | None:
+    """Why the run folder holds no ``artifact`` (a path or its start: ``nvml.csv``, ``trace/``, ``memory/``), from
+    its manifest; None when the manifest does not say."""
+    if not from_run_folder(profile):
+        return None
+    manifest = profile.manifest
+    for path, why in sorted((manifest.get("missing_reasons") or {}).items()):
+        if str(path).startswith(artifact):
+            return f"{path} was not written: {why}"
+    for path in manifest.get("missing") or ():
+        if str(path).startswith(artifact):
+            return f"{path} was expected but not written"
+    for key, why in sorted((manifest.get("unavailable") or {}).items()):
+        if str(key).startswith(artifact):
+            return f"{key} was not recorded: {why}"
+    return None
+
+
+def advice(profile: Any, elsewhere: str, in_run_folder: str, artifact: str | None = None) -> str:
+    """``elsewhere`` for an input captured elsewhere; for a run folder, why it lacks ``artifact`` (when its
+    manifest says) and then ``in_run_folder``, which must not send the user back to ``gpudiag profile`` as is."""
+    if not from_run_folder(profile):
+        return elsewhere
+    why = why_absent(profile, artifact) if artifact else None
+    return f"In this run folder {why}. {in_run_folder}" if why else in_run_folder
