@@ -103,11 +103,17 @@ CPU_OP_SCHEMA = Schema(
         "tid": I64,
         "name": CAT,
         "external_id": I64,
+        "sequence_number": I64,
         "parent_index": I64,
         "top_index": I64,
         "python_index": I64,
     },
-    {"parent_index": "enclosing cpu op", "top_index": "outermost enclosing cpu op (itself when top level)"},
+    {
+        "sequence_number": "the autograd node's sequence number (Kineto's 'Sequence number': a forward op's, and the "
+        "backward op it became), -1 when absent",
+        "parent_index": "enclosing cpu op",
+        "top_index": "outermost enclosing cpu op (itself when top level)",
+    },
 )
 
 PYTHON_SCHEMA = Schema(
@@ -607,7 +613,10 @@ ARG_COLUMNS: dict[str, tuple[tuple[str, str, str, Any], ...]] = {
         ("kind", "cuda_sync_kind", "cuda_sync_kind", None),
         ("wait_on_stream", "wait_on_stream", "wait_on_stream", _ints),
     ),
-    "cpu_ops": (("external_id", "External id", "external_id", _ints),),
+    "cpu_ops": (
+        ("external_id", "External id", "external_id", _ints),
+        ("sequence_number", "Sequence number", "sequence_number", _ints),
+    ),
     "python": (
         ("python_id", "Python id", "python_id", _ints),
         ("parent_id", "Python parent id", "python_parent_id", _ints),
@@ -645,6 +654,7 @@ _STRUCT_ARGS = {
     "stream": lambda args: [a.stream for a in args],
     "correlation": lambda args: [a.correlation for a in args],
     "external_id": lambda args: [a.external_id for a in args],
+    "sequence_number": lambda args: [a.sequence_number for a in args],
     "bytes": lambda args: [a.bytes for a in args],
     "cuda_sync_kind": lambda args: [a.cuda_sync_kind for a in args],
     "wait_on_stream": lambda args: [a.wait_on_stream for a in args],

@@ -37,6 +37,7 @@ if msgspec is not None:
         stream: Scalar = None
         correlation: Scalar = None
         external_id: Scalar = _arg("External id")
+        sequence_number: Scalar = _arg("Sequence number")
         bytes: Scalar = None
         python_id: Scalar = _arg("Python id")
         python_parent_id: Scalar = _arg("Python parent id")

@@ -5,9 +5,15 @@ then needs time to launch more work (see :mod:`diagnose.trace_timeline`). Each s
 attributed to the op that issued it (the outermost CPU op around the runtime call:
 ``aten::item``, ``aten::nonzero``, ``aten::to`` …) and to the user's innermost Python frame.
 Kineto names a frame by the function's *first* line, so with only a trace the location is
-the function; the exact line comes from the sync records ``gpudiag profile`` writes
-(``profile.sync_records``), matched to the trace's sync calls by time. Where the host fetched the next
-batch inside that gap (a DataLoader range, the loop's iterator), that part is the input's, not the sync's.
+the function (module-level code has no line at all: ``file (module level)``, never ``file:0``); the exact
+line comes from the sync records ``gpudiag profile`` writes (``profile.sync_records``), matched to the
+trace's sync calls by time, or, where the times do not pair, by the function when light mode saw its
+syncs at one line only. Where the host fetched the next batch inside that gap (a DataLoader range, the
+loop's iterator), that part is the input's, not the sync's.
+
+One definition of a sync's cost serves this analyzer and the step budget (:func:`rank_calls`): the GPU idle
+of the gap it leaves, less the input fetching inside it; sites are ranked by it (:func:`group_syncs`) and
+named by :func:`where_words`, so both name the same costliest site the same way.
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from diagnose import capture_advice
 from diagnose import trace_timeline as tl
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.formatting import ms_human, n_things
 from diagnose.metrics import LOWER, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
@@ -87,9 +95,14 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             not_measured(
                 NAME,
                 "Host synchronisation",
-                "Profile with `gpudiag profile` (records the "
-                "exact line of every sync) or pass a PyTorch profiler trace with stacks "
-                "(with_stack=True).",
+                capture_advice.advice(
+                    profile,
+                    "Profile with `gpudiag profile` (records the exact line of every sync) or pass a PyTorch "
+                    "profiler trace with stacks (with_stack=True).",
+                    "Syncs are recorded in the trace window: this run traced no steps (--trace-steps 0, or an --ncu "
+                    "run); run it in light mode with --trace-steps 3 or more.",
+                    "trace/",
+                ),
                 SECTION,
             )
         )
@@ -97,15 +110,16 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     lowest = min(list(profile.traces) + list(profile.sync_records))
     calls_all, groups_all, subjects, meta_steps = [], [], [], {}
     total_idle = total_span = 0.0
+    unjudged = {}  # rank -> why its trace cannot show a host sync
     for rank in sorted(set(profile.traces) | set(profile.sync_records)):
         records = profile.sync_records.get(rank)
         trace = profile.traces.get(rank)
         if trace is not None and len(trace.gpu):
             trace = tl.analysed(trace)
-            fetches = input_fetches(trace, tl.steps(trace), source_dirs_of(profile))
-            calls, step_ns, n_steps = trace_syncs(trace, th, fetches)
-            if records is not None and len(records):
-                calls = apply_records(calls, records, trace)
+            calls, step_ns, n_steps = rank_calls(profile, rank, trace, th)
+            why = unlinked_why(trace)
+            if why and not len(calls):
+                unjudged[rank] = why
         elif records is not None and len(records):
             calls, step_ns, n_steps = record_syncs(records, profile.step_events.get(rank), window_of(profile.manifest))
         else:
@@ -144,7 +158,27 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         )
         return result
     result.tables["calls"] = pd.concat(calls_all, ignore_index=True)
-    if not subjects:
+    if not subjects and unjudged:  # no sync seen where none could be seen: say so, never "the host never waited"
+        ranks = sorted(unjudged)
+        result.findings.append(
+            Finding(
+                id="sync.not_measured",
+                analyzer=NAME,
+                severity=Severity.INFO,
+                title="Host syncs could not be judged: "
+                + (
+                    f"the trace {unjudged[ranks[0]]}"
+                    if len(ranks) == 1
+                    else f"the traces {unjudged[ranks[0]]}".replace(" links ", " link ", 1)
+                ),
+                subjects=tuple(Subject("rank", str(r)) for r in ranks),
+                recommendation="A host sync shows as a CUDA runtime call that blocks, and its cost as the GPU idle "
+                "until the next work it launched: for torch, pass a PyTorch profiler trace with CUDA activity "
+                "(ProfilerActivity.CUDA); for JAX, the idle analyzer's breakdown is what the trace can show.",
+                section=SECTION,
+            )
+        )
+    elif not subjects:
         result.findings.append(
             Finding(
                 id="sync.none",
@@ -179,25 +213,22 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         )
         top = subjects[0]
         exact = bool(top.figures.get("line_exact"))
-        if exact or not top.figures.get("function"):
-            where = top.name
-        else:
-            where = f"{top.figures.get('function')}() in {top.figures.get('file')}"
+        where = where_words(top.name, top.figures.get("function"), top.figures.get("file"), exact)
         if span_only:
             n_per_step = sum(s.figures["count"] for s in subjects)
             title = (
-                f"{n_per_step:.3g} host syncs in the traced span (no iterations found in the trace to divide "
+                f"{n_things(n_per_step, 'host sync')} in the traced span (no iterations found in the trace to divide "
                 f"by); the costliest, {top.figures['op']} at {where}, idles the GPU "
                 f"{fmt_ms(top.figures.get('gpu_idle_ms'))} in all"
             )
         else:
             n_per_step = sum(s.figures["count_per_step"] for s in subjects)
             title = (
-                f"{n_per_step:.3g} host syncs per step; the costliest, {top.figures['op']} at {where}, "
+                f"{n_things(n_per_step, 'host sync')} per step; the costliest, {top.figures['op']} at {where}, "
                 f"idles the GPU {fmt_ms(top.figures.get('gpu_idle_ms_per_step'))} per step"
             )
-        if not exact and any(not s.figures.get("line_exact") for s in subjects):
-            title += " (the trace names functions, not the exact line: profile with `gpudiag profile` for lines)"
+        if not exact:
+            title += f" ({no_line_caveat(profile, top)})"
         result.findings.append(
             Finding(
                 id="sync.host_sync",
@@ -223,7 +254,72 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
 
 
 def fmt_ms(v) -> str:
-    return "an unknown time" if v is None or np.isnan(v) else f"{v:.3g} ms"
+    return "an unknown time" if v is None or np.isnan(v) else ms_human(v)
+
+
+def rank_calls(profile: Profile, rank: int, trace, th: Thresholds) -> tuple[pd.DataFrame, float, int]:
+    """One rank's sync calls as this analyzer and the step budget both count them (``trace`` as analysed): each
+    sync's cost is the GPU idle of the gap it leaves less the input fetching inside it, and its location the exact
+    line of the sync record made with it when ``gpudiag profile`` wrote one. (calls, mean step ns, steps)."""
+    fetches = input_fetches(trace, tl.steps(trace), source_dirs_of(profile))
+    calls, step_ns, n_steps = trace_syncs(trace, th, fetches)
+    records = profile.sync_records.get(rank)
+    if records is not None and len(records):
+        calls = apply_records(calls, records, trace)
+    return calls, step_ns, n_steps
+
+
+def unlinked_why(trace) -> str | None:
+    """Why the trace cannot show a host sync's cost (its GPU work is linked to no launch call), or None."""
+    ri = trace.gpu["runtime_index"].to_numpy()
+    if not len(ri) or (ri >= 0).any():
+        return None
+    if trace.format == "perfetto":
+        return "links none of its GPU work to a launch call (JAX/XLA perfetto traces do not)"
+    return "links none of its GPU work to a launch call (it has no correlation ids)"
+
+
+MODULE = "<module>"  # Kineto's name of module-level code's frame
+
+
+def trace_location(file, line, function) -> str:
+    """A location from a trace frame: ``file:line`` with the function's first line; module-level code has no line
+    (Kineto gives its frame the line it was at when profiling began, or 0), nor has a frame of unknown line."""
+    if function == MODULE:
+        return f"{file} (module level)"
+    if isinstance(line, (int, np.integer)) and line > 0:
+        return f"{file}:{int(line)}"
+    return f"{function}() in {file}" if function else str(file)
+
+
+def where_words(location: str, function, file, line_exact: bool) -> str:
+    """How a sentence names a sync site: the exact ``file:line`` when known, else the function (or the module-level
+    code) and its file, never a line the sync is not on."""
+    if line_exact or not function or not file:
+        return str(location)
+    if function == MODULE:
+        return f"the module-level code of {file}"
+    return f"{function}() in {file}"
+
+
+def no_line_caveat(profile: Profile, subject: Subject) -> str:
+    """Why the costliest site is named without its line, and how to get it (never "profile with `gpudiag
+    profile`" to a run folder that gpudiag profile wrote)."""
+    function = subject.figures.get("function")
+    if subject.name == NO_FRAME:  # no frame at all: stacks were not recorded
+        what = "the trace has no Python stacks (with_stack=True records them)"
+    elif not isinstance(function, str) or not function:
+        what = "the trace shows no frame of your code above this sync"
+    elif function == MODULE:
+        what = "the trace names no line for module-level code"
+    else:
+        what = "the trace names functions, not the exact line"
+    records = profile.sync_records.get(subject.figures.get("rank"))
+    if records is not None and len(records):
+        return f"{what}, and light mode's sync records hold none for this sync"
+    if capture_advice.from_run_folder(profile):
+        return f"{what}, and this run folder holds no sync records"
+    return f"{what}: profile with `gpudiag profile` for lines"
 
 
 def trace_syncs(trace, th: Thresholds, fetches: pd.DataFrame | None = None) -> tuple[pd.DataFrame, float, int]:
@@ -313,15 +409,37 @@ def frames(py: pd.DataFrame, py_i: np.ndarray):
     user = np.where(py_i >= 0, py["user_index"].to_numpy()[np.maximum(py_i, 0)], -1)
     ok = user >= 0
     f_all = py["file"].astype(object).to_numpy()
-    l_all = py["line"].to_numpy()
     fn_all = py["function"].astype(object).to_numpy()
-    file[ok], line[ok], func[ok] = f_all[user[ok]], l_all[user[ok]], fn_all[user[ok]]
-    where[ok] = [f"{f}:{ln}" for f, ln in zip(file[ok], line[ok])]
+    file[ok], func[ok] = f_all[user[ok]], fn_all[user[ok]]
+    # the function's first line: the least line any of its frames has (Kineto names a frame open when profiling
+    # began by the line it was at, a frame entered later by its def line), none for module-level code
+    first = first_lines(py, np.unique(user[ok]), f_all, fn_all)
+    line[ok] = [-1 if fn == MODULE else first.get((f, fn), -1) for f, fn in zip(file[ok], func[ok])]
+    where[ok] = [trace_location(f, ln, fn) for f, ln, fn in zip(file[ok], line[ok], func[ok])]
     lib = ~ok & (py_i >= 0)  # only library frames above it: name the innermost one
     if lib.any():
         nm = py["name"].astype(object).to_numpy()
         where[lib] = [f"(library) {x}" for x in nm[py_i[lib]]]
     return file, line, func, where
+
+
+def first_lines(py: pd.DataFrame, rows: np.ndarray, f_all: np.ndarray, fn_all: np.ndarray) -> dict:
+    """{(file, function): least positive line} over the Python frames of the functions of ``rows`` (``f_all``,
+    ``fn_all``: the frames' files and functions as objects)."""
+    if not len(rows):
+        return {}
+    file_codes = py["file"].cat.codes.to_numpy() if hasattr(py["file"], "cat") else pd.factorize(py["file"])[0]
+    func_codes = (
+        py["function"].cat.codes.to_numpy() if hasattr(py["function"], "cat") else pd.factorize(py["function"])[0]
+    )
+    key = file_codes.astype(np.int64) * (int(func_codes.max()) + 2) + func_codes
+    lines = py["line"].to_numpy()
+    same = np.isin(key, np.unique(key[rows])) & (lines > 0)
+    if not same.any():
+        return {}
+    least = pd.Series(lines[same]).groupby(key[same]).min()
+    first_row = pd.Series(np.flatnonzero(same)).groupby(key[same]).first()
+    return {(f_all[r], fn_all[r]): int(least[k]) for k, r in first_row.items()}
 
 
 def step_of_times(windows: pd.DataFrame, t_ns: np.ndarray) -> np.ndarray:
@@ -336,17 +454,26 @@ def step_of_times(windows: pd.DataFrame, t_ns: np.ndarray) -> np.ndarray:
 
 
 def apply_records(calls: pd.DataFrame, records: pd.DataFrame, trace) -> pd.DataFrame:
-    """Give trace syncs the exact file:line of the sync record made at the same moment.
+    """Give trace syncs the exact file:line of the sync record made with them.
 
-    Records whose op is ``cuda_sync`` come from torch's sync-debug warnings, which fire for syncs
-    inside aten ops only: they are matched to trace syncs inside an op, so an explicit
-    torch.cuda.synchronize() (a bare runtime call, no enclosing op) keeps its trace attribution
-    instead of taking a neighbour's line. Records naming an explicit call match any trace sync.
+    By time first. The two clocks differ by a steady offset, read where most records sit (the densest
+    ``OFFSET_BIN_NS`` of record-minus-nearest-call differences, nearest zero on a tie: a record with no call in the
+    trace, such as gpudiag's own synchronize, must not pull it). A record is made while or just after its call
+    blocks, so its distance to a call is to the call's whole span, not to its start; the closest pairs are taken
+    first, one record per call (a record 0.1 ms after a long ``nonzero`` wait belongs to it, not to the ``.item()``
+    that starts 0.2 ms later and has its own record). Records whose op is ``cuda_sync`` come from torch's sync-debug
+    warnings, which fire for syncs inside aten ops only: they pair with syncs inside an op, so an explicit
+    torch.cuda.synchronize() (a bare runtime call) keeps its trace attribution. Other records' op names are not
+    relied on: light mode pairs warnings with the profiler's syncs by position, which one extra warning shifts.
+
+    Then by place: a sync inside an op that no record paired in time takes the line of the records of its function
+    (same file and function) when they all name one line, as a module-level loop's one ``.item()`` does.
     """
     base = trace.metadata.get("header", {}).get("baseTimeNanoseconds")
     if not len(calls) or "t_ns" not in records:
         return calls
-    t_trace = calls["ts_ns"].to_numpy().astype(np.int64) + (int(base) if isinstance(base, (int, float)) else 0)
+    start = calls["ts_ns"].to_numpy().astype(np.int64) + (int(base) if isinstance(base, (int, float)) else 0)
+    end = start + np.nan_to_num(calls["blocked_ns"].to_numpy(dtype=float)).astype(np.int64)
     rec_t = pd.to_numeric(records["t_ns"], errors="coerce").to_numpy()
     good = np.isfinite(rec_t)
     if not good.any():
@@ -355,40 +482,92 @@ def apply_records(calls: pd.DataFrame, records: pd.DataFrame, trace) -> pd.DataF
     rec_t = rec_t[good].astype(np.int64)
     in_op = calls["op"].astype(str).to_numpy() != calls["call"].astype(str).to_numpy()
     from_debug = recs["op"].astype(str).to_numpy() == "cuda_sync" if "op" in recs else np.zeros(len(recs), bool)
-
-    def nearest(t, t_sorted):
-        if len(t_sorted) == 1:
-            return np.zeros(len(t), int)
-        k = np.clip(np.searchsorted(t_sorted, t), 1, len(t_sorted) - 1)
-        left, right = t_sorted[k - 1], t_sorted[k]
-        return np.where(np.abs(t - left) <= np.abs(t - right), k - 1, k)
-
-    all_order = np.argsort(t_trace)
-    all_sorted = t_trace[all_order]
-    offset = int(np.median(rec_t - all_sorted[nearest(rec_t, all_sorted)]))  # the two clocks may differ a bit
-    best: dict[int, tuple[int, int]] = {}  # call row → (record row, error)
-    for rec_mask, cand in ((from_debug, np.flatnonzero(in_op)), (~from_debug, np.arange(len(calls)))):
-        if not rec_mask.any() or not cand.size:
-            continue
-        order = cand[np.argsort(t_trace[cand])]
-        t_sorted = t_trace[order]
-        r_idx = np.flatnonzero(rec_mask)
-        k = nearest(rec_t[r_idx] - offset, t_sorted)
-        err = np.abs(rec_t[r_idx] - offset - t_sorted[k])
-        for r, kk, e in zip(r_idx, k, err):
-            row = int(order[kk])
-            if e <= MATCH_TOLERANCE_NS and (row not in best or e < best[row][1]):
-                best[row] = (int(r), int(e))
+    rows_for = {}  # the calls each kind of record may pair with, by start
+    for debug, ok in ((True, in_op), (False, np.ones(len(calls), bool))):
+        rows = np.flatnonzero(ok)
+        rows_for[debug] = rows[np.argsort(start[rows], kind="stable")]
+    offset = _clock_offset(rec_t, from_debug, start, rows_for)
+    if offset is None:
+        return calls
+    t = rec_t - offset
+    longest = int((end - start).max())
+    pairs = []  # (distance to the call's span, record row, call row)
+    for r in range(len(t)):
+        rows = rows_for[bool(from_debug[r])]
+        lo = np.searchsorted(start[rows], t[r] - MATCH_TOLERANCE_NS - longest, side="left")
+        hi = np.searchsorted(start[rows], t[r] + MATCH_TOLERANCE_NS, side="right")
+        for c in rows[lo:hi]:
+            d = max(0, int(start[c]) - int(t[r]), int(t[r]) - int(end[c]))
+            if d <= MATCH_TOLERANCE_NS:
+                pairs.append((d, r, int(c)))
+    paired: dict[int, int] = {}  # call row → record row
+    used: set[int] = set()
+    for _, r, c in sorted(pairs):
+        if c not in paired and r not in used:
+            paired[c] = r
+            used.add(r)
     calls = calls.copy()
     cols = {c: calls.columns.get_loc(c) for c in ("location", "line", "file", "function", "line_exact")}
-    for row, (r, _) in best.items():
-        rec = recs.iloc[r]
-        calls.iat[row, cols["location"]] = str(rec.get("location") or f"{rec.get('file')}:{rec.get('line')}")
-        calls.iat[row, cols["line"]] = int(rec["line"]) if pd.notna(rec.get("line")) else -1
+
+    def take(row: int, rec) -> None:
+        line = pd.to_numeric(rec.get("line"), errors="coerce")
+        if not (np.isfinite(line) and line > 0):
+            return  # a record with no line gives none
+        calls.iat[row, cols["location"]] = str(rec.get("location") or f"{rec.get('file')}:{int(line)}")
+        calls.iat[row, cols["line"]] = int(line)
         calls.iat[row, cols["file"]] = rec.get("file")
         calls.iat[row, cols["function"]] = rec.get("function")
         calls.iat[row, cols["line_exact"]] = True
+
+    for row, r in paired.items():
+        take(row, recs.iloc[r])
+    for row, r in _line_by_place(calls, recs, in_op).items():
+        if not calls.iat[row, cols["line_exact"]]:
+            take(row, recs.iloc[r])
     return calls
+
+
+OFFSET_BIN_NS = 100_000  # record-minus-call differences this close are one clock offset
+
+
+def _clock_offset(rec_t: np.ndarray, from_debug: np.ndarray, start: np.ndarray, rows_for: dict) -> int | None:
+    """The records' clock minus the trace's: the median of the differences (record to its nearest call start) in
+    the densest OFFSET_BIN_NS, the one nearest zero on a tie; None when no record has a call to pair with."""
+    diffs = []
+    for r, t_r in enumerate(rec_t):
+        rows = rows_for[bool(from_debug[r])]
+        if not len(rows):
+            continue
+        k = int(np.searchsorted(start[rows], t_r))
+        diffs.append(min((int(t_r) - int(start[rows[j]]) for j in (k - 1, k) if 0 <= j < len(rows)), key=abs))
+    if not diffs:
+        return None
+    d = np.sort(np.asarray(diffs, dtype=np.int64))
+    inside = np.searchsorted(d, d + OFFSET_BIN_NS, side="right") - np.arange(len(d))  # diffs in [d_i, d_i + bin]
+    best = np.flatnonzero(inside == inside.max())
+    i = int(min(best, key=lambda j: abs(int(d[j]) + OFFSET_BIN_NS // 2)))
+    return int(np.median(d[i : i + inside[i]]))
+
+
+def _line_by_place(calls: pd.DataFrame, recs: pd.DataFrame, in_op: np.ndarray) -> dict:
+    """{call row: record row} for syncs inside an op, not paired in time, whose function (file and function) the
+    records saw at one line only."""
+    if not {"file", "function", "line"} <= set(recs.columns):
+        return {}
+    rec_file = recs["file"].astype(str).str.replace("\\", "/", regex=False).to_numpy()
+    rec_fn = recs["function"].astype(str).to_numpy()
+    rec_line = pd.to_numeric(recs["line"], errors="coerce").to_numpy()
+    out = {}
+    for row in np.flatnonzero(~calls["line_exact"].to_numpy(bool) & in_op):
+        file, function = calls["file"].iat[row], calls["function"].iat[row]
+        if not isinstance(file, str) or not isinstance(function, str):
+            continue
+        tail = "/" + file.replace("\\", "/").lstrip("./")
+        same = (rec_fn == function) & np.array([f == file or f.endswith(tail) for f in rec_file], dtype=bool)
+        lines = np.unique(rec_line[same & np.isfinite(rec_line) & (rec_line > 0)])
+        if len(lines) == 1:
+            out[int(row)] = int(np.flatnonzero(same & (rec_line == lines[0]))[0])
+    return out
 
 
 def window_of(manifest: dict | None) -> range | None:
@@ -416,7 +595,19 @@ def record_syncs(
         if window is not None:
             ran = set(pd.to_numeric(steps["step"], errors="coerce").dropna().astype(int))
             n_steps = max(n_steps, len([s for s in window if s in ran]) or len(window))
-    loc = r["location"] if "location" in r else r["file"].astype(str) + ":" + r["line"].astype(str)
+    line = pd.to_numeric(r["line"], errors="coerce") if "line" in r else pd.Series(np.nan, index=r.index)
+    has_line = (line > 0).to_numpy()  # a record with no line (or line 0) names its function, never "file:0"
+    file = r["file"] if "file" in r else pd.Series(None, index=r.index, dtype=object)
+    function = r["function"] if "function" in r else pd.Series(None, index=r.index, dtype=object)
+    loc = [
+        f"{f}:{int(ln)}" if ok else trace_location(f, -1, fn)
+        for f, ln, fn, ok in zip(file, line.fillna(-1), function, has_line)
+    ]
+    if "location" in r:  # the writer's own location string, where it names a line
+        loc = [
+            str(given) if ok and isinstance(given, str) and given else x
+            for given, x, ok in zip(r["location"], loc, has_line)
+        ]
     calls = pd.DataFrame(
         {
             "ts_ns": pd.to_numeric(r.get("t_ns"), errors="coerce"),
@@ -430,7 +621,7 @@ def record_syncs(
             "line": r.get("line"),
             "function": r.get("function"),
             "location": loc,
-            "line_exact": True,
+            "line_exact": has_line,
             "step": r.get("step"),
             "runtime_index": -1,
         }

@@ -162,3 +162,68 @@ def test_the_idle_section_says_what_the_steps_of_a_trace_are():
         idle.analyze(diagnose.load(FIXTURES / "trace" / "sync_planted" / "trace.json.gz"))
     )
     assert "Steps of the trace" not in profilerstep  # ProfilerStep ranges need no word
+
+
+WORDLM = FIXTURES / "trace" / "wordlm_sgd"
+
+
+@pytest.mark.parametrize(
+    "name, source",
+    [
+        ("wordlm_stacks.json.gz", "backward passes (no ProfilerStep or optimizer in the trace)"),
+        (
+            "wordlm_nostacks.json.gz",
+            "backward passes of the autograd engine (no ProfilerStep, optimizer or stacks in the trace)",
+        ),
+    ],
+)
+def test_word_lm_with_hand_written_sgd_gets_one_step_per_backward_pass(name, source):
+    """fixtures/trace/wordlm_sgd (CPU): 24 iterations of a word-level LSTM LM, SGD by hand, one loss.item() each, no
+    ProfilerStep (issue 28 item 15: a trace of this shape read "12.9 host syncs per step", 13 iterations a step)."""
+    trace = read_trace(WORDLM / name)
+    windows = tl.steps(trace)
+    assert windows.attrs["source"] == source
+    assert len(windows) == 24
+    assert _ops_per_iteration(trace, windows, "aten::cross_entropy_loss") == [1] * 24  # one forward
+    assert _ops_per_iteration(trace, windows, "autograd::engine::evaluate_function: NllLossBackward0") == [1] * 24
+    # an iteration ends where its backward does: its loss.item() opens the next one, the last one's is after it
+    assert _ops_per_iteration(trace, windows, "aten::item") == [0] + [1] * 23
+
+
+@pytest.mark.parametrize(
+    "path, passes",
+    [
+        (WORDLM / "wordlm_stacks.json.gz", 24),
+        (WORDLM / "wordlm_nostacks.json.gz", 24),
+        (NO_PROFILERSTEP / "sgd_stacks.json.gz", 8),
+        (NO_PROFILERSTEP / "sgd_nostacks.json.gz", 8),
+    ],
+)
+def test_backward_passes_from_sequence_numbers_alone(path, passes):
+    """A pass begins at an engine op numbered above every one before it: no thread layout, no interrupting op
+    needed, on the CPU (engine on the main thread) as on the H200 (engine on its own thread)."""
+    from diagnose.trace_iterations import _engine_passes_by_sequence, _top_engine_ops
+
+    trace = read_trace(path)
+    assert (trace.cpu_ops["sequence_number"] >= 0).sum() > 0
+    found = _engine_passes_by_sequence(_top_engine_ops(trace))
+    assert len(found) == passes
+    assert (found["ts_ns"].to_numpy()[1:] >= found["end_ns"].to_numpy()[:-1]).all()  # passes do not overlap
+
+
+def test_python_frames_missing_passes_yield_to_the_engine():
+    """When the Python frames of backward show fewer passes than the engine ran, the engine's passes are the
+    iterations. Input: the real trace with its backward frames after the first 8 calls taken out (made here, named
+    so: a trace that lost frames)."""
+    import dataclasses
+
+    trace = read_trace(WORDLM / "wordlm_stacks.json.gz")
+    py = trace.python
+    from diagnose.trace_iterations import _BACKWARD_FILES
+
+    is_backward = (py["function"].astype(str) == "backward") & py["file"].astype(str).str.endswith(_BACKWARD_FILES)
+    cut = int(py.loc[is_backward, "ts_ns"].sort_values().iloc[8])
+    lost = dataclasses.replace(trace, python=py[~is_backward | (py["ts_ns"] < cut)])
+    windows = tl.steps(lost)
+    assert len(windows) == 24
+    assert windows.attrs["source"].startswith("backward passes of the autograd engine (24; the trace's Python frames")
