@@ -17,8 +17,8 @@ and starts a new worker from the next case. ``--save DIR`` keeps every failing i
 It prints one markdown table: reader | kind of input | count | clear error | partial/accepted |
 uncaught exceptions | hangs | code execution | max memory MiB. ``partial/accepted`` is
 ``P/A``: P inputs loaded with a warning (something skipped or dropped), A loaded cleanly.
-``uncaught`` also counts results that break their declared schema and InputErrors that do not
-name the file. Results as JSON with ``--json OUT``. docs/fuzzing.md has the last run's table.
+``uncaught`` also counts results that break their declared schema, InputErrors that do not
+name the file, and analyses that break a report invariant (diagnose/invariants.py). Results as JSON with ``--json OUT``. docs/fuzzing.md has the last run's table.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def table(results: list, readers) -> str:
 
     for key in sorted(cells, key=lambda k: (order.get(k[0], 99), KINDS.index(k[1]) if k[1] in KINDS else 99)):
         c = cells[key]
-        uncaught = c["uncaught"] + c["bad_result"] + c["unclear_error"]
+        uncaught = c["uncaught"] + c["bad_result"] + c["unclear_error"] + c["broken_invariant"]
         lines.append(
             f"| {key[0]} | {key[1]} | {c['count']} | {c['clear_error']} | {c['partial']}/{c['accepted']} | "
             f"{uncaught} | {c['hang']} | {c['code_execution']} | {peak[key]:.1f} |"
@@ -274,7 +274,8 @@ def table(results: list, readers) -> str:
             total[k] += v
     lines.append(
         f"| **all** | | {total['count']} | {total['clear_error']} | {total['partial']}/{total['accepted']} | "
-        f"{total['uncaught'] + total['bad_result'] + total['unclear_error']} | {total['hang']} | "
+        f"{total['uncaught'] + total['bad_result'] + total['unclear_error'] + total['broken_invariant']} | "
+        f"{total['hang']} | "
         f"{total['code_execution']} | {max(peak.values(), default=0):.1f} |"
     )
     return "\n".join(lines)

@@ -4,7 +4,9 @@ Every input must either load into the typed tables docs/contracts.md promises, o
 :class:`parsers.errors.InputError` whose message names the file. Anything else is a failure:
 another exception, a result that breaks its schema, running past the time limit, or code run
 on the reader's behalf (seen by an audit hook: os.system, subprocess, exec of a code object that
-is not a module's, the stock unpickler's find_class).
+is not a module's, the stock unpickler's find_class). An input that loads into a Profile (the
+``load`` and ``run_folder`` readers) is also analysed, and its analysis must hold the report
+invariants (diagnose/invariants.py, docs/report-invariants.md): else ``broken_invariant``.
 """
 
 from __future__ import annotations
@@ -27,13 +29,16 @@ from parsers.schema import BOOL, CAT, F64, I64, STR, Schema
 
 # outcome kinds: the first three are fine, the rest are findings
 CLEAR_ERROR, PARTIAL, ACCEPTED = "clear_error", "partial", "accepted"
-UNCLEAR_ERROR, BAD_RESULT, UNCAUGHT, HANG, CODE_EXECUTION = (
+UNCLEAR_ERROR, BAD_RESULT, UNCAUGHT, HANG, CODE_EXECUTION, BROKEN_INVARIANT = (
     "unclear_error",
     "bad_result",
     "uncaught",
     "hang",
     "code_execution",
+    "broken_invariant",
 )
+# readers whose result is a Profile: the oracle analyses it and checks the report invariants
+ANALYSED_READERS = ("run_folder", "load")
 OK_KINDS = (CLEAR_ERROR, PARTIAL, ACCEPTED)
 
 
@@ -227,7 +232,38 @@ def run_reader(reader: str, path, limit_s: float | None = 20.0) -> Outcome:
     problems = check_result(reader, result)
     if problems:
         return Outcome(BAD_RESULT, "; ".join(problems[:4]), seconds)
+    if reader in ANALYSED_READERS:
+        failed = analyse_and_check(result, limit_s)
+        if failed is not None:
+            return Outcome(failed.kind, failed.detail, seconds + failed.seconds)
     return Outcome(PARTIAL if _has_warnings(reader, result) else ACCEPTED, "", seconds)
+
+
+def analyse_and_check(profile, limit_s: float | None = 20.0) -> Outcome | None:
+    """Analyse a loaded Profile and check the report invariants; None when it holds them, else the failure
+    (an exception or a hang in the analysis, code run on its behalf, or the broken invariants)."""
+    import diagnose
+    from diagnose.invariants import check_analysis
+
+    t0 = time.perf_counter()
+    violations, hung = [], None
+    with warnings.catch_warnings(), watch_code_execution() as ran:
+        warnings.simplefilter("ignore")
+        try:
+            with time_limit(limit_s):
+                violations = check_analysis(diagnose.analyze(profile))
+        except Hang as e:
+            hung = f"analyze: {e} at {_where(e)}"
+        except Exception as e:  # noqa: BLE001 - an analysis must not raise on a Profile the loader accepted
+            return Outcome(UNCAUGHT, f"analyze: {type(e).__name__}: {str(e)[:300]} at {_where(e)}", 0.0)
+    seconds = time.perf_counter() - t0
+    if ran:
+        return Outcome(CODE_EXECUTION, "; ".join(ran[:3]), seconds)
+    if hung is not None:
+        return Outcome(HANG, hung, seconds)
+    if violations:
+        return Outcome(BROKEN_INVARIANT, "; ".join(str(v)[:300] for v in violations[:4]), seconds)
+    return None
 
 
 def _where(e: BaseException) -> str:
