@@ -3,6 +3,7 @@
     python benchmarks/report_open.py                          # the largest report and a small one
     python benchmarks/report_open.py a.html b.html --repeat 5 # reports already rendered
     python benchmarks/report_open.py --render TRACE ...       # render these inputs first (gpudiag report)
+    python benchmarks/report_open.py --fixtures               # the largest report of any fixture (was a test)
 
 Without arguments it renders the grown ~1 GB trace of ``benchmarks/trace_load.py --grow-mb 1000``
 (``scratch/grown_1000mb.trace.json``, git-ignored) and a small real fixture into ``scratch/``, then
@@ -10,6 +11,8 @@ opens both side by side. Opening uses the tests' headless Chromium (tests/browse
 per run, the clock is the page's own (``performance.now()`` from navigation start) read once every
 plotly div holds its SVG. Also prints the figures' mark counts (reports/chart_budget.py), so a
 slow page can be traced to the chart that draws too much. Targets (issue 19): < 10 MB, < 3 s.
+``--fixtures`` renders every fixture's report as tests/test_chart_budget.py does and opens the largest: the
+suite checks that page renders, this prints how long it takes (a wall time depends on the machine's load).
 """
 
 from __future__ import annotations
@@ -73,6 +76,18 @@ def open_times_s(page: Path, repeat: int, timeout_s: float) -> list[float]:
     return times
 
 
+def largest_fixture_page() -> Path:
+    """The largest report of the fixtures tests/test_chart_budget.py renders, written to scratch/report_open/."""
+    from tests.test_chart_budget import ALL_INPUTS, page_of
+
+    largest = max(ALL_INPUTS, key=lambda p: len(page_of(p)))
+    print(f"largest fixture report: {largest.relative_to(ROOT)}")
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    out = SCRATCH / "largest_fixture.html"
+    out.write_text(page_of(largest), encoding="utf-8")
+    return out
+
+
 def describe(page: Path, repeat: int, timeout_s: float) -> dict:
     text = page.read_text(encoding="utf-8")
     marks = [figure_marks(f) for f in figures_in_page(text)]
@@ -92,10 +107,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pages", nargs="*", type=Path, help="rendered reports (default: render the two inputs below)")
     ap.add_argument("--render", nargs="*", type=Path, default=None, help="inputs to render with gpudiag report")
+    ap.add_argument("--fixtures", action="store_true", help="add the largest report of any fixture")
     ap.add_argument("--repeat", type=int, default=3, help="opens per page; the median is printed")
     ap.add_argument("--timeout-s", type=float, default=60.0, help="give up on a page after this long")
     args = ap.parse_args()
-    pages = list(args.pages)
+    pages = list(args.pages) + ([largest_fixture_page()] if args.fixtures else [])
     sources = args.render if args.render is not None else ([] if pages else [GROWN, SMALL])
     for source in sources:
         if not source.exists():

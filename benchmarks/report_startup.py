@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = ROOT / "fixtures" / "shared"  # the shared starter data, committed (its PROVENANCE.md)
 
 
 def default_traces() -> list[Path]:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = ROOT / "fixtures" / "shared"  # the shared starter data, committed (its PROVENANCE.md)
 ID_ARGS = ("correlation", "External id", "Python id", "Python parent id")
 
 OURS = r"""

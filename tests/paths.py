@@ -1,17 +1,15 @@
-"""Where the test data lives: the repo's fixtures/, and ../shared/data when present."""
+"""Where the test data lives: the repo's fixtures/ (a clone has all of it; nothing is read from ../shared)."""
 
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
-SHARED_DATA = REPO.parent / "shared" / "data"
+SHARED_DATA = FIXTURES / "shared"  # the shared starter data, committed: see fixtures/shared/PROVENANCE.md
 
 
 def shared(*parts: str) -> Path:
-    """A path under ../shared/data, or skip the test (a user's clone has no ../shared)."""
+    """A file of the shared starter data (fixtures/shared, the names of ../shared/data kept)."""
     p = SHARED_DATA.joinpath(*parts)
     if not p.exists():
-        pytest.skip(f"shared data not present: {p}")
+        raise FileNotFoundError(f"{p} is not in fixtures/shared (see its PROVENANCE.md for what was copied)")
     return p

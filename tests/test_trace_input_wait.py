@@ -1,6 +1,6 @@
 """diagnose.trace_input_wait on real traces: the DataLoader ``__next__`` ranges per step, checked against the JSON.
 
-No trace in fixtures/ or ../shared/data has DataLoader ranges, so two are captured here on the CPU: one the
+No trace in fixtures/ (fixtures/shared included) has DataLoader ranges, so two are captured here on the CPU: one the
 way a user captures it (torch.profiler with a schedule, ProfilerStep ranges, a single-process loader), one by
 ``gpudiag profile`` running examples/input_bound.py (2 loader workers, steps inferred from Optimizer.step).
 The expected numbers are recomputed from the raw JSON with a few lines that share no code with the module.

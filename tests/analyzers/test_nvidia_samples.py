@@ -33,8 +33,11 @@ def verdicts(path: str) -> dict:
 def sample(name: str) -> str:
     pytest.importorskip("ncu_report")
     path = SAMPLES / name
-    if not path.exists():
-        pytest.skip(f"NVIDIA's sample {name} is not here (see fixtures/ncu/PROVENANCE.md)")
+    if not path.exists():  # one reason for all, so the skip summary counts them together
+        pytest.skip(
+            "needs NVIDIA's Nsight Compute samples (their EULA forbids committing them): set GPUDIAG_NVIDIA_NCU_SAMPLES"
+            " (fixtures/ncu/PROVENANCE.md)"
+        )
     return os.fspath(path)
 
 

@@ -1,6 +1,6 @@
-"""The ncu analyzers on the real shared capture (../shared/data/ncu: 40 launches of a convnet step, H200).
+"""The ncu analyzers on the real shared capture (fixtures/shared/ncu: 40 launches of a convnet step, H200).
 
-Skips where ../shared is absent (a user's clone). Numbers checked by hand against the CSV rows.
+Numbers checked by hand against the CSV rows.
 """
 
 import pytest

@@ -1,6 +1,8 @@
 """Every case of tests/bounds/cases.py through the CLI, in a child process: exit 2 with
-``gpudiag: error: <file>: …`` naming the cap (no traceback), or accepted; and within the budget of
-issue 8 (a minute, 2 GB) — a gzip bomb within 1 GiB, which it exceeds when the cap is removed.
+``gpudiag: error: <file>: …`` naming the cap (no traceback), or accepted; and within the memory budget of
+issue 8 (2 GB) — a gzip bomb within 1 GiB, which it exceeds when the cap is removed. Issue 8's minute is a
+wall time, which a busy machine stretches: benchmarks/input_bounds.py measures it (here a child still running
+after CHILD_TIMEOUT_S is a hang).
 
 The children run two at a time (the machine has two cores) before the per-case tests look at
 their results; each input is deleted right after its run (the long-line ones are 300 MB).
@@ -54,5 +56,4 @@ def test_case_is_refused_or_read_within_budget(case: Case, results):
         assert lines[first_error].startswith(f"gpudiag: error: {path}"), r.stderr
         assert all(line.startswith("gpudiag: reading ") for line in lines[:first_error]), r.stderr
         assert case.refuse in r.stderr, r.stderr
-    assert r.wall_s < case.max_wall_s, f"{case.name}: {r.wall_s:.1f} s"
     assert r.peak_rss_bytes < case.max_rss_bytes, f"{case.name}: peak RSS {r.peak_rss_bytes / 2**20:.0f} MiB"

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 PROFILE_ENV = "GPUDIAG_FUZZ_PROFILE"
-HARD_LIMIT_S = 30.0  # one example past this is a hang (the hypothesis deadline catches the merely slow)
+HARD_LIMIT_S = 30.0  # one example past this is a hang (examples take milliseconds: generous under any load)
 _numbers = itertools.count()
 
 

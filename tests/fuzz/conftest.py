@@ -6,15 +6,13 @@
   derandomized; tools/fuzz_campaign.py is the longer campaign with its own seeded loop.
 
 Each example also runs under a hard time limit (``tests.fuzz.HARD_LIMIT_S``, enforced in
-tests/fuzz/oracle.py) so a hang fails instead of blocking; the hypothesis deadline catches the
-merely slow. The profiles are registered here and applied by the tests through
-:func:`tests.fuzz.fuzz_settings`, not loaded globally, so the suite's other hypothesis tests keep
-their own settings.
+tests/fuzz/oracle.py) so a hang fails instead of blocking. There is no hypothesis deadline: an example
+that is merely slow on a busy machine is no failure (how fast the readers are is measured in benchmarks/).
+The profiles are registered here and applied by the tests through :func:`tests.fuzz.fuzz_settings`, not
+loaded globally, so the suite's other hypothesis tests keep their own settings.
 """
 
 from __future__ import annotations
-
-from datetime import timedelta
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -25,8 +23,8 @@ _COMMON = dict(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
 )
-settings.register_profile("ci", max_examples=6, deadline=timedelta(seconds=10), **_COMMON)
-settings.register_profile("long", max_examples=400, deadline=timedelta(seconds=20), **_COMMON)
+settings.register_profile("ci", max_examples=6, deadline=None, **_COMMON)
+settings.register_profile("long", max_examples=400, deadline=None, **_COMMON)
 
 
 @pytest.fixture(scope="module")

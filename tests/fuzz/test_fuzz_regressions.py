@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
-import time
 import warnings
 from pathlib import Path
 
@@ -236,15 +235,14 @@ def test_snapshot_external_annotations_that_are_not_a_list(tmp_path):
     [b"r" + (1 << 28).to_bytes(4, "little"), b"r\xff\xff\xff\x7f", b"p268435456\n", b"p99999999999999999999\n"],
     ids=["LONG_BINPUT 2**28", "LONG_BINPUT 2**31-1", "PUT 2**28", "PUT 10**20"],
 )
-def test_pickle_memo_index_bomb_is_refused_fast_and_small(tmp_path, memo):
+def test_pickle_memo_index_bomb_is_refused_small(tmp_path, memo):
     """A 6 KB mutated oom snapshot ran 10 s and took 3.5 GiB (found by atheris): the C unpickler sizes its
-    memo array by the largest PUT / LONG_BINPUT index. Hand-made: one such opcode after PROTO 4."""
+    memo array by the largest PUT / LONG_BINPUT index. Hand-made: one such opcode after PROTO 4. The memory is
+    the outcome checked (its 10 s followed from it; a wall time here would depend on the machine's load)."""
     p = _write(tmp_path, "fake_memo_bomb.pickle", b"\x80\x04N" + memo + b".")
     before = _peak_rss_reset()
-    t0 = time.perf_counter()
     with pytest.raises(InputError, match="fake_memo_bomb.pickle"):
         read_snapshot(p)
-    assert time.perf_counter() - t0 < 2.0
     if before is not None:
         assert _peak_rss_mib() - before < 1100  # at most the 1 GiB allowance, never the 4+ GiB it asks for
 

@@ -110,7 +110,7 @@ def test_hta_folder_keeps_the_first_trace_of_a_rank_and_says_what_it_left_out():
     assert profile.warnings == [
         f"{HTA / SAMPLED[0].name}: left out, a trace of rank 0 was read already "
         f"({HTA / 'nccl_parser_config_nccl_data.json.gz'}); each rank's trace is read once",
-        f"{HTA}: 1 file(s) left out, not a format gpudiag reads: LICENSE",
+        f"{HTA}: 1 file left out, not a format gpudiag reads: LICENSE",
     ]
 
 

@@ -27,6 +27,24 @@ def read_pty(master: int) -> str:
     return out.decode()
 
 
+def read_pty_until(master: int, text: str, timeout_s: float = 60.0) -> str:
+    """What the terminal shows until ``text`` is among it (read as it comes, so the pty never fills)."""
+    out, deadline = b"", time.monotonic() + timeout_s
+    while text.encode() not in out:
+        assert time.monotonic() < deadline, f"{text!r} not drawn within {timeout_s:g} s: {out[-300:]!r}"
+        if select.select([master], [], [], 0.05)[0]:
+            out += os.read(master, 65536)
+    return out.decode()
+
+
+def wait_for(predicate, what: str, timeout_s: float = 60.0) -> None:
+    """Poll ``predicate`` with a generous deadline: the redrawing thread's ticks, however loaded the machine."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:g} s"
+        time.sleep(0.01)
+
+
 class FakeClock:
     def __init__(self):
         self.now = 0.0
@@ -35,27 +53,43 @@ class FakeClock:
         return self.now
 
 
+class CountingProgress(Progress):
+    """Progress that counts the redrawing thread's ticks, so a test can wait for them instead of sleeping."""
+
+    ticks = 0
+
+    def tick(self, now: float | None = None) -> None:
+        super().tick(now)
+        self.ticks += 1
+
+
 def test_bar_is_drawn_on_a_terminal():
     master, slave = os.openpty()
+    clock = FakeClock()
+    half = "reading 8 files [" + "#" * 15 + "." * 15 + "]  50%  100 of 200 MiB  0 s"
     with os.fdopen(slave, "w") as tty:
         assert tty.isatty()
-        with Progress(200 * 2**20, "reading 8 files", stream=tty, show_after_s=0.05, redraw_every_s=0.02) as p:
+        with Progress(
+            200 * 2**20, "reading 8 files", stream=tty, clock=clock, show_after_s=0.05, redraw_every_s=0.02
+        ) as p:
             p.advance(100 * 2**20)
-            time.sleep(0.4)
+            clock.now = 0.3  # past show_after_s: the thread draws the bar at its next tick
+            drawn = read_pty_until(master, half)
             p.advance(100 * 2**20)
-        drawn = read_pty(master)
+        drawn += read_pty(master)
     os.close(master)
     bars = drawn.split("\r")
-    assert "reading 8 files [" + "#" * 15 + "." * 15 + "]  50%  100 of 200 MiB  0 s" in bars
+    assert half in bars
     assert bars[-2:] == ["reading 8 files [" + "#" * 30 + "] 100%  200 of 200 MiB  0 s", "\n"]  # finished, new line
 
 
 def test_nothing_on_a_terminal_for_short_work():
     master, slave = os.openpty()
+    clock = FakeClock()  # stays at 0 s: the work is always shorter than the default 2 s
     with os.fdopen(slave, "w") as tty:
-        with Progress(100, "reading 2 files", stream=tty, redraw_every_s=0.02) as p:  # default: after 2 s
+        with CountingProgress(100, "reading 2 files", stream=tty, clock=clock, redraw_every_s=0.02) as p:
             p.advance(100)
-            time.sleep(0.2)
+            wait_for(lambda: p.ticks >= 5, "5 ticks of the redrawing thread")
         drawn = read_pty(master)
     os.close(master)
     assert drawn == ""
@@ -76,16 +110,25 @@ def test_lines_without_a_terminal_at_most_every_interval():
 
 
 def test_lines_from_the_thread_with_a_short_interval():
-    log = io.StringIO()
-    t0 = time.monotonic()
-    with Progress(3, "reading 3 files", stream=log, unit="files", show_after_s=0.0, line_every_s=0.25) as p:
-        for _ in range(3):
-            time.sleep(0.3)
-            p.advance()
-    elapsed = time.monotonic() - t0
-    lines = log.getvalue().splitlines()
-    assert 2 <= len(lines) <= elapsed / 0.25 + 2  # one per interval at most, plus the final one
-    assert lines[-1].startswith("gpudiag: reading 3 files: 100% (3 of 3 files)")
+    log, clock = io.StringIO(), FakeClock()
+    with CountingProgress(
+        3, "reading 3 files", stream=log, clock=clock, unit="files", show_after_s=0.0, line_every_s=0.25
+    ) as p:
+        p.advance()
+        clock.now = 0.3  # one interval has passed: the thread writes a line at its next tick
+        wait_for(lambda: log.getvalue().count("\n") == 1, "the first line")
+        ticks = p.ticks
+        wait_for(lambda: p.ticks >= ticks + 3, "3 more ticks")
+        assert log.getvalue().count("\n") == 1  # the clock has not moved: one line per interval at most
+        p.advance()
+        clock.now = 0.6
+        wait_for(lambda: log.getvalue().count("\n") == 2, "the second line")
+        p.advance()
+    assert log.getvalue().splitlines() == [
+        "gpudiag: reading 3 files: 33% (1 of 3 files) after 0 s",
+        "gpudiag: reading 3 files: 67% (2 of 3 files) after 1 s",
+        "gpudiag: reading 3 files: 100% (3 of 3 files) after 1 s",  # the final one
+    ]
 
 
 def test_nothing_for_short_work_or_when_quiet():

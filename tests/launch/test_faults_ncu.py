@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 import pytest
 
@@ -98,9 +97,7 @@ def test_ncu_that_crashes_leaves_no_script_running(tmp_path):
     orphaned, for minutes. A FAKE ncu that exits 139 at step 2 without ending the application plays that here."""
     run = tmp_path / "r"
     env = base_env(PATH=f"{FAKE_NCU}{os.pathsep}{os.environ['PATH']}", FAKE_NCU_CRASH_EXIT="139")
-    started = time.monotonic()
-    r = _profile_marker_loop(run, env)
-    assert time.monotonic() - started < 30
+    r = _profile_marker_loop(run, env)  # the script would loop for over half an hour: the 120 s timeout is a hang guard
     assert "Traceback" not in r.stderr and r.returncode == 139
     m = assert_valid_run_folder(run)
     (killed,) = [f for f in m["faults"] if f["kind"] == "ncu-killed"]

@@ -9,6 +9,7 @@ tested on every version.
 from __future__ import annotations
 
 import shutil
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -80,16 +81,18 @@ def test_the_loops_wait_on_its_iterator_is_each_steps_input(tmp_path, name):
     assert "input_ms" not in steps[0]  # the loop is found at the first step's end, from then on every step
     waits = [s["input_ms"] for s in steps[1:]]
     assert {s.get("input_from") for s in steps[1:]} == {"loop"}
-    assert all(FETCH_S * 1e3 * 0.95 <= w < FETCH_S * 1e3 + 4 for w in waits), waits
+    # at least the fetch's sleep, and not the step's own 5 ms sleep, which host_ms holds beside it: bounds that
+    # hold however long a busy machine stretches either
     host = [s["host_ms"] for s in steps[1:]]
-    assert all(w < h for w, h in zip(waits, host))
+    assert all(FETCH_S * 1e3 * 0.95 <= w <= h - 5 for w, h in zip(waits, host)), (waits, host)
 
 
 @needs_312
 def test_a_loop_over_a_list_waits_for_nothing(tmp_path):
     steps = _run(tmp_path, "list", "for i in list(range(12)):\n    time.sleep(0.005)\n    diagnose.step()\n")
     waits = [s["input_ms"] for s in steps[1:]]
-    assert len(waits) == 10 and all(w < 0.5 for w in waits), waits
+    assert len(waits) == 10 and all(w <= s["host_ms"] - 5 for w, s in zip(waits, steps[1:])), waits
+    assert statistics.median(waits) < 0.5, waits  # a list's next() takes nanoseconds: a preempted one is no median
 
 
 def _loop_with_inner(steps):
@@ -127,13 +130,15 @@ def test_each_epochs_first_fetch_is_counted(tmp_path):
                 diagnose.step()
     """
     steps = _run(tmp_path, "epochs", body)
-    waits = [round(s["input_ms"]) for s in steps[1:]]
+    waits = {s["step"]: s["input_ms"] for s in steps[1:]}
+    host = {s["step"]: s["host_ms"] for s in steps[1:]}
     assert len(waits) == 10
     # step k holds the fetch of item k + 1: steps 3 and 7 fetch the next epoch's first item, waiting for the old
-    # iterator's last 20 ms (its StopIteration) and the new one's 80 ms
-    slow = [i + 1 for i, w in enumerate(waits) if w >= 95]
-    assert slow == [3, 7], waits
-    assert all(19 <= w < 26 for i, w in enumerate(waits) if i + 1 not in (3, 7)), waits
+    # iterator's last 20 ms (its StopIteration) and the new one's 80 ms; every step also sleeps 5 ms of its own,
+    # outside the fetch. Lower bounds and containment only, so a busy machine cannot fail it; a wait counted in
+    # the wrong step exceeds that step's host_ms
+    assert waits[3] >= 95 and waits[7] >= 95, waits
+    assert all(19 <= w <= host[k] - 5 for k, w in waits.items()), (waits, host)
 
 
 def _torch_in(python: str | None) -> bool:

@@ -41,10 +41,16 @@ def test_follower_writes_times_the_reader_reads_back(tmp_path):
     path.write_text("")
     follower = LogFollower(path, echo=lambda text: None)
     follower.start()
+    starts_after = [0, 1, 2, 3, 3, 4]  # launches whose line has begun once each chunk is read
     try:
-        for chunk in LINES:
+        for chunk, starts in zip(LINES, starts_after):
             with open(path, "a") as f:
                 f.write(chunk)
+            size, deadline = path.stat().st_size, time.monotonic() + 60
+            # wait for the follower to have read the chunk (however busy the machine), then space the next one
+            while follower._offset < size or len(follower.log.launch_starts) < starts:
+                assert time.monotonic() < deadline, "the follower did not read the log within 60 s"
+                time.sleep(0.005)
             time.sleep(0.06)
     finally:
         log = follower.stop()

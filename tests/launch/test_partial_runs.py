@@ -98,17 +98,20 @@ def test_sigkill_of_the_child_is_reported_as_missing(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
+    # kill once the trace is announced and steps 0-2 are on disk: the runtime writes step records in batches up
+    # to 100 ms apart, so the kill waits for the records it is checked against (a generous deadline, no fixed sleep)
+    deadline = time.monotonic() + 120
     child_pid = None
-    while time.monotonic() < deadline and child_pid is None:
+    while time.monotonic() < deadline and child_pid is None and proc.poll() is None:
         try:
             recs = records(run)
-            if any(r.get("artifact") == "trace/rank0.json.gz" for r in recs):
+            announced = any(r.get("artifact") == "trace/rank0.json.gz" for r in recs)
+            if announced and sum(r.get("kind") == "step" for r in recs) >= 3:
                 child_pid = recs[0]["pid"]
         except (FileNotFoundError, json.JSONDecodeError, IndexError):
             pass
         time.sleep(0.05)
-    assert child_pid, proc.stderr.read() if proc.poll() is not None else "no trace window"
+    assert child_pid, proc.stderr.read() if proc.poll() is not None else "no trace window and 3 steps within 120 s"
     os.kill(child_pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     assert proc.returncode == 137

@@ -35,7 +35,7 @@ def test_the_example_writes_one_record_per_save_or_evaluation_with_its_line(tmp_
     found = work_of(run)
     assert [(r["what"], r["step"], r["rank"]) for r in found] == [(work, 9, 0), (work, 19, 0), (work, 29, 0)]
     assert {r["location"] for r in found} == {f"{script.resolve()}:{line_of(script, marker)}"}
-    assert all(0 < r["ms"] < 5000 and r["t_ns"] > 0 for r in found)
+    assert all(r["ms"] > 0 and r["t_ns"] > 0 for r in found)  # how long: bounded by its step's time below
     steps = {r["step"]: r for r in records(run) if r["kind"] == "step"}
     for r in found[:2]:  # the record's time is inside its step (step 29 never ended: no step record)
         assert r["ms"] < steps[r["step"]]["host_ms"]

@@ -94,3 +94,88 @@ def test_two_processes_on_stdout():
     # 182.07 % on a 2 µs kernel: kept in the metric column, not a hit rate
     assert df.loc[2, "lts__t_sector_hit_rate.pct [%]"] == 182.07 and np.isnan(df.loc[2, "l2_hit_pct"])
     assert any("skipped 7 non-CSV lines" in w for w in df.attrs["warnings"])
+
+
+# -- the .ncu-rep form against the CSV pages of the same capture, column by column ----------------------------------
+# (the shared convnet capture's report, 15.6 MB, is not committed: these are its tests, on these four reports)
+
+EXACT = [  # standard columns ncu_report gives exactly as the raw page prints them
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "grid_size",
+    "block_size",
+    "dur_ns",
+    "registers_per_thread",
+    "shared_mem_per_block_bytes",
+    "context",
+    "stream",
+    "device",
+    "occupancy_limit_registers",
+    "occupancy_limit_warps",
+    "theoretical_occupancy_pct",
+]
+PERCENTAGES = [
+    "l2_hit_pct",
+    "achieved_occupancy_pct",
+    "dram_throughput_pct",
+    "memory_throughput_pct",
+    "sm_throughput_pct",
+]
+RULES = {"l2_random_gather": 3, "matmul_tiled": 9, "small_grid": 6, "tiny_kernels": 144}  # rule results, details page
+
+
+@pytest.fixture(scope="module", params=sorted(EXPECTED))
+def capture(request):
+    """One scenario's frames in the report and the two raw pages, and its details page's path."""
+    pytest.importorskip("ncu_report")
+    paths = forms(request.param)
+    return request.param, {name: read_ncu(paths[name]) for name in ("report", "raw", "raw_base")}, paths["details"]
+
+
+def test_report_and_raw_csv_agree(capture):
+    scenario, frames, _ = capture
+    report, raw, raw_base = frames["report"], frames["raw"], frames["raw_base"]
+    assert report["kernel_short"].tolist() == raw["kernel_short"].tolist()
+    # C++ kernels have an Itanium-mangled name; extern "C" ones (cuBLAS's nvjet_… in matmul_tiled) are their own
+    cpp = raw["kernel_name"].str.startswith("void ")  # demangled C++ names start with their return type
+    assert (report["kernel_mangled"].str.startswith("_Z") == cpp).all()
+    assert (report.loc[~cpp, "kernel_mangled"] == report.loc[~cpp, "kernel_short"]).all()
+    assert (~cpp).sum() == (3 if scenario == "matmul_tiled" else 0)
+    for col in EXACT:
+        np.testing.assert_array_equal(report[col].to_numpy(), raw[col].to_numpy(), err_msg=col)
+    for col in PERCENTAGES:
+        np.testing.assert_allclose(report[col], raw[col], atol=5e-7, rtol=0, err_msg=col)  # 6 decimals
+        np.testing.assert_allclose(report[col], raw_base[col], atol=0.005, rtol=0, err_msg=col)  # 2 decimals
+    np.testing.assert_allclose(report["waves_per_sm"], raw["waves_per_sm"], atol=0.005, rtol=0)
+    # the same metric columns: the report is read in the CSV's base units
+    assert set(report.columns) == set(raw.columns)
+    assert report["process_id"].isna().all()  # ncu_report does not expose the process
+
+
+def test_report_metric_columns_match_the_base_page(capture):
+    _, frames, _ = capture
+    report, raw_base = frames["report"], frames["raw_base"]
+    for col in report.columns[len(KERNELS_SCHEMA.columns) :]:
+        a, b = report[col], raw_base[col]
+        if a.dtype == object or b.dtype == object:
+            assert a.fillna("").astype(str).tolist() == b.fillna("").astype(str).tolist() or col.startswith(
+                ("launch__func", "device__attribute")
+            ), col
+            continue
+        np.testing.assert_allclose(a, b, rtol=0.005, atol=0.0051, err_msg=col)
+
+
+def test_rules_from_details_and_report_agree(capture):
+    scenario, _, details = capture
+    key = ["launch_id", "rule"]
+    a = read_ncu_rules(details).sort_values(key).reset_index(drop=True)
+    b = read_ncu_rules(NCU / scenario / "report.ncu-rep.gz").sort_values(key).reset_index(drop=True)
+    assert len(a) == len(b) == RULES[scenario]
+    assert a[key + ["section", "type"]].equals(b[key + ["section", "type"]])
+    assert a["speedup_type"].fillna("").tolist() == b["speedup_type"].fillna("").tolist()
+    np.testing.assert_allclose(a["estimated_speedup_pct"], b["estimated_speedup_pct"], atol=0.5)
+    assert (a["description"] == b["description"]).mean() > 0.95  # markup rendered as the CSV prints it

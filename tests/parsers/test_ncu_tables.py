@@ -16,7 +16,13 @@ from parsers.ncu import read_ncu, read_ncu_rules
 from parsers.ncu_kernels import KERNELS_SCHEMA, RULES_SCHEMA
 from parsers.ncu_rep import access_of
 from parsers.reader import KERNELS
-from tests.analyzers.ncu_isolated import in_fresh_process, read_report, read_with_broken_rules, report_path
+from tests.analyzers.ncu_isolated import (
+    FIXTURE_REPORTS,
+    in_fresh_process,
+    read_report,
+    read_with_broken_rules,
+    report_path,
+)
 from tests.paths import REPO
 
 KINDS = REPO / "fixtures" / "ncu" / "kernel_kinds"
@@ -80,7 +86,20 @@ def test_profile_add_takes_the_pair_and_a_bare_frame():
     assert not diagnose.load(RAW).has("ncu_rules")
 
 
-def test_report_reads_kernels_and_rules_in_one_pass():
+@pytest.mark.parametrize(
+    "scenario, launches, rule_results",
+    [("l2_random_gather", 3, 3), ("matmul_tiled", 3, 9), ("small_grid", 2, 6), ("tiny_kernels", 48, 144)],
+)
+def test_report_reads_kernels_and_rules_in_one_pass(scenario, launches, rule_results):
+    pytest.importorskip("ncu_report")
+    plain_kernels, plain_rules, (kernels, rules) = in_fresh_process(read_report, str(FIXTURE_REPORTS[scenario]))
+    assert len(kernels) == launches and len(rules) == rule_results
+    _same_rules(rules, plain_rules)
+    pd.testing.assert_frame_equal(kernels, plain_kernels)
+    assert kernels["global_excess_sources"].isna().all()  # captured without SourceCounters
+
+
+def test_kinds_report_reads_its_per_instruction_excess_sectors():
     plain_kernels, plain_rules, (kernels, rules) = in_fresh_process(read_report, report_path())
     assert len(kernels) == 23 and len(rules) == 251
     _same_rules(rules, plain_rules)
@@ -114,6 +133,8 @@ def test_access_of_sass(sass, access):
 
 
 def test_report_whose_rules_cannot_be_read_keeps_its_kernels():
-    kernels, rules, said = in_fresh_process(read_with_broken_rules, report_path())
-    assert len(kernels) == 23 and not len(rules) and list(rules.columns) == list(RULES_SCHEMA.columns)
-    assert any("could not give the rule results of 23 of 23 launches" in w for w in said)
+    pytest.importorskip("ncu_report")
+    path = str(FIXTURE_REPORTS["tiny_kernels"])
+    kernels, rules, said = in_fresh_process(read_with_broken_rules, path)
+    assert len(kernels) == 48 and not len(rules) and list(rules.columns) == list(RULES_SCHEMA.columns)
+    assert said == [f"{path}: ncu_report could not give the rule results of 48 of 48 launches"]
