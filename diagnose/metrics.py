@@ -81,7 +81,8 @@ def describe(key: str, metrics: Iterable[Metric]) -> Metric | None:
             found = m.pattern().match(base)
             if found is None:
                 continue
-            label = m.label.format(**found.groupdict()) if found.groupdict() else m.label
+            fields = {k: v.replace("_", " ") for k, v in found.groupdict().items()}  # a label reads words
+            label = m.label.format(**fields) if fields else m.label
         if rank is not None:
             label = f"{label} (rank {rank})"
         return replace(m, key=key, label=label)

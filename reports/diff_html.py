@@ -14,6 +14,8 @@ from reports.format import share_human, value_human
 from reports.templating import render_page
 
 MAX_KERNEL_BARS = 20
+MAX_STEP_POINTS = 2000  # steps drawn a run: past it, the run's box and its farthest outliers (reports/chart_budget.py)
+_RUN_COLORS = {"A": "#636efa", "B": "#ef553b"}  # plotly's first two: a summarised run's box and its outliers alike
 _COLORS = {"worse": "\x1b[31;1m", "better": "\x1b[32;1m"}
 _RESET = "\x1b[0m"
 
@@ -27,7 +29,7 @@ def _fmt(value, unit: str) -> str:
         return "–"
     if unit == "share":
         return share_human(value)
-    return value_human(value, {"count": "", "ratio": "×"}.get(unit, unit))
+    return value_human(value, unit)
 
 
 def _change(pct) -> str:
@@ -140,20 +142,57 @@ def _step_figure(diff) -> str:
     import plotly.graph_objects as go
 
     fig = go.Figure()
+    boxes = diff.tables.get("step_box")
+    boxes = boxes.set_index("run") if boxes is not None else None
+    summarised = []
     for run in ("A", "B"):
         s = samples[samples["run"] == run]
-        if len(s):
+        name = f"run {run}"
+        if not len(s):
+            continue
+        if len(s) <= MAX_STEP_POINTS or boxes is None or run not in boxes.index:
             fig.add_trace(
                 go.Box(
                     y=s["step_ms"].tolist(),
-                    name=f"run {run}",
+                    name=name,
                     boxpoints="all",
                     jitter=0.4,
                     text=[f"rank {r} step {st}" for r, st in zip(s["rank"], s["step"])],
                 )
             )
+            continue
+        # past the mark budget: the box of every step (diff.tables["step_box"]) and the steps farthest outside it
+        b = boxes.loc[run]
+        color = _RUN_COLORS[run]
+        fig.add_trace(
+            go.Box(
+                x=[name],
+                name=name,
+                marker_color=color,
+                q1=[b["q1_ms"]],
+                median=[b["median_ms"]],
+                q3=[b["q3_ms"]],
+                lowerfence=[b["lower_fence_ms"]],
+                upperfence=[b["upper_fence_ms"]],
+            )
+        )
+        outside = s[(s["step_ms"] < b["lower_fence_ms"]) | (s["step_ms"] > b["upper_fence_ms"])]
+        shown = outside.loc[(outside["step_ms"] - b["median_ms"]).abs().nlargest(MAX_STEP_POINTS).index]
+        summarised.append(f"{name}: box of {len(s):,} steps, {len(shown):,} of {len(outside):,} outside it drawn")
+        if len(shown):
+            fig.add_trace(
+                go.Scatter(
+                    x=[name] * len(shown),
+                    y=shown["step_ms"].tolist(),
+                    mode="markers",
+                    marker_color=color,
+                    name=f"{name} outliers",
+                    text=[f"rank {r} step {st}" for r, st in zip(shown["rank"], shown["step"])],
+                )
+            )
     fig.update_layout(
-        title="Step time per measured step (warm-up left out)",
+        title="Step time per measured step (warm-up left out)"
+        + (f"<br><sub>{'; '.join(summarised)}</sub>" if summarised else ""),
         yaxis_title="step time (ms)",
         height=380,
         showlegend=False,
@@ -209,7 +248,7 @@ def _kernel_table(diff) -> str:
             "l2_hit_verdict",
         ]
     ].copy()
-    return table_html(shown, "diff-kernel-table", float_fmt="{:,.4g}")
+    return table_html(shown, "diff-kernel-table")
 
 
 def render_diff_html(diff) -> str:

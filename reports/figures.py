@@ -8,12 +8,23 @@ from __future__ import annotations
 
 import html
 import itertools
+import numbers
 import warnings
 
+import numpy as np
 import pandas as pd
 
 from reports import chart_budget
 from reports.chart_budget import MAX_TABLE_ROWS, capped_rows, figure_marks
+from reports.format import (
+    DURATION_SCALE_NS,
+    MISSING,
+    cell_text,
+    is_missing,
+    label_of_key,
+    offset_human,
+    unit_of_column,
+)
 
 _ids = itertools.count()
 
@@ -42,24 +53,60 @@ def plotly_js() -> str:
 
 
 def table_html(
-    df: pd.DataFrame, table_id: str, max_rows: int = MAX_TABLE_ROWS, float_fmt: str = "{:,.2f}", sortable: bool = True
+    df: pd.DataFrame,
+    table_id: str,
+    max_rows: int = MAX_TABLE_ROWS,
+    float_fmt: str | None = None,
+    sortable: bool = True,
+    time_origin_ns: float | None = None,
+    time_origin_name: str = "run start",
 ) -> str:
-    """A sortable HTML table (click a header); every cell escaped; at most ``max_rows`` rows rendered."""
+    """A sortable HTML table (click a header); every cell escaped; at most ``max_rows`` rows rendered.
+
+    Headers are labels (``GPU time``), the column's key in their ``title``; each value is written for the unit
+    its column's name carries (``diagnose.formatting.cell_text``: ``17.8 ms``, ``79.6 %``, ``1.5 GiB``,
+    ``16,384``), its raw number kept in ``data-v`` for sorting. Kernels show their short name, the full
+    demangled name on hover (``title``), and the ``kernel_name`` column is not repeated. Timestamps read as the
+    time since ``time_origin_ns`` (the run's start, when the section knows it), else since the table's first.
+    ``float_fmt``: a format for the unitless, non-whole numbers of this table (e.g. ``"{:,.3f}"``).
+    """
     if df is None or not len(df):
         return '<p class="muted">No rows.</p>'
     shown = df.head(max_rows)
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
+    columns = [str(c) for c in shown.columns]
+    kernel_col, full_col = kernel_columns(columns)
+    hidden = {c for c in ("kernel_name", "kernel_short") if c in columns and c != kernel_col}
+    stamps = {c: unit_of_column(c).split(" ", 1)[1] for c in columns if unit_of_column(c).startswith("timestamp")}
+    firsts = {
+        c: pd.to_numeric(shown[c], errors="coerce").min() * DURATION_SCALE_NS.get(u, 1.0) for c, u in stamps.items()
+    }
+    clock = {c for c, first in firsts.items() if not pd.isna(first) and abs(first) >= CLOCK_READING_NS}
+    origin_ns = time_origin_ns
+    if clock and origin_ns is None:
+        origin_ns = min(firsts[c] for c in clock)
+    since = time_origin_name if time_origin_ns is not None else "first row"
+    head = "".join(
+        f'<th title="{html.escape(c)}">{html.escape(_header(c, c in clock, since))}</th>'
+        for c in columns
+        if c not in hidden
+    )
+    shorts = {}
+    if kernel_col is not None:
+        names = ["" if is_missing(v) else str(v) for v in shown[kernel_col]]
+        shorts = dict(zip(range(len(names)), chart_budget.short_kernel_names(names)))
     rows = []
-    for rec in shown.itertuples(index=False):
+    for i, rec in enumerate(shown.itertuples(index=False)):
         cells = []
-        for v in rec:
-            if isinstance(v, float):
-                text = "" if pd.isna(v) else float_fmt.format(v)
-                cells.append(f'<td class="num" data-v="{"" if pd.isna(v) else repr(v)}">{text}</td>')
-            elif isinstance(v, (int,)) and not isinstance(v, bool):
-                cells.append(f'<td class="num" data-v="{v}">{v:,}</td>')
+        for c, v in zip(columns, rec):
+            if c in hidden:
+                continue
+            if c == kernel_col:
+                full = rec[columns.index(full_col)] if full_col is not None else v
+                cells.append(_kernel_cell(shorts.get(i, ""), v, full))
+            elif c in stamps:  # a clock reading from the origin; a time the analyzer made relative, as it is
+                cells.append(_stamp_cell(v, stamps[c], origin_ns if c in clock else 0.0))
             else:
-                cells.append(f"<td>{html.escape('' if v is None else str(v))}</td>")
+                cells.append(_cell(v, c, float_fmt))
         rows.append("<tr>" + "".join(cells) + "</tr>")
     more = f'<p class="muted">{capped_rows(len(df), max_rows)}</p>' if len(df) > max_rows else ""
     cls = "data sortable" if sortable else "data"
@@ -67,6 +114,55 @@ def table_html(
         f'<table id="{html.escape(table_id)}" class="{cls}"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>{more}"
     )
+
+
+# a timestamp column whose first value is over this (11.6 days in ns) holds clock readings (epoch, a trace's
+# monotonic clock), not times since the run's start: it is shown from an origin
+CLOCK_READING_NS = 1e15
+
+
+def kernel_columns(columns: list[str]) -> tuple[str | None, str | None]:
+    """(the column shown as the kernel, the column with its full name): ``kernel`` (a unique label) before
+    ``kernel_short`` before ``kernel_name``; None where the table names no kernel."""
+    shown = next((c for c in ("kernel", "kernel_short", "kernel_name") if c in columns), None)
+    full = "kernel_name" if "kernel_name" in columns else shown
+    return shown, full
+
+
+def _header(column: str, timestamp: bool, since: str) -> str:
+    label = label_of_key(column)
+    return f"{label} (since {since})" if timestamp else label
+
+
+def _kernel_cell(short: str, label, full) -> str:
+    """The kernel's short name, its label and full demangled name on hover."""
+    if is_missing(label):
+        return f"<td>{MISSING}</td>"
+    label, full = str(label), ("" if is_missing(full) else str(full))
+    hover = label if not full or full == label else f"{label}\n{full}"
+    return f'<td class="kernel" title="{html.escape(hover)}" data-v="{html.escape(label)}">{html.escape(short)}</td>'
+
+
+def _stamp_cell(v, unit: str, origin_ns: float | None) -> str:
+    x = pd.to_numeric(pd.Series([v]), errors="coerce").iloc[0]
+    if pd.isna(x) or origin_ns is None or unit not in DURATION_SCALE_NS:
+        return f'<td class="num">{html.escape(cell_text(v))}</td>'
+    offset = float(x) * DURATION_SCALE_NS[unit] - origin_ns
+    return f'<td class="num" data-v="{offset!r}" title="{float(x):.0f} {unit}">{html.escape(offset_human(offset))}</td>'
+
+
+def _cell(v, column: str, float_fmt: str | None) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return f"<td>{cell_text(v)}</td>"
+    if is_missing(v):
+        return f'<td class="num">{MISSING}</td>' if isinstance(v, (float, np.floating)) else f"<td>{MISSING}</td>"
+    if isinstance(v, (numbers.Real, np.number)):
+        x = float(v)
+        text = cell_text(x, column)
+        if float_fmt is not None and not x.is_integer() and unit_of_column(column) == "":
+            text = float_fmt.format(x)
+        return f'<td class="num" data-v="{x!r}">{html.escape(text)}</td>'
+    return f"<td>{html.escape(cell_text(v, column))}</td>"
 
 
 def titled_tables(tables: dict, titles, id_prefix: str, **table_args) -> list[str]:

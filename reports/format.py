@@ -1,52 +1,35 @@
-"""Human units for display only (values stay in base units everywhere else)."""
+"""Human units for display only (values stay in base units everywhere else).
+
+The functions are the project's one formatting layer, ``diagnose.formatting``, which analyzers use for their
+titles too; reports take them through ``diagnose.findings`` (the import rules). What is only the reports'
+own lives here: the input's name.
+"""
 
 from __future__ import annotations
 
-import math
-
-
-def bytes_human(n: float | None) -> str:
-    if n is None or (isinstance(n, float) and math.isnan(n)):
-        return "–"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
-        n /= 1024
-    return f"{n:.2f} TiB"
-
-
-def ns_human(ns: float | None) -> str:
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
-        return "–"
-    ns = float(ns)
-    if abs(ns) < 1e3:
-        return f"{ns:,.0f} ns"
-    if abs(ns) < 1e6:
-        return f"{ns / 1e3:,.2f} µs"
-    if abs(ns) < 1e9:
-        return f"{ns / 1e6:,.2f} ms"
-    return f"{ns / 1e9:,.2f} s"
-
-
-def value_human(value, unit: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if unit in ("bytes", "byte", "B"):
-        return bytes_human(value)
-    if unit == "ns":
-        return ns_human(value)
-    if unit in ("%", "pct"):
-        return f"{value:,.1f} %"
-    if isinstance(value, float):
-        return f"{value:,.3g} {unit}".strip()
-    return f"{value:,} {unit}".strip()
-
-
-def share_human(share: float | None) -> str:
-    if share is None or (isinstance(share, float) and math.isnan(share)):
-        return "–"
-    return f"{100 * share:.1f} %"
+from diagnose.findings import (  # noqa: F401  (re-exported for the renderers)
+    DURATION_SCALE_NS,
+    MISSING,
+    agree,
+    bytes_human,
+    cell_text,
+    count_human,
+    is_missing,
+    label_of_key,
+    ms_human,
+    n_things,
+    ns_human,
+    number_human,
+    offset_human,
+    pct_human,
+    plural_of,
+    s_human,
+    share_human,
+    singular_of,
+    unit_of_column,
+    us_human,
+    value_human,
+)
 
 
 def input_name(paths: list[str]) -> str:
@@ -54,4 +37,4 @@ def input_name(paths: list[str]) -> str:
     if not paths:
         return "(no input named)"
     more = len(paths) - 1
-    return paths[0] + (f" (+ {more} file{'s' if more > 1 else ''} read)" if more else "")
+    return paths[0] + (f" (+ {n_things(more, 'file')} read)" if more else "")

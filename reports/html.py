@@ -15,14 +15,14 @@ from __future__ import annotations
 import html
 import importlib
 import json
-import math
 import numbers
 from dataclasses import dataclass
 
 from markupsafe import Markup
 
+from reports.chart_budget import short_kernel_name
 from reports.figures import table_html
-from reports.format import ns_human, share_human, value_human
+from reports.format import cell_text, label_of_key, share_human, value_human
 from reports.templating import render_page
 
 SECTION_TITLES = {
@@ -101,9 +101,10 @@ def _finding_view(f, metrics: dict | None = None, shown: set[str] | None = None)
     columns: list[str] = ["kind"] if len(kinds) > 1 else []  # mixed subjects (a rank, then its worst steps)
     for s in subjects:
         for k in s:
-            if k not in columns and k != "kind":
+            if k not in columns and k not in ("kind", "kernel_name"):
                 columns.append(k)
-    rows = [[_cell(s.get(c)) for c in columns] for s in subjects]
+    shorts = [short_kernel_name(s["name"]) for s in subjects]  # the hover tells same-named kernels apart
+    rows = [[_subject_cell(s, c, short) for c in columns] for s, short in zip(subjects, shorts or [""] * len(subjects))]
     section = f.section or section_anchor(f.analyzer)
     return {
         "id": f.id,
@@ -111,29 +112,73 @@ def _finding_view(f, metrics: dict | None = None, shown: set[str] | None = None)
         "title": f.title,
         "cost": share_human(f.cost_share) if f.cost_share is not None else None,
         "section": section if shown is None or section in shown else None,
-        "evidence": [
-            {
-                "metric": metrics[e.metric].label if e.metric in metrics and metrics[e.metric].label else e.metric,
-                "key": e.metric if e.metric in metrics and metrics[e.metric].label else "",
-                "value": value_human(e.value, e.unit),
-                "threshold": "" if e.threshold is None else value_human(e.threshold, e.unit),
-            }
-            for e in f.evidence
-        ],
+        "evidence": [_evidence_view(e, metrics) for e in f.evidence],
         "subjects": subjects,
-        "subject_columns": columns,
+        "subject_columns": [{"label": label_of_key(c), "key": c} for c in columns],
         "subject_rows": rows,
         "subject_kind": (kinds[0] if len(kinds) == 1 else "subject") if kinds else "",
         "recommendation": code_spans(f.recommendation) if f.recommendation else "",
     }
 
 
-def _cell(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:,.4g}"
-    return str(v)
+def _evidence_view(e, metrics: dict) -> dict:
+    """An evidence row: the metric's declared label (else its ncu or derived label), its key in grey, the value
+    and the threshold in the evidence's unit."""
+    declared = metrics.get(e.metric)
+    label = declared.label if declared is not None and declared.label else evidence_label(e.metric)
+    return {
+        "metric": label,
+        "key": e.metric if label != e.metric else "",
+        "value": value_human(e.value, e.unit),
+        "threshold": "" if e.threshold is None else value_human(e.threshold, e.unit),
+    }
+
+
+# ncu's metric names, as the evidence of the ncu analyzers cites them
+NCU_LABELS = {
+    "launch__grid_size": "Grid size",
+    "launch__block_size": "Block size",
+    "launch__waves_per_multiprocessor": "Waves per SM",
+    "device__attribute_multiprocessor_count": "SMs on the GPU",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "Achieved occupancy",
+    "sm__maximum_warps_per_active_cycle_pct": "Theoretical occupancy",
+    "lts__t_sector_hit_rate.pct": "L2 hit rate",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": "DRAM throughput, of peak",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": "Memory throughput, of peak",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM throughput, of peak",
+    "gpu__time_duration.sum (mean of tiny launches)": "Mean duration of the tiny launches",
+    "derived__memory_l2_theoretical_sectors_global_excessive": "Excess L2 sectors (global accesses)",
+    "l2_hit_time_weighted_pct (flagged kernels)": "L2 hit rate of the flagged kernels, time-weighted",
+    "reuse (global-load sectors requested per DRAM sector read)": "Reuse: global-load sectors requested per DRAM sector",
+}
+
+
+def evidence_label(metric: str) -> str:
+    """What an evidence's metric reads as: ncu's metric names by what they measure, other keys as words."""
+    if metric in NCU_LABELS:
+        return NCU_LABELS[metric]
+    if metric.startswith("limiter: "):
+        return f"Load of the limiting unit ({metric.removeprefix('limiter: ')})"
+    if "__" in metric or " " in metric:
+        return metric
+    return label_of_key(metric)
+
+
+def _subject_cell(subject: dict, column: str, short_name: str) -> dict:
+    """A subject table cell: text for its column's unit; a kernel's short name with its full name on hover."""
+    value = subject.get(column)
+    if column == "name" and subject.get("kind") == "kernel":
+        full = subject.get("kernel_name") or value
+        return {
+            "text": short_name,
+            "title": full if full == value else f"{value}\n{full}",
+            "num": False,
+            "kernel": True,
+        }
+    if value is None:
+        return {"text": "", "title": "", "num": False}
+    numeric = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return {"text": cell_text(value, column), "title": "", "num": numeric}
 
 
 def metric_rows(analysis, metrics: dict) -> list[dict]:
@@ -150,8 +195,8 @@ def metric_rows(analysis, metrics: dict) -> list[dict]:
             rows.append(
                 {
                     "group": SECTION_TITLES.get(name, name.replace("_", " ").title()) if name else "Other",
-                    "label": metric.label if metric is not None and metric.label else key,
-                    "labelled": metric is not None and bool(metric.label),
+                    "label": metric.label if metric is not None and metric.label else label_of_key(key),
+                    "labelled": True,
                     "value": metric_value_human(analysis.summary[key], unit),
                     "key": key,
                 }
@@ -179,24 +224,10 @@ def unit_of_key(key: str) -> str:
 
 
 def metric_value_human(value, unit: str) -> str:
-    """A summary value in its unit, for reading: 28.8 %, 5.53 ms, 422 MiB."""
-    if value is None or (isinstance(value, numbers.Real) and math.isnan(value)):
-        return "–"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    """A summary value in its unit, for reading: 28.8 %, 5.53 ms, 422 MiB, 4,980 /s."""
+    if isinstance(value, bool) or (value is not None and not isinstance(value, numbers.Real)):
         return str(value)
-    if unit == "share":
-        return share_human(value)
-    if unit == "ms":
-        return ns_human(value * 1e6)
-    if unit == "µs":
-        return ns_human(value * 1e3)
-    if unit == "s":
-        return ns_human(value * 1e9)
-    if unit == "count":
-        return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3g}"
-    if unit in ("bytes", "ns", "%"):
-        return value_human(value, unit)
-    return f"{value:,.4g} {unit}".strip()
+    return value_human(value, unit)
 
 
 def code_spans(text: str) -> Markup:
@@ -222,7 +253,7 @@ def not_measured_items(findings) -> list[dict]:
     groups: dict[str, list[str]] = {}
     for f in findings:
         if is_not_measured(f):
-            what = f.title.removesuffix(" was not measured")
+            what = f.title.removesuffix(" was not measured").removesuffix(" were not measured")
             groups.setdefault(f.recommendation, [])
             if what not in groups[f.recommendation]:
                 groups[f.recommendation].append(what)

@@ -4,12 +4,10 @@ every number is a column of ``sweep.rows``."""
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from reports.figures import figure_html, table_html
-from reports.format import bytes_human
+from reports.format import bytes_human, number_human
 from reports.templating import render_page
 
 TABLE_COLUMNS = (
@@ -98,7 +96,7 @@ def render_sweep_html(sweep) -> str:
         n=len(rows),
         n_ok=int((rows["status"] == "ok").sum()),
         figure=_figure(sweep),
-        table=table_html(_table(sweep), "sweep-table", float_fmt="{:,.4g}"),
+        table=table_html(_table(sweep), "sweep-table"),
         failed=[
             {"label": r["label"], "status": r["status"], "exit_code": r["exit_code"], "reason": r["reason"]}
             for _, r in failed.iterrows()
@@ -120,7 +118,7 @@ def render_sweep_terminal(sweep) -> str:
             [
                 *(str(r[n]) for n in names),
                 str(r["status"]),
-                "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.4g}",
+                number_human(v),
                 bytes_human(r.get("peak_reserved_bytes")),
                 bytes_human(r.get("peak_allocated_bytes")),
                 "*" if bool(r.get("pareto")) else "",

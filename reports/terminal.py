@@ -3,11 +3,14 @@
 Lines are shortened only when a width is given (the CLI gives the terminal's width when stdout is a
 terminal, nothing otherwise): CI logs keep every word, so a title is never cut mid-number there. When
 a line must fit, the title is cut at a word boundary and ends in "…"; the severity, cost and id stay.
+Notes (what could not be read, the files left out and why) are wrapped onto more lines, never cut: the
+names they end with are what the user acts on.
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 
 from reports.format import input_name, share_human
 
@@ -41,8 +44,25 @@ def render_terminal(analysis, color: bool = False, limit: int | None = 15, width
     if len(shown) < len(analysis.findings):
         lines.append(f"   … and {len(analysis.findings) - len(shown)} more in the report")
     for w in analysis.warnings:
-        lines.append(fit(f"  note: {w}", width))
+        lines.extend(note_lines(w, width))
     return "\n".join(lines) + "\n"
+
+
+NOTE = "  note: "
+
+
+def note_lines(note: str, width: int | None = None) -> list[str]:
+    """``  note: <note>``, wrapped (never cut) at ``width``: a note names the files left out and why, last."""
+    if width is None or len(NOTE) + len(note) <= width:
+        return [NOTE + note]
+    return textwrap.wrap(
+        note,
+        width,
+        initial_indent=NOTE,
+        subsequent_indent=" " * len(NOTE),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def finding_line(finding, color: bool = False, width: int | None = None) -> str:

@@ -16,7 +16,7 @@ from tests.paths import FIXTURES, REPO
 TINY = FIXTURES / "ncu" / "tiny_kernels" / "raw.csv"
 GATHER = FIXTURES / "ncu" / "l2_random_gather" / "raw.csv"
 SYNC_PLANTED = FIXTURES / "runs" / "sync_planted"
-TINY_TITLE = "48 of 48 launches (100 %) run under 5 µs (mean 2.2 µs, 2 kernels): launch-bound"
+TINY_TITLE = "48 of 48 launches (100 %) run under 5 µs (mean 2.17 µs, 2 kernels): launch-bound"
 NOT_MEASURED_ON_NCU = (
     "fragmentation",
     "idle",

@@ -16,7 +16,7 @@ from tests.paths import FIXTURES
 
 TINY = FIXTURES / "ncu" / "tiny_kernels" / "raw.csv"
 SYNC_PLANTED = FIXTURES / "runs" / "sync_planted"
-TINY_TITLE = "48 of 48 launches (100 %) run under 5 µs (mean 2.2 µs, 2 kernels): launch-bound"
+TINY_TITLE = "48 of 48 launches (100 %) run under 5 µs (mean 2.17 µs, 2 kernels): launch-bound"
 TINY_FIX_START = "Launch fewer, larger kernels (vectorized_elementwise_kernel, vectorized_elementwise_kernel #2)"
 
 
@@ -92,7 +92,7 @@ def test_report_md_has_verdict_findings_table_and_what_was_not_measured(tmp_path
     md = md_path.read_text()
     lines = md.splitlines()
     assert lines[0] == f"## gpudiag: `{TINY}` on NVIDIA H200"
-    assert "**Verdict:** 48 of 48 launches (100 %) run under 5 µs (mean 2.2 µs, 2 kernels): launch-bound;" in md
+    assert "**Verdict:** 48 of 48 launches (100 %) run under 5 µs (mean 2.17 µs, 2 kernels): launch-bound;" in md
     assert "1 critical, 0 warning, 0 info, 9 not measured" in lines
     header = lines.index("| Severity | Id | Finding | Cost | Fix |")
     assert lines[header + 1] == "|---|---|---|---:|---|"

@@ -13,6 +13,7 @@ import pandas as pd
 
 from diagnose import collectives as col
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
+from diagnose.formatting import ms_human, n_things, pct_human, share_human
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
@@ -327,8 +328,8 @@ def _low_overlap(overlap: pd.DataFrame, th: Thresholds) -> list[Finding]:
             id="comm.low_overlap",
             analyzer=NAME,
             severity=sev,
-            title=f"Communication overlaps compute only {pooled:.0f} % of the time on {len(low)} rank(s); "
-            f"exposed communication is up to {100 * worst:.0f} % of the trace",
+            title=f"Communication overlaps compute only {pct_human(pooled, 0)} of the time on "
+            f"{n_things(len(low), 'rank')}; exposed communication is up to {share_human(worst, 0)} of the trace",
             subjects=subjects,
             evidence=(
                 Evidence("comm_overlap_pct", float(pooled), "%", c.overlap_low_pct),
@@ -369,8 +370,8 @@ def _straggler(m, per_step, rank_table, times, th, on_gpu, world) -> list[Findin
             id="comm.straggler",
             analyzer=NAME,
             severity=sev,
-            title=f"Rank {rank} is the last to arrive at {100 * top['last_share']:.0f} % of collectives{partial}, "
-            f"{lag_ms:.1f} ms behind the first; the other ranks wait {caused_ms:.1f} ms per step for it ({cause})",
+            title=f"Rank {rank} is the last to arrive at {share_human(top['last_share'], 0)} of collectives{partial}, "
+            f"{ms_human(lag_ms)} behind the first; the other ranks wait {ms_human(caused_ms)} per step for it ({cause})",
             subjects=(
                 Subject(
                     "rank",
@@ -419,14 +420,14 @@ def _cause(rank: int, rank_table: pd.DataFrame, lag_ms: float, on_gpu: bool) -> 
     extra_idle = float(me["gpu_idle_ms_per_step"] - rest["gpu_idle_ms_per_step"].median())
     if extra_compute >= 0.5 * lag_ms and extra_compute >= extra_idle:
         return (
-            f"{extra_compute:.1f} ms more GPU compute per step than the others",
+            f"{ms_human(extra_compute)} more GPU compute per step than the others",
             f"Rank {rank} computes more per step: balance the work, e.g. the same number of samples and tokens "
             "per rank (a length-bucketed or padded DistributedSampler, drop_last=True), and the same model "
             "partition size (FSDP/pipeline stages).",
         )
     if extra_idle >= 0.5 * lag_ms:
         return (
-            f"its GPU idles {extra_idle:.1f} ms more per step: the host is late",
+            f"its GPU idles {ms_human(extra_idle)} more per step: the host is late",
             f"Rank {rank}'s GPU runs dry before the collective because its host launches late: find the host "
             "sync (.item(), .cpu(), torch.cuda.synchronize), data loading stall or CPU work on that rank (see "
             "the sync and idle sections), move it after the backward or off the critical path, and give the "
@@ -483,8 +484,8 @@ def _wait_dominates(m: pd.DataFrame, rank_table: pd.DataFrame, th: Thresholds) -
             id="comm.wait_dominates",
             analyzer=NAME,
             severity=sev,
-            title=f"Ranks wait for each other in collectives {100 * worst:.0f} % of the step "
-            f"({float(bad['wait_ms_per_step'].max()):.1f} ms per step on the worst rank)",
+            title=f"Ranks wait for each other in collectives {share_human(worst, 0)} of the step "
+            f"({ms_human(float(bad['wait_ms_per_step'].max()))} per step on the worst rank)",
             subjects=tuple(subjects),
             evidence=(
                 Evidence("comm_wait_step_share", worst, "share", c.wait_share_warning),

@@ -23,7 +23,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from diagnose import capture_advice
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.formatting import agree, bytes_human, count_human, n_things, pct_human, share_human
 from diagnose.history_coverage import Coverage, history_coverage, step_intervals
 from diagnose.memory_replay import ReplayResult, agreement, external_fragmentation_pct, occupancy_grid, replay
 from diagnose.metrics import LOWER, NEUTRAL, Metric
@@ -43,7 +45,7 @@ SUMMARY_METRICS = (  # what _publish() and the stats paths write into Result.sum
     Metric("peak_external_fragmentation_pct", "Peak external fragmentation", "%", LOWER, 0.01),
     # agreement of the replay with the snapshot and memory_stats: about gpudiag's reconstruction, not the run
     Metric("snapshot_agreement_pct", "Replay agreeing with the snapshot", "%", NEUTRAL, 0.01),
-    Metric("memory_stats_agreement_pct", "Replay agreeing with memory_stats", "%", NEUTRAL, 0.01),
+    Metric("memory_stats_agreement_pct", "Replay agreeing with torch's memory_stats()", "%", NEUTRAL, 0.01),
     Metric("jax_peak_bytes_in_use", "JAX peak bytes in use", "bytes", LOWER, 1),
     Metric("jax_pool_bytes", "JAX BFC pool (preallocated)", "bytes", NEUTRAL, 1),
     Metric("jax_peak_external_fragmentation_pct", "JAX peak external fragmentation", "%", LOWER, 0.01),
@@ -68,8 +70,15 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             not_measured(
                 NAME,
                 "Allocator memory (fragmentation)",
-                "Run under `gpudiag profile` (it records the allocator history and per-step memory_stats), or pass a "
-                "snapshot from torch.cuda.memory._dump_snapshot() after torch.cuda.memory._record_memory_history().",
+                capture_advice.advice(
+                    profile,
+                    "Run under `gpudiag profile` (it records the allocator history and per-step memory_stats), or "
+                    "pass a snapshot from torch.cuda.memory._dump_snapshot() after "
+                    "torch.cuda.memory._record_memory_history().",
+                    "Light mode records the allocator history and per-step memory_stats of torch on CUDA (JAX: its "
+                    "memory_stats): this run used no GPU allocator it could read (a CPU-only run has none).",
+                    "memory/",
+                ),
                 section=SECTION,
             )
         )
@@ -104,8 +113,16 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             not_measured(
                 NAME,
                 "The allocator history (fragmentation heatmap)",
-                "Only per-step memory_stats were found. Record the history with torch.cuda.memory._record_memory_history() "
-                "and dump a snapshot (gpudiag profile does both) to see the heatmap and which lines fragment memory.",
+                capture_advice.advice(
+                    profile,
+                    "Only per-step memory_stats were found. Record the history with "
+                    "torch.cuda.memory._record_memory_history() and dump a snapshot (gpudiag profile does both) to "
+                    "see the heatmap and which lines fragment memory.",
+                    "Only per-step memory_stats were found: this run wrote no allocator snapshot (light mode dumps one "
+                    "at --snapshot-at, the trace window's end or the exit, for torch on CUDA). Run it in light mode "
+                    "with --snapshot-at exit to see the heatmap and which lines fragment memory.",
+                    "memory/",
+                ),
                 section=SECTION,
             )
         )
@@ -115,7 +132,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             result.findings.append(
                 not_measured(
                     NAME,
-                    f"The allocator history of rank(s) {', '.join(map(str, empty))}",
+                    f"The allocator history of {'rank' if len(empty) == 1 else 'ranks'} {', '.join(map(str, empty))}",
                     "The snapshot holds no history entries: call torch.cuda.memory._record_memory_history(max_entries=100000) "
                     "before the first CUDA allocation, and dump the snapshot before stopping it.",
                     section=SECTION,
@@ -542,9 +559,10 @@ def _at_peak(view: dict, th: Thresholds) -> Finding | None:
         analyzer=NAME,
         severity=severity,
         title=(
-            f"{_where(view)}: {share:.0%} of the {peak_res / GIB:.2f} GiB reserved was never allocated even at the "
-            f"peak ({peak_alloc / GIB:.2f} GiB); {len(frag)} segment(s) ({frag['segment_bytes'].sum() / GIB:.2f} GiB) "
-            f"were added while enough memory was free but fragmented"
+            f"{_where(view)}: {share_human(share, 0)} of the {bytes_human(peak_res)} reserved was never allocated "
+            f"even at the peak ({bytes_human(peak_alloc)}); {n_things(len(frag), 'segment')} "
+            f"({bytes_human(frag['segment_bytes'].sum())}) {agree(len(frag), 'was', 'were')} added while enough "
+            "memory was free but fragmented"
         ),
         subjects=tuple(subjects),
         evidence=(
@@ -552,6 +570,7 @@ def _at_peak(view: dict, th: Thresholds) -> Finding | None:
             Evidence("peak_reserved_bytes", peak_res, "bytes"),
             Evidence("peak_allocated_bytes", peak_alloc, "bytes"),
             Evidence("fragmented_growth_bytes", float(frag["segment_bytes"].sum()), "bytes"),
+            Evidence("fragmented_growth_segments", float(len(frag)), "segments"),  # the title's count
             Evidence("free_before_worst_growth_bytes", float(worst.free_pool_before_bytes), "bytes"),
             Evidence(
                 "largest_free_block_before_worst_growth_bytes", float(worst.largest_free_pool_before_bytes), "bytes"
@@ -623,8 +642,8 @@ def _churn(view: dict, th: Thresholds) -> Finding | None:
         analyzer=NAME,
         severity=Severity.WARNING,
         title=(
-            f"{_where(view)}: the allocator creates and releases segments every step (median {median_ops:.0f} "
-            f"cudaMalloc/cudaFree per step, both in {both.mean():.0%} of steady steps)"
+            f"{_where(view)}: the allocator creates and releases segments every step (median {count_human(median_ops)} "
+            f"cudaMalloc/cudaFree per step, both in {share_human(both.mean(), 0)} of steady steps)"
         ),
         subjects=tuple(subjects + _location_subjects(view, th)),
         evidence=(
@@ -665,9 +684,9 @@ def _ooms(view: dict, th: Thresholds) -> list[Finding]:
                 analyzer=NAME,
                 severity=Severity.CRITICAL,
                 title=(
-                    f"{_where(view)}: out of memory for {worst.request_bytes / 2**20:,.0f} MiB although "
-                    f"{worst.cached_free_bytes / GIB:.2f} GiB was reserved but unallocated; the largest free block "
-                    f"was {worst.largest_free_pool_bytes / 2**20:,.0f} MiB (fragmentation, not demand)"
+                    f"{_where(view)}: out of memory for {bytes_human(worst.request_bytes)} although "
+                    f"{bytes_human(worst.cached_free_bytes)} was reserved but unallocated; the largest free block "
+                    f"was {bytes_human(worst.largest_free_pool_bytes)} (fragmentation, not demand)"
                 ),
                 subjects=tuple(subjects),
                 evidence=(
@@ -700,9 +719,9 @@ def _ooms(view: dict, th: Thresholds) -> list[Finding]:
                 analyzer=NAME,
                 severity=Severity.WARNING,
                 title=(
-                    f"{_where(view)}: out of memory for {worst.request_bytes / 2**20:,.1f} MiB with only "
-                    f"{worst.cached_free_bytes / 2**20:,.1f} MiB reserved but unallocated: the demand itself "
-                    f"({worst.allocated_bytes / GIB:.2f} GiB allocated) reached the limit"
+                    f"{_where(view)}: out of memory for {bytes_human(worst.request_bytes)} with only "
+                    f"{bytes_human(worst.cached_free_bytes)} reserved but unallocated: the demand itself "
+                    f"({bytes_human(worst.allocated_bytes)} allocated) reached the limit"
                 ),
                 subjects=tuple(
                     Subject("location", str(loc), figures={"request_bytes": int(g["request_bytes"].max())})
@@ -796,6 +815,7 @@ def _publish(result: Result, view: dict, views: list[dict], th: Thresholds) -> N
             "heatmap_bin_s": view["heatmap_bin"],
             "heatmap_steps_per_column": view["heatmap_steps_per_column"],
             "time_origin": "run start" if (view.get("coverage_meta") or {}).get("run_span_known") else "first entry",
+            "time_origin_us": view.get("origin_us"),  # what the tables' timestamps are shown relative to
         }
     )
     if view.get("coverage_meta") is not None:
@@ -838,7 +858,8 @@ def _torch_stats_only(result: Result, rank: int, stats: pd.DataFrame, th: Thresh
                     id="fragmentation.at_peak",
                     analyzer=NAME,
                     severity=sev,
-                    title=f"rank {rank}: {share:.0%} of the {peak_res / GIB:.2f} GiB reserved was never allocated even at the peak",
+                    title=f"rank {rank}: {share_human(share, 0)} of the {bytes_human(peak_res)} reserved was never "
+                    "allocated even at the peak",
                     subjects=(Subject("rank", f"rank {rank}", severity=sev),),
                     evidence=(
                         Evidence("reserved_unused_at_peak_pct", 100 * share, "%", 100 * mem.frag_warning_share),
@@ -861,7 +882,8 @@ def _torch_stats_only(result: Result, rank: int, stats: pd.DataFrame, th: Thresh
                 id="fragmentation.churn",
                 analyzer=NAME,
                 severity=Severity.WARNING,
-                title=f"rank {rank}: segments are allocated and freed every step (median {steady['segment_ops'].median():.0f} cudaMalloc/cudaFree)",
+                title=f"rank {rank}: segments are allocated and freed every step "
+                f"(median {count_human(round(steady['segment_ops'].median()))} cudaMalloc/cudaFree)",
                 subjects=(Subject("rank", f"rank {rank}"),),
                 evidence=(
                     Evidence(
@@ -887,7 +909,8 @@ def _retries(result: Result, rank: int, s: pd.DataFrame) -> None:
                 id="fragmentation.alloc_retries",
                 analyzer=NAME,
                 severity=Severity.WARNING,
-                title=f"rank {rank}: cudaMalloc failed {retries:.0f} time(s) and the allocator flushed its cache to retry",
+                title=f"rank {rank}: cudaMalloc failed {n_things(retries, 'time')} and the allocator flushed its cache "
+                "to retry",
                 subjects=(Subject("rank", f"rank {rank}"),),
                 evidence=(Evidence("num_alloc_retries", retries, "count", 0.0),),
                 recommendation="Each retry frees every cached block and synchronises the device. Lower peak memory or "
@@ -897,7 +920,7 @@ def _retries(result: Result, rank: int, s: pd.DataFrame) -> None:
         )
 
 
-JAX_UNREPORTED = ("requested bytes", "active bytes", "segments and blocks", "an allocation history with source lines")
+JAX_UNREPORTED = ("requested bytes", "active bytes", "segments and blocks", "allocation history with source lines")
 
 
 def _jax(result: Result, rank: int, stats: pd.DataFrame, th: Thresholds) -> None:
@@ -928,12 +951,12 @@ def _jax(result: Result, rank: int, stats: pd.DataFrame, th: Thresholds) -> None
         result.summary["jax_peak_external_fragmentation_pct"] = float(np.nanmax(curve["external_fragmentation_pct"]))
     limit = float(np.nanmax(s["limit_bytes"])) if s["limit_bytes"].notna().any() else float("nan")
     pool = result.summary["jax_pool_bytes"]
-    said = [f"JAX (rank {rank}) reported no {', no '.join(JAX_UNREPORTED)}"]
+    said = [f"JAX (rank {rank}) reported no {', no '.join(JAX_UNREPORTED[:-1])} and no {JAX_UNREPORTED[-1]}"]
     if reserved_zero:
         said.append("bytes_reserved is 0 on every step")
     if np.isfinite(pool) and np.isfinite(limit) and limit > 0:
         said.append(
-            f"the BFC pool ({pool / GIB:.1f} GiB, {100 * pool / limit:.0f} % of the {limit / GIB:.1f} GiB limit) "
+            f"the BFC pool ({bytes_human(pool)}, {pct_human(100 * pool / limit, 0)} of the {bytes_human(limit)} limit) "
             "was preallocated, so reserved memory is the pool, not the demand"
         )
     if missing:
@@ -945,7 +968,7 @@ def _jax(result: Result, rank: int, stats: pd.DataFrame, th: Thresholds) -> None
             analyzer=NAME,
             severity=Severity.INFO,
             title=f"rank {rank}: JAX's memory_stats give in-use, peak, pool and largest free block only; fragmentation "
-            f"is judged from those (peak {result.summary.get('jax_peak_external_fragmentation_pct', float('nan')):.1f} %)",
+            f"is judged from those (peak {pct_human(result.summary.get('jax_peak_external_fragmentation_pct'))})",
             subjects=(Subject("rank", f"rank {rank}"),),
             evidence=tuple(
                 Evidence(k, result.summary[k], "bytes" if k.endswith("bytes") or k.endswith("in_use") else "%")
@@ -967,7 +990,7 @@ def _jax(result: Result, rank: int, stats: pd.DataFrame, th: Thresholds) -> None
                 analyzer=NAME,
                 severity=Severity.WARNING,
                 title=f"rank {rank}: JAX's pool is fragmented: at step {int(worst.step)} the largest free block is "
-                f"{worst.largest_free_block_bytes / GIB:.2f} GiB of {(worst.pool_bytes - worst.in_use_bytes) / GIB:.2f} GiB free",
+                f"{bytes_human(worst.largest_free_block_bytes)} of {bytes_human(worst.pool_bytes - worst.in_use_bytes)} free",
                 subjects=(Subject("step", f"step {int(worst.step)}"),),
                 evidence=(
                     Evidence(

@@ -39,6 +39,7 @@ import pandas as pd
 
 from diagnose.allocator_timeline import allocator_timeline, hit_after_new_segment
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.formatting import agree, count_human, n_things, pct_human, share_human
 from diagnose.kernel_limiter import kernel_limiters, path_of
 from diagnose.kernel_stats import (
     band,
@@ -301,15 +302,15 @@ def _low_hit_finding(low: pd.DataFrame, t) -> Finding:
     share = float(low["share"].sum())
     n = len(low)
     title = (
-        f"{n} kernel{'s' if n != 1 else ''} below {t.warning_pct:g} % L2 hit rate take {100 * share:.1f} % "
-        f"of GPU time; costliest: {top['kernel']} at {top['l2_hit_pct']:.1f} % hit"
+        f"{n_things(n, 'kernel')} below {pct_human(t.warning_pct, 0)} L2 hit rate {agree(n, 'takes', 'take')} "
+        f"{share_human(share)} of GPU time; costliest: {top['kernel']} at {pct_human(top['l2_hit_pct'])} hit"
     )
     evidence = _hit_evidence(low, t)
     evidence.insert(2, Evidence("l2_low_hit_gpu_time_share", share, "share"))
     bound, scattered = low[low["dram_bound"]], low[~low["dram_bound"]]
     parts = []
     if len(bound):
-        parts.append(f"DRAM-bound (≥ {t.dram_bound_pct:g} % of peak) {names_list(bound)}: {REC_DRAM_BOUND}.")
+        parts.append(f"DRAM-bound (≥ {pct_human(t.dram_bound_pct, 0)} of peak) {names_list(bound)}: {REC_DRAM_BOUND}.")
     if len(scattered):
         parts.append(f"Not DRAM-bound {names_list(scattered)}: {REC_LATENCY}.")
     parts.append("Rank by miss_cost_ns (GPU time × miss rate) in the L2 section.")
@@ -342,9 +343,9 @@ def _reuse_finding(at_l2: pd.DataFrame, at_l1: pd.DataFrame, t, sol) -> Finding:
     top = rows.iloc[0]
     share = float(rows["share"].sum())
     reuse_text = "; ".join(
-        f"{r['kernel']} asks for each byte ~{_reuse_of(r):,.0f}× per DRAM read"
+        f"{r['kernel']} asks for each byte ~{count_human(round(_reuse_of(r)))}× per DRAM read"
         + (
-            f" and is limited by {r['limiter_unit']} at {r['limiter_pct']:.0f} % of peak"
+            f" and is limited by {r['limiter_unit']} at {pct_human(r['limiter_pct'], 0)} of peak"
             if r["limiter_pct"] == r["limiter_pct"]
             else ""
         )
@@ -363,9 +364,10 @@ def _reuse_finding(at_l2: pd.DataFrame, at_l1: pd.DataFrame, t, sol) -> Finding:
         analyzer=NAME,
         severity=max(s.severity for s in subjects),
         title=(
-            f"{len(rows)} kernel{'s' if len(rows) != 1 else ''} ({100 * share:.1f} % of GPU time) re-read the same "
-            f"data instead of reusing it; costliest: {top['kernel']} (each byte requested "
-            f"~{_reuse_of(top):,.0f}× per DRAM read, L2 hit {top['l2_hit_pct']:.1f} %)"
+            f"{n_things(len(rows), 'kernel')} ({share_human(share)} of GPU time) "
+            f"{agree(len(rows), 're-reads', 're-read')} the same data instead of reusing it; costliest: "
+            f"{top['kernel']} (each byte requested ~{count_human(round(_reuse_of(top)))}× per DRAM read, "
+            f"L2 hit {pct_human(top['l2_hit_pct'])})"
         ),
         subjects=tuple(subjects),
         evidence=tuple(evidence),
@@ -389,9 +391,11 @@ def _compulsory_finding(rows: pd.DataFrame, t) -> Finding:
     share = float(rows["share"].sum())
     parts = []
     if len(at_peak):
+        busiest = at_peak.iloc[0]  # a kernel of the list it speaks of, not the finding's top one
         parts.append(
-            f"{names_list(at_peak)} {'is' if len(at_peak) == 1 else 'are'} DRAM-bound "
-            f"(≥ {t.dram_bound_pct:g} % of peak; {top['kernel']} at {top['dram_throughput_pct']:.0f} %)."
+            f"{names_list(at_peak)} {agree(len(at_peak), 'is', 'are')} DRAM-bound "
+            f"(≥ {pct_human(t.dram_bound_pct, 0)} of peak; {busiest['kernel']} at "
+            f"{pct_human(busiest['dram_throughput_pct'], 0)})."
         )
     parts.append(f"{REC_COMPULSORY}.")
     return Finding(
@@ -399,9 +403,10 @@ def _compulsory_finding(rows: pd.DataFrame, t) -> Finding:
         analyzer=NAME,
         severity=Severity.INFO,
         title=(
-            f"{len(rows)} streaming kernel{'s' if len(rows) != 1 else ''} ({100 * share:.1f} % of GPU time) read "
-            f"each byte about once: their L2 misses are compulsory ({top['kernel']}: {top['l2_hit_pct']:.1f} % hit, "
-            f"{_reuse_of(top):.2f} sectors requested per DRAM sector)"
+            f"{n_things(len(rows), 'streaming kernel')} ({share_human(share)} of GPU time) "
+            f"{agree(len(rows), 'reads', 'read')} each byte about once: "
+            f"{agree(len(rows), 'its', 'their')} L2 misses are compulsory ({top['kernel']}: "
+            f"{pct_human(top['l2_hit_pct'])} hit, {n_things(_reuse_of(top), 'sector')} requested per DRAM sector)"
         ),
         subjects=tuple(subjects),
         evidence=tuple(_hit_evidence(rows, t))

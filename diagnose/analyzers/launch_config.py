@@ -13,7 +13,15 @@ Judged per launch, then summed per kernel (a kernel's grid may change with the b
 
 Only kernels with real GPU time are judged: under ``min_kernel_share`` of GPU time, or
 shorter than ``tiny_kernels.max_dur_us`` on average (launch-bound micro-kernels, which a
-bigger grid would not help: the tiny_kernels analyzer reports those).
+bigger grid would not help: the tiny_kernels analyzer reports those); nor are single launches
+shorter than that bound, whatever their kernel's average.
+
+A kernel's launches can differ in shape (one elementwise kernel runs 22,400 blocks for the
+activations and 5,600 for a bias). Every figure of a sentence or a table row comes from the
+same launches: a finding names the launch configuration (grid, block, waves) that loses the
+most time, with how many of the kernel's launches run it and their share of GPU time; the table
+shows per kernel the configuration that carries the most GPU time, its idle shares worked out
+from that configuration alone.
 """
 
 from __future__ import annotations
@@ -22,13 +30,13 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
+from diagnose.formatting import count_human, n_things, number_human, pct_human, share_human
 from diagnose.kernel_stats import (
+    kernel_groups,
     kernel_subject_name,
     launches_figure,
-    most_common,
     per_kernel,
     per_kernel_sum,
-    slim,
     sm_count,
 )
 from diagnose.metrics import LOWER, Metric
@@ -63,15 +71,13 @@ def analyze(profile, th) -> Result:
     result = Result(NAME)
     if not len(kernels) or kernels["grid_size"].notna().sum() == 0:
         return result
-    k = launch_losses(kernels, t)
+    k = launch_losses(kernels, t, min_dur_ns=th.tiny_kernels.max_dur_us * 1000.0)
     stats = per_kernel(kernels, METRICS)
-    for col in ("grid_size", "block_size", "sm_count"):
-        stats[col] = most_common(kernels, col, stats)
-    stats["idle_sm_pct"] = 100.0 * (1.0 - stats["grid_size"] / stats["sm_count"]).clip(lower=0.0)
-    stats["waves_per_sm"] = most_common(slim(kernels).assign(waves_per_sm=k["waves"]), "waves_per_sm", stats)
-    stats["last_wave_idle_pct"] = most_common(
-        slim(kernels).assign(last_wave_idle_pct=k["last_wave_idle_pct"]), "last_wave_idle_pct", stats
-    )
+    # the shape carrying most GPU time (each launch counts a little, so a capture without durations still has one)
+    typical = launch_config_of(kernels, k, pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0) + 1e-9, stats)
+    for col in ("grid_size", "block_size", "sm_count", "waves_per_sm", "idle_sm_pct", "last_wave_idle_pct"):
+        stats[col] = typical[col].to_numpy()
+    stats["configs"] = typical["configs"].to_numpy()
     warps = np.ceil(stats["block_size"] / 32.0)
     stats["wasted_lane_pct"] = 100.0 * (warps * 32 - stats["block_size"]) / (warps * 32)
     for col in ("small_grid_loss_ns", "tail_loss_ns", "lane_loss_ns"):
@@ -87,12 +93,15 @@ def analyze(profile, th) -> Result:
     ]
     small = heavy[heavy["small_grid_loss_ns"] > 0]
     if len(small):
+        small = _with_lossy_config(small, kernels, k, "small_grid_loss_ns", total)
         result.findings.append(_small_grid(small.sort_values("small_grid_loss_ns", ascending=False), t))
     tail = heavy[heavy["tail_loss_ns"] > 0]
     if len(tail):
+        tail = _with_lossy_config(tail, kernels, k, "tail_loss_ns", total)
         result.findings.append(_tail(tail.sort_values("tail_loss_ns", ascending=False), t))
     odd = heavy[heavy["lane_loss_ns"] > 0]
     if len(odd):
+        odd = _with_lossy_config(odd, kernels, k, "lane_loss_ns", total)
         result.findings.append(_odd_blocks(odd.sort_values("lane_loss_ns", ascending=False)))
     for col in ("small_grid", "tail", "lane"):
         result.summary[f"launch_{col}_loss_gpu_time_share"] = (
@@ -101,9 +110,84 @@ def analyze(profile, th) -> Result:
     return result
 
 
-def launch_losses(kernels: pd.DataFrame, t) -> pd.DataFrame:
-    """Per launch: waves, the idle share of its last wave, and the ns each of the three shapes loses."""
+CONFIG_COLUMNS = ["grid_size", "block_size", "sm_count", "waves_per_sm"]
+
+
+def launch_config_of(kernels: pd.DataFrame, k: pd.DataFrame, weight: pd.Series, stats: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel (aligned with ``stats``): the launch configuration (grid, block, SMs, waves) carrying the most
+    ``weight`` (a per-launch quantity: its duration, or the ns a shape loses), with that configuration's
+    launches, GPU time, idle shares, and how many configurations the kernel ran. Launches of zero weight are
+    left out, so a kernel with no weight at all has NaN figures."""
+    codes, keys = kernel_groups(kernels)
+    frame = pd.DataFrame(
+        {
+            "key": codes,
+            "grid_size": pd.to_numeric(kernels["grid_size"], errors="coerce").to_numpy(dtype=float),
+            "block_size": pd.to_numeric(kernels["block_size"], errors="coerce").to_numpy(dtype=float),
+            "sm_count": pd.to_numeric(kernels["sm_count"], errors="coerce").to_numpy(dtype=float),
+            "waves_per_sm": k["waves"].to_numpy(dtype=float),
+            "last_wave_idle_pct": k["last_wave_idle_pct"].to_numpy(dtype=float),
+            "dur": pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0).to_numpy(dtype=float),
+            "w": pd.to_numeric(weight, errors="coerce").fillna(0.0).to_numpy(dtype=float),
+        }
+    )
+    configs = frame.groupby("key")[CONFIG_COLUMNS].apply(lambda g: len(g.drop_duplicates())).rename("configs")
+    weighted = frame[frame["w"] > 0] if (frame["w"] > 0).any() else frame.iloc[:0]
+    out = pd.DataFrame(index=stats.index, columns=[*CONFIG_COLUMNS, "last_wave_idle_pct"], dtype=float)
+    out["config_launches"], out["config_gpu_time_ns"] = np.nan, np.nan
+    if len(weighted):
+        groups = weighted.groupby(["key", *CONFIG_COLUMNS], dropna=False).agg(
+            w=("w", "sum"),
+            config_launches=("w", "size"),
+            config_gpu_time_ns=("dur", "sum"),
+            last_wave_idle_pct=("last_wave_idle_pct", "first"),
+        )
+        top = (
+            groups.reset_index()
+            .sort_values(["key", "w", "grid_size"], ascending=[True, False, False], kind="stable")
+            .drop_duplicates("key")
+        )
+        top.index = keys[top["key"].to_numpy()]
+        by_name = top.reindex(stats["kernel_name"].to_numpy())
+        for col in [*CONFIG_COLUMNS, "last_wave_idle_pct", "config_launches", "config_gpu_time_ns"]:
+            out[col] = by_name[col].to_numpy(dtype=float)
+    out["configs"] = stats["kernel_name"].map(pd.Series(configs.to_numpy(), index=keys[configs.index])).to_numpy()
+    out["idle_sm_pct"] = 100.0 * (1.0 - out["grid_size"] / out["sm_count"]).clip(lower=0.0)
+    return out
+
+
+def _with_lossy_config(rows: pd.DataFrame, kernels: pd.DataFrame, k: pd.DataFrame, loss: str, total_ns: float):
+    """``rows`` with the figures of the configuration that loses the most ``loss`` in place of the typical one's,
+    and ``config_launches`` / ``config_share``: how many launches run it, and their share of all GPU time."""
+    lossy = launch_config_of(kernels, k, k[loss], rows)
+    rows = rows.copy()
+    for col in [*CONFIG_COLUMNS, "idle_sm_pct", "last_wave_idle_pct", "config_launches"]:
+        rows[col] = lossy[col].to_numpy()
+    rows["config_share"] = lossy["config_gpu_time_ns"].to_numpy() / total_ns if total_ns > 0 else np.nan
+    warps = np.ceil(rows["block_size"] / 32.0)
+    rows["wasted_lane_pct"] = 100.0 * (warps * 32 - rows["block_size"]) / (warps * 32)
+    return rows
+
+
+def _in_launches(r: pd.Series) -> str:
+    """`` in 1 of its 3 launches`` when the configuration is not all of the kernel's launches, else nothing."""
+    if r["config_launches"] >= r["launches"]:
+        return ""
+    return f" in {count_human(r['config_launches'])} of its {n_things(r['launches'], 'launch')}"
+
+
+def _config_figures(r: pd.Series) -> dict:
+    return {"config_launches": int(r["config_launches"]), "config_share": float(r["config_share"])}
+
+
+def launch_losses(kernels: pd.DataFrame, t, min_dur_ns: float = 0.0) -> pd.DataFrame:
+    """Per launch: waves, the idle share of its last wave, and the ns each of the three shapes loses.
+
+    Launches shorter than ``min_dur_ns`` (the tiny-kernel bound) lose nothing to their shape: they are
+    launch-bound, and a kernel's 2 µs one-block launches must not lend their idle SMs to its long ones.
+    """
     dur = kernels["dur_ns"].astype(float).fillna(0.0)
+    dur = dur.where(dur >= min_dur_ns, 0.0)
     grid = kernels["grid_size"].astype(float)
     sms = kernels["sm_count"].astype(float)
     block = kernels["block_size"].astype(float)
@@ -134,7 +218,7 @@ def _small_grid(small: pd.DataFrame, t) -> Finding:
     for _, r in small.iterrows():
         sev = (
             Severity.CRITICAL
-            if r["idle_sm_pct"] >= t.critical_idle_sm_pct and r["share"] >= t.critical_kernel_share
+            if r["idle_sm_pct"] >= t.critical_idle_sm_pct and r["config_share"] >= t.critical_kernel_share
             else Severity.WARNING
         )
         f = launches_figure(r)
@@ -144,6 +228,7 @@ def _small_grid(small: pd.DataFrame, t) -> Finding:
                 "block_threads": _int(r["block_size"]),
                 "sm_count": int(r["sm_count"]),
                 "idle_sm_pct": float(r["idle_sm_pct"]),
+                **_config_figures(r),
                 "est_loss_share": float(r["small_grid_loss_share"]),
             }
         )
@@ -156,9 +241,10 @@ def _small_grid(small: pd.DataFrame, t) -> Finding:
         analyzer=NAME,
         severity=max(s.severity for s in subjects),
         title=(
-            f"{top['kernel']} runs {int(top['grid_size'])} blocks on a {int(top['sm_count'])}-SM GPU: "
-            f"{top['idle_sm_pct']:.0f} % of SMs idle for {100 * top['share']:.1f} % of GPU time"
-            + (f" ({n - 1} more kernel{'s' if n > 2 else ''} with grids under one block per SM)" if n > 1 else "")
+            f"{top['kernel']} runs {n_things(top['grid_size'], 'block')} on a {count_human(top['sm_count'])}-SM GPU"
+            f"{_in_launches(top)}: {pct_human(top['idle_sm_pct'], 0)} of SMs idle for "
+            f"{share_human(top['config_share'])} of GPU time"
+            + (f" ({n_things(n - 1, 'more kernel')} with grids under one block per SM)" if n > 1 else "")
         ),
         subjects=tuple(subjects),
         evidence=(
@@ -187,6 +273,7 @@ def _tail(tail: pd.DataFrame, t) -> Finding:
                 "grid_blocks": _int(r["grid_size"]),
                 "waves_per_sm": float(r["waves_per_sm"]),
                 "last_wave_idle_pct": float(r["last_wave_idle_pct"]),
+                **_config_figures(r),
                 "est_loss_share": float(r["tail_loss_share"]),
             }
         )
@@ -197,8 +284,9 @@ def _tail(tail: pd.DataFrame, t) -> Finding:
         analyzer=NAME,
         severity=Severity.WARNING,
         title=(
-            f"{top['kernel']} runs {top['waves_per_sm']:.2f} waves: its last wave leaves "
-            f"{top['last_wave_idle_pct']:.0f} % of the GPU idle"
+            f"{top['kernel']} runs {number_human(top['waves_per_sm'])} waves{_in_launches(top)}: its last wave "
+            f"leaves {pct_human(top['last_wave_idle_pct'], 0)} of the GPU idle"
+            + (f" ({n_things(len(tail) - 1, 'more kernel')} with a partly empty last wave)" if len(tail) > 1 else "")
         ),
         subjects=tuple(subjects),
         evidence=(
@@ -223,6 +311,7 @@ def _odd_blocks(odd: pd.DataFrame) -> Finding:
             {
                 "block_threads": int(r["block_size"]),
                 "wasted_lane_pct": float(r["wasted_lane_pct"]),
+                **_config_figures(r),
                 "est_loss_share": float(r["lane_loss_share"]),
             }
         )
@@ -233,8 +322,9 @@ def _odd_blocks(odd: pd.DataFrame) -> Finding:
         analyzer=NAME,
         severity=Severity.WARNING,
         title=(
-            f"{top['kernel']} launches blocks of {int(top['block_size'])} threads, not a multiple of 32: "
-            f"{top['wasted_lane_pct']:.0f} % of lanes idle"
+            f"{top['kernel']} launches blocks of {n_things(top['block_size'], 'thread')}{_in_launches(top)}, "
+            f"not a multiple of 32: {pct_human(top['wasted_lane_pct'], 0)} of lanes idle"
+            + (f" ({n_things(len(odd) - 1, 'more kernel')} with such blocks)" if len(odd) > 1 else "")
         ),
         subjects=tuple(subjects),
         evidence=(

@@ -36,6 +36,7 @@ import pandas as pd
 from diagnose.analyzers.memory_access import BROADCAST_SECTORS_PER_REQUEST, access_kinds, kernel_access
 from diagnose.analyzers.occupancy import LIMITS, grid_ceiling_pct, limiter
 from diagnose.findings import Finding, Result, Severity, Subject, not_measured
+from diagnose.formatting import count_human, n_things
 from diagnose.kernel_limiter import kernel_limiters
 from diagnose.kernel_stats import kernel_key, most_common, per_kernel, total_gpu_time_ns, weighted_mean
 from diagnose.metrics import NEUTRAL, Metric
@@ -119,7 +120,7 @@ def analyze(profile, th) -> Result:
     if not len(kernels) and not len(rules):
         return result
     if not len(rules):
-        result.findings.append(not_measured(NAME, "ncu's own rule results", HOW_TO_MEASURE, SECTION))
+        result.findings.append(not_measured(NAME, "ncu's own rule results", HOW_TO_MEASURE, SECTION, plural=True))
         return result
     rules = _with_kernels(rules, kernels)
     stats = _kernel_stats(kernels)
@@ -403,11 +404,11 @@ def _bottleneck(heaviest, k, lim, th, tiny: bool) -> list[dict]:
         grid, sms = k.get("grid_size"), k.get("sm_count")
         small = not (pd.isna(grid) or pd.isna(sms)) and grid < sms * th.launch_config.min_waves
         if small:
-            agreement, why = "agree", f"{grid:.0f} blocks for {sms:.0f} SMs (launch_config.small_grid)"
+            agreement, why = "agree", f"{n_things(grid, 'block')} for {count_human(sms)} SMs (launch_config.small_grid)"
         else:
             agreement, why = (
                 "disagree",
-                f"gpudiag sees {grid:.0f} blocks for {sms:.0f} SMs in the launch carrying most time",
+                f"gpudiag sees {n_things(grid, 'block')} for {count_human(sms)} SMs in the launch carrying most time",
             )
     else:
         if ours_side and side and ours_side != side:
@@ -585,7 +586,8 @@ def _occupancy_rows(heaviest, o, th, tiny: bool) -> list[dict]:
             elif o["grid_limited"]:
                 per_sm = np.ceil(o["grid_size"] / o["sm_count"])
                 why = (
-                    f"the grid gives each SM {per_sm:.0f} block(s) of the {o['blocks_per_sm']:.0f} it could hold: "
+                    f"the grid gives each SM {n_things(per_sm, 'block')} of the {count_human(o['blocks_per_sm'])} it "
+                    "could hold: "
                     f"achieved occupancy is capped at {o['grid_ceiling_pct']:.0f} %; the gap is the grid's "
                     "(launch_config), not scheduling or imbalance"
                 )
@@ -657,7 +659,7 @@ def _finding(listed: pd.DataFrame, not_compared: dict[str, int]) -> Finding:
     speed = f" (+{top['ncu_speedup_pct']:.0f} %)" if not pd.isna(top["ncu_speedup_pct"]) else ""
     n = len(listed)
     title = (
-        f"ncu and gpudiag disagree on {n} kernel verdict{'s' if n != 1 else ''}; first: {top['kernel']} "
+        f"ncu and gpudiag disagree on {n_things(n, 'kernel verdict')}; first: {top['kernel']} "
         f"({top['topic']}: ncu {top['ncu_rule']}{speed} says {top['ncu_verdict']}, gpudiag {top['gpudiag_verdict']})"
     )
     rest = ", ".join(not_compared) if not_compared else "none"

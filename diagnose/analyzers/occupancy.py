@@ -9,7 +9,10 @@ wave, or kernels too short to ramp up. The finding is that gap, over ``gap_pts``
 Two cases are left to other analyzers: a grid with too few blocks to fill the slots
 (achieved is then capped at ``grid_ceiling_pct``: the blocks an SM actually gets ×
 warps per block; launch_config reports the grid), and launch-bound micro-kernels
-shorter than ``tiny_kernels.max_dur_us`` (tiny_kernels reports them). Hopper's
+shorter than ``tiny_kernels.max_dur_us`` (tiny_kernels reports them). The grid's cap is judged
+per launch (a kernel's launches can differ in grid): a finding's figures (achieved, theoretical,
+the gap, the share of GPU time) are those of the kernel's launches the grid does not cap, and it
+says how many of the kernel's launches they are. Hopper's
 warp-specialised GEMMs run one large block per SM by design, so a low theoretical
 occupancy alone is not flagged; the limiter is shown so the advice fits.
 
@@ -26,8 +29,16 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
+from diagnose.formatting import count_human, n_things, pct_human
 from diagnose.kernel_limiter import kernel_limiters
-from diagnose.kernel_stats import kernel_subject_name, launches_figure, most_common, per_kernel
+from diagnose.kernel_stats import (
+    kernel_subject_name,
+    launches_figure,
+    most_common,
+    per_kernel,
+    per_kernel_sum,
+    total_gpu_time_ns,
+)
 from diagnose.metrics import HIGHER, Metric
 
 NAME = "occupancy"
@@ -92,8 +103,21 @@ def analyze(profile, th) -> Result:
     stats["limiter"] = [limiter(row) for _, row in stats[list(LIMITS.values())].iterrows()]
     stats["blocks_per_sm"] = stats[list(LIMITS.values())].min(axis=1, skipna=True)
     stats["gap_pts"] = stats["theoretical_occupancy_pct"] - stats["achieved_occupancy_pct"]
-    stats["grid_ceiling_pct"] = grid_ceiling_pct(stats)
-    stats["grid_limited"] = (stats["grid_ceiling_pct"] - stats["achieved_occupancy_pct"]) <= t.gap_pts
+    launch = launch_ceilings(kernels, t.gap_pts)
+    dur = pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0)
+    stats["grid_ceiling_pct"] = _weighted_per_kernel(kernels, launch["grid_ceiling_pct"], dur, stats)
+    stats["grid_limited_launches"] = per_kernel_sum(kernels, launch["grid_limited"].astype(float), stats).fillna(0)
+    # the launches the grid does not cap: what a finding judges and states
+    judged = ~launch["grid_limited"] & pd.to_numeric(kernels["achieved_occupancy_pct"], errors="coerce").notna()
+    weight = dur.where(judged, 0.0)
+    stats["judged_launches"] = per_kernel_sum(kernels, judged.astype(float), stats).fillna(0).astype(int)
+    total = total_gpu_time_ns(kernels)
+    stats["judged_share"] = per_kernel_sum(kernels, weight, stats).fillna(0.0) / total if total > 0 else np.nan
+    for col in ("achieved_occupancy_pct", "theoretical_occupancy_pct"):
+        values = pd.to_numeric(kernels[col], errors="coerce").where(judged)
+        stats[f"judged_{col}"] = _weighted_per_kernel(kernels, values, dur, stats)
+    stats["judged_gap_pts"] = stats["judged_theoretical_occupancy_pct"] - stats["judged_achieved_occupancy_pct"]
+    stats["grid_limited"] = stats["judged_launches"] == 0
     result.tables["kernels"] = stats
     weights = stats["gpu_time_ns"].where(stats["achieved_occupancy_pct"].notna(), 0.0)
     if weights.sum() > 0:
@@ -102,7 +126,7 @@ def analyze(profile, th) -> Result:
         )
     tiny_ns = th.tiny_kernels.max_dur_us * 1000.0
     gap = stats[
-        (stats["gap_pts"] > t.gap_pts)
+        (stats["judged_gap_pts"] > t.gap_pts)
         & (stats["share"] >= t.min_kernel_share)
         & (stats["mean_dur_ns"] >= tiny_ns)
         & ~stats["grid_limited"]
@@ -121,6 +145,31 @@ def limiter(limits: pd.Series) -> str | None:
     return "+".join(name for name, v in values.items() if v == low)
 
 
+def launch_ceilings(kernels: pd.DataFrame, gap_pts: float) -> pd.DataFrame:
+    """Per launch: the blocks an SM can hold, the occupancy its grid allows, and whether that cap explains
+    its gap (achieved within ``gap_pts`` of it)."""
+    frame = pd.DataFrame(
+        {c: pd.to_numeric(kernels[c], errors="coerce") for c in ("grid_size", "sm_count", "theoretical_occupancy_pct")}
+    )
+    limits = pd.DataFrame({c: pd.to_numeric(kernels[c], errors="coerce") for c in LIMITS.values()})
+    frame["blocks_per_sm"] = limits.min(axis=1, skipna=True)
+    ceiling = grid_ceiling_pct(frame)
+    achieved = pd.to_numeric(kernels["achieved_occupancy_pct"], errors="coerce")
+    return pd.DataFrame({"grid_ceiling_pct": ceiling, "grid_limited": (ceiling - achieved) <= gap_pts})
+
+
+def _weighted_per_kernel(kernels: pd.DataFrame, values: pd.Series, weights: pd.Series, stats: pd.DataFrame):
+    """Per kernel (aligned with ``stats``): ``values``' mean weighted by ``weights``, launches without a value left
+    out; the plain mean where their weights sum to 0."""
+    v = pd.to_numeric(values, errors="coerce")
+    ok = v.notna()
+    w = weights.where(ok, 0.0)
+    num = per_kernel_sum(kernels, (v * w).where(ok, 0.0), stats)
+    den = per_kernel_sum(kernels, w, stats)
+    plain = per_kernel_sum(kernels, v.where(ok, 0.0), stats) / per_kernel_sum(kernels, ok.astype(float), stats)
+    return (num / den).where(den > 0, plain)
+
+
 def grid_ceiling_pct(stats: pd.DataFrame) -> pd.Series:
     """The occupancy the grid allows: an SM gets ceil(grid / SMs) blocks, at most the resident limit.
 
@@ -133,15 +182,17 @@ def grid_ceiling_pct(stats: pd.DataFrame) -> pd.Series:
 
 def _gap_finding(gap: pd.DataFrame, t) -> Finding:
     gap = gap.copy()
+    for col in ("achieved_occupancy_pct", "theoretical_occupancy_pct", "gap_pts"):  # the launches judged, only
+        gap[col] = gap[f"judged_{col}"]
     saturated = (gap["sol_limiter_pct"] >= t.saturated_unit_pct).to_numpy()
-    gap["est_loss_share"] = gap["share"] * (gap["gap_pts"] / gap["theoretical_occupancy_pct"].replace(0, np.nan))
+    gap["est_loss_share"] = gap["judged_share"] * (gap["gap_pts"] / gap["theoretical_occupancy_pct"].replace(0, np.nan))
     gap.loc[saturated, "est_loss_share"] = 0.0
     gap = gap.sort_values(["est_loss_share", "kernel"], ascending=[False, True], kind="stable")
     subjects = []
     for _, r in gap.iterrows():
         if r["sol_limiter_pct"] >= t.saturated_unit_pct:
             sev = Severity.INFO  # already at a unit's peak: more warps would not help
-        elif r["gap_pts"] > t.critical_gap_pts and r["share"] >= t.critical_kernel_share:
+        elif r["gap_pts"] > t.critical_gap_pts and r["judged_share"] >= t.critical_kernel_share:
             sev = Severity.CRITICAL
         else:
             sev = Severity.WARNING
@@ -151,6 +202,7 @@ def _gap_finding(gap: pd.DataFrame, t) -> Finding:
                 "achieved_occupancy_pct": r["achieved_occupancy_pct"],
                 "theoretical_occupancy_pct": r["theoretical_occupancy_pct"],
                 "gap_pts": r["gap_pts"],
+                "judged_launches": int(r["judged_launches"]),
                 "limiter": r["limiter"],
                 "sol_limiter_unit": r["sol_limiter_unit"],
                 "sol_limiter_pct": r["sol_limiter_pct"],
@@ -174,7 +226,7 @@ def _gap_finding(gap: pd.DataFrame, t) -> Finding:
         rec += (
             f" Not worth it for {', '.join(at_peak['kernel'].head(3))}: "
             + "; ".join(
-                f"{r['kernel']} is at {r['sol_limiter_pct']:.0f} % of its {r['sol_limiter_unit']} peak"
+                f"{r['kernel']} is at {pct_human(r['sol_limiter_pct'], 0)} of its {r['sol_limiter_unit']} peak"
                 for _, r in at_peak.head(3).iterrows()
             )
             + ", so more resident warps would not make it faster."
@@ -187,9 +239,15 @@ def _gap_finding(gap: pd.DataFrame, t) -> Finding:
         analyzer=NAME,
         severity=max(s.severity for s in subjects),
         title=(
-            f"{top['kernel']} reaches {top['achieved_occupancy_pct']:.0f} % occupancy of a possible "
-            f"{top['theoretical_occupancy_pct']:.0f} % ({top['gap_pts']:.0f} points lost)"
-            + (f"; {len(gap) - 1} more kernel{'s' if len(gap) > 2 else ''}" if len(gap) > 1 else "")
+            f"{top['kernel']} reaches {pct_human(top['achieved_occupancy_pct'], 0)} occupancy of a possible "
+            f"{pct_human(top['theoretical_occupancy_pct'], 0)} ({n_things(round(top['gap_pts']), 'point')} lost"
+            + (
+                f" in the {count_human(top['judged_launches'])} of its {n_things(top['launches'], 'launch')} "
+                "its grid does not cap)"
+                if top["judged_launches"] < top["launches"]
+                else ")"
+            )
+            + (f"; {n_things(len(gap) - 1, 'more kernel')}" if len(gap) > 1 else "")
         ),
         subjects=tuple(subjects),
         evidence=(

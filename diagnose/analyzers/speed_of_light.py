@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.formatting import agree, n_things, pct_human, share_human
 from diagnose.kernel_limiter import kernel_limiters
 from diagnose.kernel_stats import kernel_subject_name, launches_figure, names_list, per_kernel
 from diagnose.metrics import LOWER, NEUTRAL, Metric
@@ -118,10 +119,14 @@ def _latency_finding(lat, t) -> Finding:
         analyzer=NAME,
         severity=max(s.severity for s in subjects),
         title=(
-            f"{len(lat)} kernel{'s' if len(lat) != 1 else ''} ({100 * share:.1f} % of GPU time) reach under "
-            f"{t.latency_pct:g} % of both compute and memory peak; heaviest: {top['kernel']} "
-            f"(SM {top['sm_throughput_pct']:.0f} %, memory {top['memory_throughput_pct']:.0f} %"
-            + (f"; busiest unit {top['limiter_unit']} at {top['limiter_pct']:.0f} %)" if top["limiter_unit"] else ")")
+            f"{n_things(len(lat), 'kernel')} ({share_human(share)} of GPU time) {agree(len(lat), 'reaches', 'reach')} "
+            f"under {pct_human(t.latency_pct, 0)} of both compute and memory peak; heaviest: {top['kernel']} "
+            f"(SM {pct_human(top['sm_throughput_pct'], 0)}, memory {pct_human(top['memory_throughput_pct'], 0)}"
+            + (
+                f"; busiest unit {top['limiter_unit']} at {pct_human(top['limiter_pct'], 0)})"
+                if top["limiter_unit"]
+                else ")"
+            )
         ),
         subjects=tuple(subjects),
         evidence=(

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
+from diagnose.formatting import agree, count_human, n_things, ns_human, pct_human, us_human
 from diagnose.kernel_stats import kernel_subject_name, launches_figure, most_common, names_list, per_kernel, slim
 from diagnose.metrics import LOWER, Metric
 
@@ -81,14 +82,15 @@ def analyze(profile, th) -> Result:
             analyzer=NAME,
             severity=severity,
             title=(
-                f"{n_tiny} of {n_all} launches ({100 * share:.0f} %) run under {t.max_dur_us:g} µs "
-                f"(mean {tiny['dur_ns'].mean() / 1000:.1f} µs, {len(stats)} kernel{'s' if len(stats) != 1 else ''}): "
-                "launch-bound"
+                f"{count_human(n_tiny)} of {n_things(n_all, 'launch')} ({pct_human(100 * share, 0)}) "
+                f"{agree(n_tiny, 'runs', 'run')} under {us_human(t.max_dur_us)} "
+                f"(mean {ns_human(tiny['dur_ns'].mean())}, {n_things(len(stats), 'kernel')}): launch-bound"
             ),
             subjects=subjects,
             evidence=(
                 Evidence("tiny_launch_share", 100 * share, "%", 100 * t.warning_share),
                 Evidence("tiny_launches", float(n_tiny), "launches", float(t.min_launches)),
+                Evidence("launches", float(n_all), "launches"),  # all the profiled launches the title counts
                 Evidence(
                     "gpu__time_duration.sum (mean of tiny launches)", float(tiny["dur_ns"].mean()), "ns", limit_ns
                 ),

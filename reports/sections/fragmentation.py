@@ -54,7 +54,15 @@ def render(result) -> str:
     jax = result.tables.get("jax_per_step")
     if jax is not None and len(jax):
         parts.append(_jax_figure(jax))
-    parts += titled_tables(result.tables, TABLES, "fragmentation", max_rows=200, float_fmt="{:,.0f}")
+    origin_us = meta.get("time_origin_us")
+    parts += titled_tables(
+        result.tables,
+        TABLES,
+        "fragmentation",
+        max_rows=200,
+        time_origin_ns=None if origin_us is None else 1000.0 * origin_us,
+        time_origin_name=meta.get("time_origin", "first entry"),
+    )
     if not parts:
         parts.append('<p class="muted">No allocator data in this input.</p>')
     return "\n".join(parts)

@@ -12,6 +12,6 @@ def render(result) -> str:
     return (
         "<p class='muted'>One row per kernel (one demangled function instance; launches summed, metrics "
         "weighted by duration, grid and block the shape that carries most time). Same short names are "
-        "told apart by #2, #3; kernel_name has the full name. Click a column to sort.</p>"
+        "told apart by #2, #3; hover a kernel for its full name. Click a column to sort.</p>"
         "<div class='scroll'>" + table_html(table, "kernels-table") + "</div>"
     )

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from reports import chart_budget
 from reports.chart_budget import binning_note, duration_text_ms, kernel_axis, thin_line
 from reports.figures import draw_not_recorded, figure_html, table_html
-from reports.format import ns_human
+from reports.format import agree, count_human, n_things, ns_human
 
 TABLE_COLUMNS = [
     "kernel",
@@ -58,8 +58,8 @@ def render(result) -> str:
     if table is not None and len(table):
         cols = [c for c in TABLE_COLUMNS if c in table.columns]
         parts.append(
-            "<h3>Kernels by GPU time × miss rate</h3><p class='muted'>miss_cost_ns = GPU time × "
-            "(1 − hit rate); reuse_l1 / reuse_l2 = global-load sectors requested at L1 / L2 per DRAM sector "
+            "<h3>Kernels by GPU time × miss rate</h3><p class='muted'>Miss cost = GPU time × "
+            "(1 − hit rate); reuse at L1 / L2 = global-load sectors requested at L1 / L2 per DRAM sector "
             f"read: at or under {result.meta.get('streaming_max', 1.5):g} each byte is read about once (compulsory "
             f"misses), at {result.meta.get('reuse_min', 4):g} or more the data is re-read (reuse missed); click a "
             "column to sort.</p><div class='scroll'>" + table_html(table[cols], "l2-kernels") + "</div>"
@@ -268,9 +268,10 @@ def _timeline(launches, segments, meta) -> str:
     fig.update_yaxes(title_text="bytes reserved by the allocator", secondary_y=True)
     after, other = meta.get("l2_hit_after_new_segment_pct"), meta.get("l2_hit_other_pct")
     note = (
-        f"{meta.get('launches_after_new_segment', 0)} launches follow a new segment"
+        f"{n_things(meta.get('launches_after_new_segment', 0), 'launch')} "
+        f"{agree(meta.get('launches_after_new_segment', 0), 'follows', 'follow')} a new segment"
         + (f" (L2 hit {after:.1f} %, duration-weighted)" if after is not None else "")
-        + f", {meta.get('launches_other', 0)} do not"
+        + f", {count_human(meta.get('launches_other', 0))} {agree(meta.get('launches_other', 0), 'does', 'do')} not"
         + (f" ({other:.1f} %)" if other is not None else "")
         + ". Launch times are when ncu began profiling each launch, read from its log every 20 ms; "
         "under kernel replay the application waits while ncu profiles, so the clock gives the order of "

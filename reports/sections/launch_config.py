@@ -10,6 +10,7 @@ from reports.figures import figure_html, table_html
 TABLE_COLUMNS = [
     "kernel",
     "launches",
+    "configs",
     "gpu_time_ns",
     "share",
     "grid_size",
@@ -64,7 +65,9 @@ def render(result) -> str:
     if sms == sms and sms is not None:
         parts.append(
             f"<p class='muted'>The GPU has {int(sms)} SMs. Kernels shorter than the tiny-kernel bound "
-            "are not judged here (see Tiny kernels).</p>"
+            "are not judged here (see Tiny kernels). Grid, block, waves and the idle shares are those of the launch "
+            "shape carrying most of a kernel's GPU time (<i>Launch shapes</i>: how many it ran); the losses sum "
+            "every launch.</p>"
         )
     cols = [c for c in TABLE_COLUMNS if c in stats.columns]
     parts.append("<div class='scroll'>" + table_html(stats[cols], "launch-config-kernels") + "</div>")

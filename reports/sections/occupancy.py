@@ -17,7 +17,7 @@ TABLE_COLUMNS = [
     "theoretical_occupancy_pct",
     "gap_pts",
     "grid_ceiling_pct",
-    "grid_limited",
+    "grid_limited_launches",
     "limiter",
     "sol_limiter_unit",
     "sol_limiter_pct",
@@ -67,8 +67,9 @@ def render(result) -> str:
     cols = [c for c in TABLE_COLUMNS if c in stats.columns]
     return (
         figure_html(fig, div_id="fig-occupancy")
-        + "<p class='muted'>grid_ceiling_pct: the occupancy the grid allows (blocks an SM actually gets); "
-        "a gap explained by it is the launch configuration's, not flagged here.</p>"
+        + "<p class='muted'>Grid's occupancy ceiling: the occupancy each launch's grid allows (the blocks an SM "
+        "actually gets), duration-weighted; a launch whose gap it explains is counted under <i>Limited by the "
+        "grid</i>, left to the launch configuration and not judged here.</p>"
         + "<div class='scroll'>"
         + table_html(stats[cols], "occupancy-kernels")
         + "</div>"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 
 from reports.figures import figure_html, table_html, titled_tables
+from reports.format import agree, ms_human, n_things
 
 COLORS = {  # the same hues as the verdict's budget bar (reports/html.py) where the cause is the same
     "compute": "#4c78a8",
@@ -42,10 +43,10 @@ def render(result) -> str:
 def _notes(rank, meta: dict, many_ranks: bool) -> str:
     who = f"Rank {rank}: " if many_ranks else ""
     text = (
-        f"{who}{meta.get('warmup_steps', 0)} warm-up step(s) ({meta.get('warmup_ms', 0.0):,.1f} ms in all) and "
-        f"{meta.get('instrumented_steps', 0)} step(s) inside gpudiag's trace window "
-        f"({meta.get('instrumented_ms', 0.0):,.1f} ms) are kept out of the figures; "
-        f"{meta.get('steady_steps', 0)} steady step(s) remain."
+        f"{who}{n_things(meta.get('warmup_steps', 0), 'warm-up step')} ({ms_human(meta.get('warmup_ms', 0.0))} in "
+        f"all) and {n_things(meta.get('instrumented_steps', 0), 'step')} inside gpudiag's trace window "
+        f"({ms_human(meta.get('instrumented_ms', 0.0))}) are kept out of the figures; "
+        f"{n_things(meta.get('steady_steps', 0), 'steady step')} {agree(meta.get('steady_steps', 0), 'remains', 'remain')}."
     )
     for note in meta.get("notes", ()):
         text += f" Note: {note}."

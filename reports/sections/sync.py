@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from reports import chart_budget
 from reports.chart_budget import bin_intervals, binning_note, duration_text_ms, nice_width
 from reports.figures import figure_html, table_html
+from reports.format import ms_human, n_things
 
 TABLE_COLUMNS = {
     "location": "location",
@@ -154,8 +155,8 @@ def _sync_buckets(points, width: float, origin: float):
     return _host_markers(
         agg["t_ms"],
         [
-            f"{n:,} sync(s) from {t:.3f} ms: blocked {b:.3f} ms in all (longest {m:.3f} ms), GPU idle "
-            f"{i:.3f} ms; first: {o} at {loc}"
+            f"{n_things(n, 'sync')} from {ms_human(t)}: blocked {ms_human(b)} in all (longest {ms_human(m)}), GPU idle "
+            f"{ms_human(i)}; first: {o} at {loc}"
             for n, t, b, m, i, o, loc in zip(
                 agg["syncs"],
                 agg["t_ms"],

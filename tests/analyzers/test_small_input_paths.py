@@ -201,7 +201,8 @@ def describe_by_patterns(key: str, metrics):
     for m in metrics:
         found = m.pattern().match(base)
         if found is not None:
-            label = m.label.format(**found.groupdict()) if found.groupdict() else m.label
+            fields = {k: v.replace("_", " ") for k, v in found.groupdict().items()}
+            label = m.label.format(**fields) if fields else m.label
             return dataclasses.replace(m, key=key, label=label if rank is None else f"{label} (rank {rank})")
     return None
 

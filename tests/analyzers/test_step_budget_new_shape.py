@@ -49,7 +49,7 @@ def test_the_new_shape_step_is_kept_out_of_the_steady_figures(result):
     ]
     assert result.summary["step_budget_new_shape_steps"] == 1
     assert any(
-        "1 step(s) after warm-up met a new input shape (61.4 ms in all, 0 of them slow)" in n for n in meta["notes"]
+        "1 step after warm-up met a new input shape (61.4 ms in all, 0 of them slow)" in n for n in meta["notes"]
     )
 
 

@@ -71,7 +71,7 @@ def test_declarations_are_filled_in_per_key():
     s = summaries()
     idle = s["trace/sync_planted/trace.json.gz"]["metrics"]["gpu_idle_stream7_host_wait_pct"]
     assert (idle.label, idle.unit, idle.direction, idle.analyzer) == (
-        "Stream 7: host_wait share of idle time",
+        "Stream 7: host wait share of idle time",  # the key's field as words (issue 28: no snake_case in labels)
         "%",
         NEUTRAL,
         "idle",

@@ -142,7 +142,8 @@ def test_jax_stats_statement():
     result = fragmentation.analyze(profile)
     assert _ids(result) == ["fragmentation.jax_unreported"]
     statement = result.meta["jax_statement"]
-    assert "bytes_reserved is 0" in statement and "100 % of the 104.9 GiB limit" in statement
+    assert "bytes_reserved is 0" in statement and "100 % of the 105 GiB limit" in statement
+    assert "no segments and blocks and no allocation history with source lines" in statement
     assert "no requested bytes" in statement
     assert result.summary["jax_pool_bytes"] == 112583507968
     assert result.summary["jax_peak_external_fragmentation_pct"] < 0.1

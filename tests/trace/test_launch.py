@@ -54,3 +54,24 @@ def test_no_launch_links_or_no_gpu():
     assert [f.id for f in launch.analyze(profile_of(TRACE / "jax" / "perfetto_trace.json.gz")).findings] == [
         "launch.not_measured"
     ]
+
+
+def test_a_trace_without_steps_is_launch_bound_as_a_whole():
+    """The nsys export (fixtures/trace/nsys) has no iterations: its 5 kernels, all shorter than their launch, are
+    counted over the span, and the finding says it of the GPU work, never "the step" nor a per-step figure
+    (issue 28, per_step_needs_steps)."""
+    import diagnose
+    from diagnose.invariants import check_analysis
+
+    profile = diagnose.load(TRACE / "nsys" / "nsight-2025.5.2.sqlite", quiet=True)
+    result = launch.analyze(profile)
+    assert result.tables["stats"]["steps"].tolist() == [0]
+    f = next(f for f in result.findings if f.id == "launch.launch_bound")
+    assert f.severity == Severity.WARNING
+    assert f.title.endswith("the GPU waits for the host 49 % of the time: the GPU work is launch-bound")
+    assert [(s.name, s.figures["kernels_in_span"], s.figures["short_kernels_in_span"]) for s in f.subjects] == [
+        ("(no CPU op)", 5.0, 5.0)
+    ]
+    assert not any("per_step" in k for s in f.subjects for k in s.figures)
+    assert {e.metric: e.value for e in f.evidence}["launch_kernels_in_span"] == 5.0
+    assert not [v for v in check_analysis(diagnose.analyze(profile)) if v.invariant == "per_step_needs_steps"]
