@@ -507,8 +507,13 @@ def _user_location(frames: tuple) -> tuple[str | None, str]:
     python = [(_text(f), line, _text(name)) for f, line, name in frames if isinstance(f, str) and f.endswith(".py")]
     user = next((p for p in python if not any(m in p[0] for m in _LIBRARY_MARKERS)), None)
     chosen = user or (python[0] if python else None)
-    location = None if chosen is None else f"{chosen[0]}:{chosen[1]}"
-    return location, " | ".join(f"{f}:{line} {name}" for f, line, name in python[:12])
+    location = None if chosen is None else _frame_place(*chosen)
+    return location, " | ".join(f"{_frame_place(f, line, name)} {name}" for f, line, name in python[:12])
+
+
+def _frame_place(path: str, line: int, name: str) -> str:
+    """'path:line', or 'name() in path' when the frame has no line (0: not a line a user can open)."""
+    return f"{path}:{line}" if line > 0 else f"{name}() in {path}"
 
 
 def is_snapshot_pickle(head: bytes) -> bool:

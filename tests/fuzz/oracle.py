@@ -101,12 +101,17 @@ _EXEC_CALLERS = ("<frozen importlib", "dataclasses.py", "collections/__init__.py
 
 # the trace reader's helper process, forked for any trace over one piece to share the parse (not input's doing)
 _FORK_CALLERS = ("parsers/piece_helper.py",)
+# the trace reader looks up glibc's malloc_trim in the process itself (ctypes.CDLL(None)) once, when first imported:
+# no library is named by the input, so it is no code execution on the input's behalf
+_DLOPEN_SELF_CALLERS = ("parsers/trace.py",)
 
 
 def _hook(event: str, args) -> None:
     if not _audit["armed"]:
         return
     if event == "os.fork" and _called_from(_FORK_CALLERS):
+        return
+    if event == "ctypes.dlopen" and args and args[0] is None and _called_from(_DLOPEN_SELF_CALLERS):
         return
     if event.startswith(_WATCHED) or (event == "exec" and args and not _legitimate_exec(args[0])):
         _audit["seen"].append(f"{event} {str(args)[:120]}")
