@@ -56,3 +56,16 @@ def advice(profile: Any, elsewhere: str, in_run_folder: str, artifact: str | Non
         return elsewhere
     why = why_absent(profile, artifact) if artifact else None
     return f"In this run folder {why}. {in_run_folder}" if why else in_run_folder
+
+
+def ncu_command_values(profile: Any, flag: str) -> list[str] | None:
+    """The values the run's ncu was given for ``flag`` (``--section``, ``--set``, ``--metrics``), in order, from its
+    manifest's ``ncu_command``; None when the input is not a run folder ``gpudiag profile --ncu`` wrote (or its
+    manifest keeps no ncu command). What an --ncu run lacks follows from what its ncu was asked for."""
+    if not from_run_folder(profile):
+        return None
+    command = profile.manifest.get("ncu_command")
+    if not isinstance(command, list) or not command:
+        return None
+    words = [str(w) for w in command]
+    return [words[i + 1] for i, w in enumerate(words[:-1]) if w == flag]

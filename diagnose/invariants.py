@@ -296,6 +296,7 @@ PART_OF_WHOLE = (
     ("", "s:idle_ms", "s:step_ms"),
     ("", "s:wait_ms_per_step", "s:step_ms"),
     ("", "s:short_kernels_per_step", "s:kernels_per_step"),
+    ("", "s:short_kernels_in_span", "s:kernels_in_span"),  # the launch analyzer's op figures on a trace without steps
     ("", "s:exposed_comm_ms", "s:comm_ms"),
     ("", "s:largest_free_before_bytes", "s:free_before_bytes"),
     ("", "s:achieved_occupancy_pct", "s:theoretical_occupancy_pct"),
@@ -309,6 +310,7 @@ PART_OF_WHOLE = (
     ("sync.host_sync", "s:count", "e:sync_count_in_span"),
     ("sync.host_sync", "s:share_of_span", "e:sync_gpu_idle_share"),
     ("launch.launch_bound", "s:kernels_per_step", "e:launch_kernels_per_step"),
+    ("launch.launch_bound", "s:kernels_in_span", "e:launch_kernels_in_span"),
     ("l2.low_hit_rate", "s:share", "e:l2_low_hit_gpu_time_share"),
     ("speed_of_light.latency_bound", "s:share", "e:latency_bound_gpu_time_share"),
     ("idle.gpu_idle", "e:idle_sync_pct", "e:gpu_idle_pct"),

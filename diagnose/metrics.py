@@ -26,6 +26,12 @@ _RANK_PREFIX = re.compile(r"^rank(?P<rank>\d+)\.(?P<key>.+)$")
 _FIELD = re.compile(r"\{(\w+)\}")
 
 
+def rank_key(rank: int, lowest: int, name: str) -> str:
+    """The summary key of ``name`` for ``rank``: the plain key for the lowest rank, ``rank<N>.<name>`` for the
+    others (the per-rank copy that :func:`describe` reads back as the same metric)."""
+    return name if rank == lowest else f"rank{rank}.{name}"
+
+
 @dataclass(frozen=True)
 class Metric:
     """One summary metric as its analyzer declares it.

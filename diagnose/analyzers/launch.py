@@ -47,6 +47,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
                 "Kernel launch statistics",
                 "Pass a PyTorch profiler trace with CUDA activity (ProfilerActivity.CUDA).",
                 SECTION,
+                plural=True,
             )
         )
         return result
@@ -112,6 +113,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
                 "The trace does not link GPU work to its "
                 "launch calls (correlation ids); JAX perfetto traces are not linked yet.",
                 SECTION,
+                plural=True,
             )
         )
     else:
@@ -212,6 +214,8 @@ def launch_finding(
 ) -> Finding | None:
     short = stats["shorter_than_launch_pct"] / 100
     top = per_op[per_op["short_kernels_per_step"] > 0].head(th.sync.launch_top_ops)
+    # without steps the op figures are totals over the traced span (ops_table divided by 1): named so, never per step
+    basis = "per_step" if stats["steps"] else "in_span"
     if not len(top):
         return None
     bound = short >= th.sync.launch_bound_share and host_wait_pct >= th.sync.launch_bound_host_wait_pct
@@ -222,15 +226,18 @@ def launch_finding(
             "op",
             str(r.op),
             figures={
-                "kernels_per_step": float(r.kernels_per_step),
-                "short_kernels_per_step": float(r.short_kernels_per_step),
+                f"kernels_{basis}": float(r.kernels_per_step),
+                f"short_kernels_{basis}": float(r.short_kernels_per_step),
                 "median_kernel_us": float(r.median_kernel_us),
                 "median_launch_us": float(r.median_launch_us),
             },
         )
         for r in top.itertuples()
     )
-    verdict = "the step is launch-bound" if bound else "launch overhead is visible"
+    # without steps it is said of the trace's GPU work: a trace with no step marks has no "step" to call launch-bound
+    verdict = "launch overhead is visible"
+    if bound:
+        verdict = "the step is launch-bound" if stats["steps"] else "the GPU work is launch-bound"
     return Finding(
         id="launch.launch_bound",
         analyzer=NAME,

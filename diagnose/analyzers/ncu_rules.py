@@ -33,8 +33,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from diagnose.analyzers.memory_access import BROADCAST_SECTORS_PER_REQUEST, access_kinds, kernel_access
-from diagnose.analyzers.occupancy import LIMITS, grid_ceiling_pct, limiter
+from diagnose.derive.kernel_access import BROADCAST_SECTORS_PER_REQUEST, access_kinds, kernel_access
+from diagnose.derive.occupancy_limits import LIMITS, grid_ceiling_pct, limiter
 from diagnose.findings import Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import count_human, n_things
 from diagnose.kernel_limiter import kernel_limiters

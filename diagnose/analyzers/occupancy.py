@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from diagnose.derive.occupancy_limits import LIMITS, grid_ceiling_pct, limiter
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
 from diagnose.formatting import count_human, n_things, pct_human
 from diagnose.kernel_limiter import kernel_limiters
@@ -52,12 +53,6 @@ SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metri
 FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
     "occupancy.gap",
 )
-LIMITS = {
-    "registers": "occupancy_limit_registers",
-    "shared_mem": "occupancy_limit_shared_mem",
-    "warps": "occupancy_limit_warps",
-    "blocks": "occupancy_limit_blocks",
-}
 ADVICE = {
     "registers": "registers per thread bound residency: cap them with __launch_bounds__(threads, minBlocksPerSM) "
     "or -maxrregcount (watch for spills), or keep per-thread arrays in shared memory",
@@ -136,15 +131,6 @@ def analyze(profile, th) -> Result:
     return result
 
 
-def limiter(limits: pd.Series) -> str | None:
-    """The limit(s) giving the fewest blocks per SM: ``registers``, or ``registers+blocks`` on a tie."""
-    values = {name: limits[col] for name, col in LIMITS.items() if not pd.isna(limits[col])}
-    if not values:
-        return None
-    low = min(values.values())
-    return "+".join(name for name, v in values.items() if v == low)
-
-
 def launch_ceilings(kernels: pd.DataFrame, gap_pts: float) -> pd.DataFrame:
     """Per launch: the blocks an SM can hold, the occupancy its grid allows, and whether that cap explains
     its gap (achieved within ``gap_pts`` of it)."""
@@ -168,16 +154,6 @@ def _weighted_per_kernel(kernels: pd.DataFrame, values: pd.Series, weights: pd.S
     den = per_kernel_sum(kernels, w, stats)
     plain = per_kernel_sum(kernels, v.where(ok, 0.0), stats) / per_kernel_sum(kernels, ok.astype(float), stats)
     return (num / den).where(den > 0, plain)
-
-
-def grid_ceiling_pct(stats: pd.DataFrame) -> pd.Series:
-    """The occupancy the grid allows: an SM gets ceil(grid / SMs) blocks, at most the resident limit.
-
-    Equal to theoretical when the grid fills every SM's slots; lower for grids of under one wave.
-    """
-    per_sm = np.ceil(stats["grid_size"] / stats["sm_count"])
-    fill = (per_sm / stats["blocks_per_sm"]).clip(upper=1.0)
-    return (stats["theoretical_occupancy_pct"] * fill).where(fill.notna(), stats["theoretical_occupancy_pct"])
 
 
 def _gap_finding(gap: pd.DataFrame, t) -> Finding:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from diagnose import capture_advice
+from diagnose.derive.step_table import step_table
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human, n_things
 from diagnose.metrics import LOWER, NEUTRAL, Metric
@@ -50,37 +51,6 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
     "steps.unstable",
 )
 MAX_OUTLIER_SUBJECTS = 20
-
-
-def step_table(profile: Profile, th: Thresholds) -> pd.DataFrame:
-    """Whole-step rows of every rank with ``step_ms`` and ``warmup``; other names (regions) are left out.
-
-    ``step_ms`` is the host time when it was measured (what the user waits for), else the GPU time.
-    """
-    frames = [f for f in profile.step_events.values() if len(f)]
-    if not frames:
-        columns = ["rank", "step", "name", "t_start_ns", "host_ms", "gpu_ms", "step_ms", "warmup", "instrumented"]
-        return pd.DataFrame(columns=columns)
-    events = pd.concat(frames, ignore_index=True)
-    steps = events[events["name"] == primary_name(events)].sort_values(["rank", "step"], kind="stable")
-    steps = steps.reset_index(drop=True)
-    steps["step_ms"] = steps["host_ms"].where(steps["host_ms"].notna(), steps["gpu_ms"])
-    position = steps.groupby("rank").cumcount()
-    count = steps.groupby("rank")["step"].transform("size")
-    steps["warmup"] = position < np.minimum(th.steps.warmup_steps, count // 2)
-    # steps inside gpudiag's profiler trace window are slow by design: not the run's own timing. They are left out
-    # with the warm-up (``warmup`` means "left out of the medians"); ``instrumented`` tells them apart for display
-    steps["instrumented"] = steps["instrumented"].fillna(False).astype(bool) if "instrumented" in steps else False
-    steps["warmup"] = steps["warmup"] | steps["instrumented"]
-    return steps
-
-
-def primary_name(events: pd.DataFrame) -> str:
-    """'step' when the source has whole-step records, else the first name it gives."""
-    names = events["name"].dropna()
-    if (names == "step").any() or not len(names):
-        return "step"
-    return str(names.iloc[0])
 
 
 def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from diagnose import capture_advice
-from diagnose.analyzers.steps import step_table
+from diagnose.derive.step_table import step_table
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric
 from diagnose.profile_data import Profile

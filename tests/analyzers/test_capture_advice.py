@@ -56,3 +56,24 @@ def test_an_input_captured_elsewhere_is_still_told_to_use_gpudiag_profile():
     for fid in ("steps.not_measured", "utilization.not_measured", "fragmentation.not_measured"):
         f = next(f for f in a.findings if f.id == fid)
         assert "gpudiag profile" in f.recommendation, fid
+
+
+def test_an_ncu_run_is_told_what_its_ncu_collected_not_to_run_gpudiag_profile_ncu():
+    """fixtures/runs/ncu_mlp ran `gpudiag profile --ncu` when its default sections were four, without SourceCounters:
+    memory_access had told it "`gpudiag profile --ncu` collects it by default". It names the sections its ncu was
+    asked for (the manifest's ncu_command) and the option that adds SourceCounters."""
+    a = diagnose.analyze(diagnose.load(RUNS / "ncu_mlp"))
+    profile = diagnose.load(RUNS / "ncu_mlp")
+    assert capture_advice.ncu_command_values(profile, "--section") == [
+        "SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats"
+    ]  # fmt: skip
+    assert capture_advice.ncu_command_values(profile, "--set") == []
+    f = next(f for f in a.findings if f.id == "memory_access.not_measured")
+    assert "gpudiag profile" not in f.recommendation
+    assert f.recommendation.startswith(
+        "This run's ncu collected the sections SpeedOfLight, MemoryWorkloadAnalysis, Occupancy, LaunchStats "
+        "(its manifest's ncu_command): not SourceCounters"
+    )
+    assert "`--ncu-section SourceCounters`" in f.recommendation and "`--ncu-set full`" in f.recommendation
+    elsewhere = diagnose.load(shared("torch", "convnet.trace.json.gz"))  # not a run folder: no ncu command to read
+    assert capture_advice.ncu_command_values(elsewhere, "--section") is None

@@ -12,6 +12,7 @@ import pytest
 
 import diagnose
 from diagnose.analyzers import memory_access
+from diagnose.derive.kernel_access import access_kinds, access_label
 from diagnose.findings import Result, Severity
 from diagnose.thresholds import Thresholds
 from reports.sections import memory_access as section
@@ -293,11 +294,11 @@ def test_fake_no_sector_metrics_is_not_measured_and_empty_is_empty():
 
 
 def test_fake_access_labels():
-    assert memory_access.access_label({"load": 90.0, "store": 10.0}) == "loads"
-    assert memory_access.access_label({"load": 50.0, "store": 50.0, "atomic": 50.0}) == "loads, stores and atomics"
-    assert memory_access.access_label({}) is None and memory_access.access_label({"load": 0.0}) is None
-    assert memory_access.access_kinds("loads and stores") == ["load", "store"]
-    assert memory_access.access_kinds(None) == [] and memory_access.access_kinds(np.nan) == []
+    assert access_label({"load": 90.0, "store": 10.0}) == "loads"
+    assert access_label({"load": 50.0, "store": 50.0, "atomic": 50.0}) == "loads, stores and atomics"
+    assert access_label({}) is None and access_label({"load": 0.0}) is None
+    assert access_kinds("loads and stores") == ["load", "store"]
+    assert access_kinds(None) == [] and access_kinds(np.nan) == []
 
 
 # --- the report section ----------------------------------------------------------------------------------------

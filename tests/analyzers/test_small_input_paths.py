@@ -14,7 +14,9 @@ import pytest
 from diagnose import trace_input_wait as tiw
 from diagnose import trace_timeline as tl
 from diagnose.analysis import declared_metrics
-from diagnose.analyzers import launch, sync
+from diagnose.analyzers import launch
+from diagnose.derive.sync_calls import trace_syncs
+from diagnose.derive.sync_sites import group_syncs
 from diagnose.load import load
 from diagnose.metrics import describe
 from diagnose.thresholds import Thresholds
@@ -37,7 +39,7 @@ def case(request):
     profile = load(str(request.param), quiet=True)
     trace = tl.analysed(profile.traces[0])
     fetches = tiw.input_fetches(trace, tl.steps(trace), tiw.source_dirs_of(profile))
-    calls, step_ns, n_steps = sync.trace_syncs(trace, Thresholds(), fetches)
+    calls, step_ns, n_steps = trace_syncs(trace, Thresholds(), fetches)
     return profile, trace, calls, step_ns, max(n_steps, 1)
 
 
@@ -64,7 +66,7 @@ def grouped_by_pandas(calls: pd.DataFrame, n_steps: int, step_ns: float) -> pd.D
     out["gpu_idle_ms_per_step"] = out["gpu_idle_ms"] / n_steps
     out["share_of_step"] = out["gpu_idle_ns"] / n_steps / step_ns if step_ns and step_ns == step_ns else np.nan
     out = out.sort_values(["gpu_idle_ms_per_step", "blocked_ms_per_step"], ascending=False, na_position="last")
-    return out[[c for c in sync.group_syncs(calls.iloc[:0], 1, 1.0).columns]].reset_index(drop=True)
+    return out[[c for c in group_syncs(calls.iloc[:0], 1, 1.0).columns]].reset_index(drop=True)
 
 
 def test_sync_locations_equal_the_named_aggregation(case):
@@ -80,13 +82,13 @@ def test_sync_locations_equal_the_named_aggregation(case):
     variants = (calls, calls.iloc[::-1].reset_index(drop=True), pd.concat([calls, calls], ignore_index=True), missing)
     for c in variants:
         pd.testing.assert_frame_equal(
-            sync.group_syncs(c, n_steps, step_ns), grouped_by_pandas(c, n_steps, step_ns), check_exact=True
+            group_syncs(c, n_steps, step_ns), grouped_by_pandas(c, n_steps, step_ns), check_exact=True
         )
 
 
 def test_sync_instances_merged_as_the_groupby_merged_them():
     trace = tl.analysed(load(str(TRACES[0]), quiet=True).traces[0])
-    calls, _, _ = sync.trace_syncs(trace, Thresholds())
+    calls, _, _ = trace_syncs(trace, Thresholds())
     merged = calls["call"].str.contains(" + ", regex=False)
     assert merged.sum() == 8  # eight aten::item calls: a memcpy and a stream sync each
 

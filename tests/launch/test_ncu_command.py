@@ -84,14 +84,14 @@ def test_full_set_drops_the_sections_and_launch_window_drops_nvtx():
 def test_default_capture_has_what_memory_access_reads():
     """SourceCounters gives the excess sectors per instruction (and their source lines); the metrics tell loads from
     stores on the CSV page. Own sections keep the metrics unless they are emptied too."""
-    from diagnose.analyzers import memory_access
+    from diagnose.derive import kernel_access
 
     cmd = _cmd()
     assert "SourceCounters" in _value(cmd, "--section")
     metrics = _value(cmd, "--metrics")[0].split(",")
     for d in ("ld", "st"):
-        assert memory_access.L1_SECTORS[d] in metrics and memory_access.L1_REQUESTS[d] in metrics
-        assert memory_access.BYTES_PER_SECTOR[d] + ".ratio" in metrics
+        assert kernel_access.L1_SECTORS[d] in metrics and kernel_access.L1_REQUESTS[d] in metrics
+        assert kernel_access.BYTES_PER_SECTOR[d] + ".ratio" in metrics
     assert _value(_cmd(sections=("SpeedOfLight",)), "--metrics") == _value(cmd, "--metrics")
     assert "--metrics" not in _cmd(sections=("SpeedOfLight",), metrics=())
 

@@ -6,7 +6,10 @@ import pandas as pd
 import pytest
 
 from diagnose.analyzers import sync
+from diagnose.derive import sync_calls
+from diagnose.derive.sync_sites import where_words
 from diagnose.findings import Severity
+from diagnose.thresholds import Thresholds
 from parsers.trace import read_trace
 from tests.paths import FIXTURES, shared
 from tests.trace.helpers import BAD, EVENT_SYNC, SYNC_FREE, SYNC_PLANTED, profile_of
@@ -60,7 +63,7 @@ def fake_sync_records(trace_path, offset_ns: int = 300_000) -> pd.DataFrame:
     matching tolerates a constant offset between the bootstrap's clock and Kineto's.
     """
     t = read_trace(trace_path)
-    calls, _, _ = sync.trace_syncs(t, sync.Thresholds())
+    calls, _, _ = sync_calls.trace_syncs(t, Thresholds())
     base = t.metadata["header"]["baseTimeNanoseconds"]
     by_function = {v[0]: v[2] for v in PLANTED.values()}
     rows = []
@@ -112,7 +115,7 @@ def test_event_sync_trace_ops_and_kinds():
     assert calls["op"].tolist() == ["aten::is_nonzero", "cudaEventSynchronize", "cudaDeviceSynchronize"]
     assert calls["call"].iloc[0] == "cudaMemcpyAsync + cudaStreamSynchronize"
     assert calls["blocked_ns"].tolist() == [35_000.0, 34_000.0, 8_000.0]
-    assert (calls["location"] == sync.NO_FRAME).all()  # trace recorded without stacks
+    assert (calls["location"] == sync_calls.NO_FRAME).all()  # trace recorded without stacks
     assert calls["gpu_idle_ns"].iloc[0] > 0
 
 
@@ -201,12 +204,11 @@ def test_a_function_the_records_saw_at_one_line_gives_that_line():
     it; accuracy (21 and 22) and train_step (36 and 38) hold two lines each and give none."""
     import diagnose
     from diagnose import trace_timeline as tl
-    from diagnose.thresholds import Thresholds
 
     profile = diagnose.load(RUNS / "sync_planted")
-    calls, _, _ = sync.trace_syncs(tl.analysed(profile.traces[0]), Thresholds())
+    calls, _, _ = sync_calls.trace_syncs(tl.analysed(profile.traces[0]), Thresholds())
     in_op = calls["op"].astype(str).to_numpy() != calls["call"].astype(str).to_numpy()
-    found = sync._line_by_place(calls, profile.sync_records[0].reset_index(drop=True), in_op)
+    found = sync_calls._line_by_place(calls, profile.sync_records[0].reset_index(drop=True), in_op)
     records = profile.sync_records[0].reset_index(drop=True)
     assert {calls["op"].iat[c] for c in found} == {"aten::item"} and len(found) == 3
     assert {int(records["line"].iat[r]) for r in found.values()} == {52}
@@ -215,12 +217,10 @@ def test_a_function_the_records_saw_at_one_line_gives_that_line():
 def test_no_location_is_ever_line_0():
     """Module-level code is named without a line (Kineto gives its frame the line it was at when profiling began,
     or 0: "aten::item at main.py:0"); a frame of unknown line is named by its function."""
-    assert sync.trace_location("main.py", 0, "<module>") == "main.py (module level)"
-    assert sync.trace_location("main.py", 0, "train") == "train() in main.py"
-    assert sync.trace_location("main.py", 170, "train") == "main.py:170"
-    assert (
-        sync.where_words("main.py (module level)", "<module>", "main.py", False) == "the module-level code of main.py"
-    )
+    assert sync_calls.trace_location("main.py", 0, "<module>") == "main.py (module level)"
+    assert sync_calls.trace_location("main.py", 0, "train") == "train() in main.py"
+    assert sync_calls.trace_location("main.py", 170, "train") == "main.py:170"
+    assert where_words("main.py (module level)", "<module>", "main.py", False) == "the module-level code of main.py"
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ import pytest
 
 import diagnose
 from diagnose.analyzers import step_budget, sync
-from diagnose.analyzers.steps import step_table
+from diagnose.derive.step_table import step_table
+from diagnose.derive.trace_window import window_of
 from diagnose.thresholds import Thresholds
 from tests.paths import FIXTURES
 
@@ -69,7 +70,7 @@ def test_the_budget_counts_a_sync_as_the_sync_analyzer_does():
     profile = diagnose.load(FIXTURES / "runs" / "input_generator_h200")
     steps = step_table(profile, Thresholds())
     rows = steps[steps["rank"] == 0].reset_index(drop=True)
-    *_, calls = step_budget.rank_budget(profile, 0, rows, sync.window_of(profile.manifest), Thresholds())
+    *_, calls = step_budget.rank_budget(profile, 0, rows, window_of(profile.manifest), Thresholds())
     assert calls["gpu_idle_ns"].sum() == pytest.approx(374_916)
     ours = sync.analyze(profile).tables["calls"]
     assert calls["gpu_idle_ns"].tolist() == ours["gpu_idle_ns"].tolist()
