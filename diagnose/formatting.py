@@ -263,7 +263,9 @@ def value_human(value, unit: str) -> str:
         return count_human(x)
     if unit in ("/s", "1/s"):
         return f"{count_human(round(x)) if abs(x) >= 100 else number_human(x)} /s"
-    if unit == "ratio":
+    if unit == "step":  # a step's number, not a count of steps ("steps"): "step 10", never "10 steps"
+        return f"step {count_human(x)}"
+    if unit in ("ratio", "x", "×"):  # a factor: "1.5×", never "1.5 xes"
         return f"{number_human(x)}×"
     if unit in _MEASURE_UNITS:
         return f"{number_human(x)} {unit}"

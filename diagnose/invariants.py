@@ -301,7 +301,8 @@ PART_OF_WHOLE = (
     ("", "s:largest_free_before_bytes", "s:free_before_bytes"),
     ("", "s:achieved_occupancy_pct", "s:theoretical_occupancy_pct"),
     ("", "s:excess_sectors", "s:sectors"),
-    ("step_budget.", "s:gpu_idle_ms_per_step", "e:step_budget_{cause}_ms"),
+    ("step_budget.", "s:median_step_gpu_idle_ms", "e:step_budget_{cause}_ms"),
+    ("step_budget.", "s:gpu_idle_ms_per_step", "e:step_budget_{cause}_ms"),  # a site's, per traced step
     ("step_budget.", "e:step_budget_{cause}_ms", "e:step_budget_step_ms"),
     ("step_budget.compilation", "s:compile_ms", "e:step_budget_compile_ms"),
     ("step_budget.compilation", "s:ms", "e:step_budget_compile_ms"),

@@ -149,6 +149,9 @@ def test_plural_and_singular_words():
         (2207.0, "ns", "2.21 µs"),
         (33.0, "%", "33.0 %"),
         (1022.4, "ratio", "1,022×"),
+        (1.5, "x", "1.5×"),
+        (10.0, "step", "step 10"),  # a step's number (the first traced step) read "10 steps"
+        (10.0, "steps", "10 steps"),  # the steps analyzer's outlier factor read "1.5 xes"
         (1980.0, "MHz", "1,980 MHz"),
         (float("nan"), "ms", "–"),
         (None, "%", "–"),

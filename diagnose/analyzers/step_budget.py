@@ -1370,8 +1370,10 @@ def sync_words(
             figures={
                 "op": str(g.op),
                 "share_of_sync_idle": None if not np.isfinite(sh) else float(sh),
-                # this site's part of the part (its share of the syncs' idle in the traced steps), per median step
-                "gpu_idle_ms_per_step": None if not np.isfinite(pm) else float(pm),
+                # this site's part of the part (its share of the syncs' idle in the traced steps), of the median
+                # step; gpu_idle_ms_per_step is the sync analyzer's figure, per traced step, as in its own table
+                "median_step_gpu_idle_ms": None if not np.isfinite(pm) else float(pm),
+                "gpu_idle_ms_per_step": float(np.nan_to_num(g.gpu_idle_ms_per_step)),
                 "blocked_ms_per_step": float(g.blocked_ms_per_step),
                 "count_per_step": float(g.count_per_step),
                 "line_exact": bool(g.line_exact),

@@ -191,7 +191,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             n_per_step = sum(s.figures["count_per_step"] for s in subjects)
             title = (
                 f"{n_things(n_per_step, 'host sync')} per step; the costliest, {top.figures['op']} at {where}, "
-                f"idles the GPU {fmt_ms(top.figures.get('gpu_idle_ms_per_step'))} per step"
+                f"idles the GPU {fmt_ms(top.figures.get('gpu_idle_ms_per_step'))} per traced step"
             )
         if not exact:
             title += f" ({no_line_caveat(profile, top)})"
