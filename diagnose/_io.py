@@ -36,6 +36,19 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def check_can_create_in(folder: str | os.PathLike) -> None:
+    """Raise the OSError that writing a file into ``folder`` would raise (read-only, no permission, a
+    read-only file system such as /sys), by creating and removing an empty temporary file there: the
+    same call :func:`atomic_write_bytes` makes, so what passes here is what the write will meet, root
+    or not (``os.access`` says yes to root on a read-only mount)."""
+    fd, tmp = _create_temporary(Path(folder) / "gpudiag-write-check")
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+
+
 def _create_temporary(path: Path) -> tuple[int, str]:
     """A new, exclusively created ``.<name>.<random>.tmp`` beside ``path``: its descriptor and name."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)

@@ -84,8 +84,9 @@ def mann_whitney_u(a, b) -> UTest | None:
     both = np.concatenate([a, b])
     ranks = pd.Series(both).rank(method="average").to_numpy()
     u_a = float(ranks[:n_a].sum() - n_a * (n_a + 1) / 2)
-    min_p = min(1.0, 2.0 / math.comb(n_a + n_b, n_a))
+    min_p = min_two_sided_p(n_a, n_b)
     _, counts = np.unique(both, return_counts=True)
+    counts = counts.astype(float)  # cubed below: 3 million equal launch times overflow int64
     ties = bool((counts > 1).any())
     if not ties and n_a * n_b <= 2500:
         dist = _u_distribution(n_a, n_b)
@@ -100,6 +101,14 @@ def mann_whitney_u(a, b) -> UTest | None:
         return UTest(n_a, n_b, u_a, 1.0, min_p, False)  # every value the same: nothing changed
     z = max(0.0, abs(u_a - n_a * n_b / 2.0) - 0.5) / math.sqrt(var)
     return UTest(n_a, n_b, u_a, min(1.0, math.erfc(z / math.sqrt(2.0))), min_p, False)
+
+
+def min_two_sided_p(n_a: int, n_b: int) -> float:
+    """2 / C(n_a + n_b, n_a): the smallest two-sided p-value samples of these sizes can give (B wholly
+    above or below A). In log space (lgamma): C(2060, 1030) is already beyond a float, and a diff of runs
+    of 100,000 steps a side must not build a 60,000-digit integer to learn that the answer is 0."""
+    log_arrangements = math.lgamma(n_a + n_b + 1) - math.lgamma(n_a + 1) - math.lgamma(n_b + 1)
+    return min(1.0, math.exp(math.log(2.0) - log_arrangements))  # exp(-huge) is 0.0, never an error
 
 
 def _u_distribution(n_a: int, n_b: int) -> np.ndarray:
@@ -124,12 +133,36 @@ def _u_distribution(n_a: int, n_b: int) -> np.ndarray:
 
 def step_samples(profile: Profile, th: Thresholds) -> pd.DataFrame:
     """Measured (post-warm-up) whole steps of every rank, as the steps analyzer counts them."""
-    from diagnose.analyzers.steps import step_table
+    from diagnose.derive.step_table import step_table
 
     steps = step_table(profile, th)
     if not len(steps):
         return pd.DataFrame(columns=["rank", "step", "step_ms", "host_ms", "gpu_ms"])
     return steps.loc[~steps["warmup"], ["rank", "step", "step_ms", "host_ms", "gpu_ms"]].reset_index(drop=True)
+
+
+def step_box_table(step_ms: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Per run, the box of its step times as a box plot draws it (linear quartiles; whiskers at the farthest
+    step within 1.5 x IQR of them): the HTML draws this box, not every step, past a few thousand steps."""
+    rows = []
+    for run, x in step_ms.items():
+        if not len(x):
+            continue
+        q1, median, q3 = np.percentile(x, [25, 50, 75])
+        reach = 1.5 * (q3 - q1)
+        rows.append(
+            {
+                "run": run,
+                "steps": len(x),
+                "q1_ms": float(q1),
+                "median_ms": float(median),
+                "q3_ms": float(q3),
+                "lower_fence_ms": float(x[x >= q1 - reach].min()),
+                "upper_fence_ms": float(x[x <= q3 + reach].max()),
+            }
+        )
+    columns = ["run", "steps", "q1_ms", "median_ms", "q3_ms", "lower_fence_ms", "upper_fence_ms"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 # summary key → column of step_samples that the key is the median of
@@ -317,6 +350,7 @@ def compare(
     tables = {}
     if len(steps_a) or len(steps_b):
         tables["step_samples"] = pd.concat([steps_a.assign(run="A"), steps_b.assign(run="B")], ignore_index=True)
+        tables["step_box"] = step_box_table({"A": _col(steps_a, "step_ms"), "B": _col(steps_b, "step_ms")})
     return Diff(
         source_a=analysis_a.source,
         source_b=analysis_b.source,
@@ -402,7 +436,10 @@ def _metrics(
                 "noise": noise,
             }
         )
-    return pd.DataFrame(rows, columns=METRIC_COLUMNS)
+    out = pd.DataFrame(rows, columns=METRIC_COLUMNS)
+    for count in ("n_a", "n_b"):  # sample counts stay integers (None without a test), not floats beside NaN
+        out[count] = pd.Series([row[count] for row in rows], index=out.index, dtype=object)
+    return out
 
 
 def _num(v) -> float:
@@ -487,10 +524,13 @@ def kernel_diff(ka: pd.DataFrame, kb: pd.DataFrame, options: DiffOptions) -> pd.
 
 
 def _kernel_groups(kernels: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Each kernel's launches, only the columns the diff reads: an ncu table has hundreds of metric columns,
+    and copying them all into every group took seconds at 100,000 launches."""
     if kernels is None or not len(kernels) or "kernel_short" not in kernels:
         return {}
     names = kernels["kernel_short"].fillna(kernels.get("kernel_name", pd.Series(index=kernels.index, dtype=object)))
-    return {str(name): group for name, group in kernels.groupby(names.astype(str), sort=True)}
+    compared = kernels[[c for c in ("dur_ns", "l2_hit_pct") if c in kernels]]
+    return {str(name): group for name, group in compared.groupby(names.astype(str).to_numpy(), sort=True)}
 
 
 def _time_weighted_l2(d: pd.DataFrame) -> float:

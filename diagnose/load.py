@@ -16,10 +16,10 @@ from pathlib import Path
 from diagnose import parallel_ingest as ingest
 from diagnose.profile_data import Profile
 from diagnose.progress import Progress
-from parsers import registry, run_folder
+from parsers import folder_tree, registry, run_folder
 from parsers.errors import InputError
 from parsers.limits import bytes_read_on_disk, track_reads, untrack_reads
-from parsers.reader import FINDINGS, TRACES, Reader
+from parsers.reader import TRACES, Reader
 
 WORKERS_ENV = "GPUDIAG_WORKERS"  # processes reading a folder's files when the caller does not say; 1: in-process
 
@@ -63,32 +63,31 @@ def load_run_folder(folder: str | os.PathLike, *, workers: int | None = None, qu
             profile.warnings.append(str(e))
     # how the run ended, and what is missing or cut short with the reason the manifest gives
     profile.warnings.extend(run_folder.report_notes(manifest))
+    # what the manifest lists as written but the folder no longer holds, and what was read in its place
+    profile.warnings.extend(run_folder.absent_notes(folder, manifest))
     return profile
 
 
 def load_folder(folder: str | os.PathLike, *, workers: int | None = None, quiet: bool = False) -> Profile:
-    """A folder without a manifest (rank traces copied off a cluster, HTA's trace folder): every file in it
-    whose format gpudiag reads, in name order. Two traces of one rank keep the first, with a note."""
+    """A folder without a manifest (rank traces copied off a cluster, HTA's trace folder, the folder
+    ``jax.profiler.trace`` writes): every file under it whose format gpudiag reads, nearest the top first, then in
+    name order (:mod:`parsers.folder_tree`). Two traces of one rank keep the first; each file left out is a note
+    that says why."""
     folder = Path(folder)
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not run_folder.is_temporary(p))
-    paths, kinds, left_out = [], [], []
-    for p in files:
-        try:
-            reader = registry.detect(p)
-        except InputError:
-            left_out.append(p.name)
-            continue
-        if reader is None or reader.table == FINDINGS:
-            left_out.append(p.name)
-            continue
-        paths.append(p)
-        kinds.append(reader.kind)
-    if not paths:
+    tree = folder_tree.scan(folder)
+    if not tree.files:
         raise InputError(
             folder,
-            "is a folder but not a gpudiag run folder (no manifest.json in it), and none of its "
-            f"{len(files)} files is a format gpudiag reads",
+            "is a folder but not a gpudiag run folder (no manifest.json in it), and no file under it is a format "
+            "gpudiag reads"
+            + (
+                f" ({'; '.join(_without_folder(n, folder) for n in tree.skipped_notes())})"
+                if tree.skipped
+                else " (it is empty)"
+            ),
         )
+    paths = [p for p, _ in tree.files]
+    kinds = [r.kind for _, r in tree.files]
     profile = Profile(sources=[os.fspath(folder)])
     reads, profile.ingest = _read_many(paths, kinds, workers, quiet, what=f"reading {len(paths)} files")
     for read in reads:
@@ -104,12 +103,13 @@ def load_folder(folder: str | os.PathLike, *, workers: int | None = None, quiet:
             _put(profile, read)
         except InputError as e:
             profile.warnings.append(str(e))
-    if left_out:
-        profile.warnings.append(
-            f"{folder}: {len(left_out)} file(s) left out, not a format gpudiag reads: {', '.join(left_out[:10])}"
-            + (" …" if len(left_out) > 10 else "")
-        )
+    profile.warnings.extend(tree.skipped_notes())
     return profile
+
+
+def _without_folder(note: str, folder: Path) -> str:
+    prefix = f"{folder}: "
+    return note[len(prefix) :] if note.startswith(prefix) else note
 
 
 def _read_many(

@@ -8,12 +8,19 @@ bytes, torch has no largest free block), never a guess.
 
 The log may be gzip-compressed (fixtures are). A crashed run can leave a partial last line: it is dropped with a warning in
 ``df.attrs["warnings"]``; a bad line anywhere else is an :class:`InputError`.
+
+A file a user saved by hand is read too, as one memory-stats sample (no step, no time, with a warning saying so):
+``json.dump(torch.cuda.memory_stats(), f)`` (flat dotted keys, pretty-printed or not), torch's
+``memory_stats_as_nested_dict()``, JAX's ``device.memory_stats()``, or any of those one level down in an object
+that holds more (``{"memory_stats": {...}, "losses": [...]}``). A log whose lines are such dicts rather than
+gpudiag's records gets one sample a line, numbered 0, 1, 2 ... in file order.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings as _warnings
 
 import numpy as np
 import pandas as pd
@@ -21,6 +28,7 @@ import pandas as pd
 from parsers.errors import InputError
 from parsers.limits import read_input
 from parsers.reader import JSON, MEMORY_STATS, Reader, compact_json
+from parsers.run_folder import rank_of
 from parsers.schema import F64, I64, STR, Schema, conform
 
 # output column → key in torch.cuda.memory_stats()
@@ -94,6 +102,9 @@ def read_memory_stats(path: str | os.PathLike) -> pd.DataFrame:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(path, f"expected a UTF-8 JSON-lines memory stats log; byte {e.start} is not UTF-8") from None
+    document = _one_object(text)
+    if document is not None:
+        return _single_sample(document, path)
     lines = text.split("\n")
     ends_cleanly = text.endswith("\n")
     warnings: list[str] = []
@@ -115,6 +126,8 @@ def read_memory_stats(path: str | os.PathLike) -> pd.DataFrame:
             raise InputError(path, f"line {number}: expected a JSON object, found {type(record).__name__}")
         if record.get("kind", "memory_stats") != "memory_stats":
             continue
+        if "stats" not in record and "kind" not in record and _has_stats_keys(_flat(record)):
+            record = {"step": len(rows), "stats": _flat(record)}  # a bare memory_stats() dict a line
         rows.append(_row(record, path, number))
     if not rows:
         if not text.strip():
@@ -123,7 +136,73 @@ def read_memory_stats(path: str | os.PathLike) -> pd.DataFrame:
     df = conform(pd.DataFrame(rows), MEMORY_STATS_SCHEMA)
     df = df.sort_values(["rank", "step", "t_ns"], kind="stable").reset_index(drop=True)
     df.attrs["warnings"] = warnings
+    for message in warnings:
+        _warn(message)
     return df
+
+
+def _one_object(text: str) -> dict | None:
+    """The file as one JSON object that is not a gpudiag record (no "stats", no "kind"), else None."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None  # JSON lines, or broken: the line reader says which line
+    if not isinstance(document, dict) or "stats" in document or "kind" in document:
+        return None
+    return document
+
+
+def _single_sample(document: dict, path) -> pd.DataFrame:
+    """A saved ``memory_stats()`` dict (or an object holding one under some key) as one sample of step 0."""
+    stats, where = _flat(document), ""
+    if not _has_stats_keys(stats):
+        nested = [(k, _flat(v)) for k, v in document.items() if isinstance(v, dict)]
+        found = [(k, v) for k, v in nested if _has_stats_keys(v)]
+        if not found:
+            raise InputError(
+                path,
+                "is a JSON object without memory_stats() keys (torch's 'allocated_bytes.all.current', JAX's "
+                f"'bytes_in_use'; its keys: {', '.join(map(str, list(document)[:8]))}); expected torch.cuda.memory_stats() "
+                "or JAX's device.memory_stats() saved as JSON, or the memory/rank<N>.stats.jsonl log gpudiag profile writes",
+            )
+        key, stats = found[0]
+        where = f" (under the key {key!r})"
+    framework = "torch" if any(k in stats for k in TORCH_KEYS.values()) else "jax"
+    record = {"rank": rank_of(path), "step": 0, "framework": framework, "stats": stats}
+    df = conform(pd.DataFrame([_row(record, path, 1)]), MEMORY_STATS_SCHEMA)
+    df.attrs["warnings"] = [
+        f"{os.fspath(path)}: read as one {_CALL[framework]} sample{where}, with no step or time: its peaks "
+        "are judged, not how memory changed from step to step (gpudiag profile records a sample every step)"
+    ]
+    _warn(df.attrs["warnings"][0])
+    return df
+
+
+def _warn(message: str) -> None:
+    """A note for the report: the loader turns a reader's UserWarnings into the report's notes."""
+    _warnings.warn(message, UserWarning, stacklevel=3)
+
+
+_CALL = {"torch": "torch.cuda.memory_stats()", "jax": "JAX device.memory_stats()"}
+
+
+def _flat(stats: dict) -> dict:
+    """torch's ``memory_stats_as_nested_dict()`` as ``memory_stats()``'s dotted keys; a flat dict as it is."""
+    if not any(isinstance(v, dict) for v in stats.values()):
+        return stats
+    out = {}
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in _flat(value).items()})
+        else:
+            out[key] = value
+    return out
+
+
+def _has_stats_keys(stats: dict) -> bool:
+    return any(k in stats for k in TORCH_KEYS.values()) or JAX_KEYS["allocated_bytes"] in stats
 
 
 def _row(record: dict, path, number: int) -> dict:
@@ -167,7 +246,10 @@ def is_memory_stats(head: bytes) -> bool:
     """A memory-stats log: torch's ``memory_stats()`` or JAX's ``memory_stats()`` per line."""
     compact = compact_json(head)
     return compact is not None and (
-        '"kind":"memory_stats"' in compact or '"allocated_bytes.all.current"' in compact or '"bytes_in_use"' in compact
+        '"kind":"memory_stats"' in compact
+        or '"allocated_bytes.all.current"' in compact
+        or '"allocated_bytes":{"all":{' in compact  # torch.cuda.memory_stats_as_nested_dict()
+        or '"bytes_in_use"' in compact
     )
 
 
@@ -177,7 +259,7 @@ READERS = (
         MEMORY_STATS,
         is_memory_stats,
         read_memory_stats,
-        "a memory-stats log (torch or JAX memory_stats() as JSON lines)",
+        "a memory-stats log (torch or JAX memory_stats() as JSON lines, or one memory_stats() saved as JSON)",
         (JSON,),
     ),
 )

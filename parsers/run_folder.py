@@ -19,6 +19,7 @@ meet None in its lists and objects) and turned into the report's notes by :func:
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -255,3 +256,65 @@ def report_notes(manifest: dict) -> list[str]:
     for path, why in sorted((manifest.get("incomplete") or {}).items()):
         notes.append(f"{path} is incomplete: {why}")
     return notes
+
+
+# what a report lacks when an artifact the manifest lists is gone, by the artifact's path (first match)
+_LOST_WITHOUT = (
+    (
+        "trace/*",
+        "no profiler trace for rank {rank}: its kernels, GPU idle time, host syncs and launches are not in this report",
+    ),
+    (
+        "memory/*.snapshot*",
+        "no allocator history for rank {rank}: which lines allocate the memory is not in this report",
+    ),
+    ("memory/*", "no per-step allocator stats for rank {rank}"),
+    ("events/*", "no per-step timings for rank {rank}"),
+    (NVML_CSV, "no NVML samples: GPU utilisation, clocks and power are not in this report"),
+    ("ncu/*", "no Nsight Compute kernel metrics"),
+)
+# an artifact whose content another file of the run also holds: read that one instead
+_READ_INSTEAD = {NCU_REPORT: (NCU_RAW_CSV, "ncu's raw CSV export of the same capture")}
+
+
+def absent_artifacts(folder: str | os.PathLike, manifest: dict) -> list[str]:
+    """What the manifest lists as written (``artifacts``) that is not in the folder: removed since, or not copied
+    with it. What the run itself did not finish is the manifest's ``missing`` (:func:`report_notes`)."""
+    folder = Path(folder)
+    written = manifest.get("artifacts") or {}
+    already_said = set(manifest.get("missing") or [])
+    return sorted(p for p in written if isinstance(p, str) and p not in already_said and not _exists(folder / p))
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; a name no file can have (a NUL byte, too long: a damaged manifest) does not."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def absent_notes(folder: str | os.PathLike, manifest: dict) -> list[str]:
+    """One note per artifact the manifest lists but the folder lacks: what is missing, and what was read
+    instead (ncu's raw CSV for a removed .ncu-rep) or what the report cannot show without it."""
+    folder = Path(folder)
+    notes = []
+    for path in absent_artifacts(folder, manifest):
+        size = manifest["artifacts"].get(path)
+        listed = f" ({_size_text(size)})" if isinstance(size, int) and not isinstance(size, bool) else ""
+        note = f"{path} is listed in the manifest{listed} but is not in the folder (removed, or not copied with it)"
+        instead = _READ_INSTEAD.get(path)
+        if instead and (folder / instead[0]).is_file():
+            note += f"; read {instead[0]}, {instead[1]}, instead"
+        else:
+            lost = next((what for pattern, what in _LOST_WITHOUT if fnmatch.fnmatchcase(path, pattern)), None)
+            note += f"; {lost.format(rank=rank_of(path))}" if lost else ""
+        notes.append(note)
+    return notes
+
+
+def _size_text(size_bytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:.1f} {unit}"
+    return f"{size_bytes} byte{'s' if size_bytes != 1 else ''}"

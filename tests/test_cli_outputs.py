@@ -89,3 +89,66 @@ def test_profile_out_creates_a_new_run_folder_with_its_parents(tmp_path):
     r = gpudiag("profile", "-q", "--no-nvml", "-o", run, "--", "python3", "-c", "pass")
     assert r.returncode == 0, r.stderr
     assert (run / "manifest.json").is_file()
+
+
+# ---- an output folder that exists but cannot be written (issue 28 item 2) ----------------------------------
+
+RUN = FIXTURES / "runs" / "sync_free"  # a real H200 run folder: the summary used to print, then a traceback
+
+
+def unwritable_folder(tmp_path):
+    """A folder no file can be created in, for this user: /sys (read-only, even for root), else a 0555 folder."""
+    from diagnose._io import check_can_create_in
+
+    read_only = tmp_path / "read_only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    for folder in ["/sys"] * os.path.isdir("/sys") + [str(read_only)]:
+        try:
+            check_can_create_in(folder)
+        except OSError:
+            return folder
+    pytest.skip("no folder here refuses a new file (root on a writable file system, no /sys)")
+
+
+@pytest.mark.parametrize(
+    "args,option",
+    [
+        (["report", RUN, "-o", "{ro}/x.html"], "-o"),
+        (["report", RUN, "--no-html", "--json", "{ro}/x.json"], "--json"),
+        (["report", RUN, "--no-html", "--md", "{ro}/x.md"], "--md"),
+        (["check", RUN, "--json", "{ro}/x.json"], "--json"),
+        (["check", RUN, "--md", "{ro}/x.md"], "--md"),
+        (["diff", RUN, RUN, "-o", "{ro}/x.html"], "-o"),
+        (["diff", RUN, RUN, "--json", "{ro}/x.json"], "--json"),
+        (["profile", "-q", "-o", "{ro}/run", "--", "python3", "-c", "pass"], "-o"),
+        (["sweep", "--no-profile", "--grid", "a=1", "-o", "{ro}/sweep", "--", "python3", "-c", "pass"], "-o"),
+    ],
+    ids=["report-o", "report-json", "report-md", "check-json", "check-md", "diff-o", "diff-json", "profile", "sweep"],
+)
+def test_unwritable_output_is_exit_2_before_any_work(args, option, tmp_path):
+    ro = unwritable_folder(tmp_path)
+    args = [str(a).replace("{ro}", ro) for a in args]
+    target = next(a for a in args if a.startswith(ro))
+    r = gpudiag(*args, cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stdout == ""  # refused before the summary, the analysis or the profiled command
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(f"gpudiag: error: {target}: cannot write {option} here: no file can be created in '{ro}' (")
+    assert "Traceback" not in r.stderr
+    assert not list(tmp_path.glob("gpudiag-*"))
+
+
+def test_a_write_that_fails_after_the_check_is_exit_2_naming_the_file(tmp_path, monkeypatch):
+    """The folder passed the check, then refused the file (it went read-only, the disk filled): still one line."""
+    from click.testing import CliRunner
+
+    import diagnose._io
+    from diagnose.cli import main
+
+    ro = unwritable_folder(tmp_path)
+    monkeypatch.setattr(diagnose._io, "check_can_create_in", lambda folder: None)
+    r = CliRunner().invoke(main, ["report", str(RUN), "--no-html", "--json", f"{ro}/x.json"])
+    assert r.exit_code == 2, r.output
+    assert r.output.splitlines()[-1].startswith(f"gpudiag: error: {ro}/x.json: cannot write --json: ")
+    assert r.exception is None or isinstance(r.exception, SystemExit)

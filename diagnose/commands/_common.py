@@ -78,6 +78,43 @@ def require_output_path(path, option: str) -> None:
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"
         raise InputError(path, f"cannot write {option} here: its folder {str(folder)!r} {what} (create it first)")
+    _require_writable(folder, path, option)
+
+
+def require_output_folder(path, option: str) -> None:
+    """Refuse a run or sweep folder that could not be created (it is created with its parents): the nearest
+    part of ``path`` that exists must be a folder this process can write in. Checked before any work."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InputError(path, f"is a file; {option} takes a folder")
+    existing = p
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(path, f"cannot create {option} here: {str(existing)!r} is not a folder")
+    _require_writable(existing, path, option)
+
+
+def _require_writable(folder: Path, path, option: str) -> None:
+    from diagnose._io import check_can_create_in
+
+    try:
+        check_can_create_in(folder)
+    except OSError as e:
+        raise InputError(
+            path, f"cannot write {option} here: no file can be created in {str(folder)!r} ({e.strerror})"
+        ) from None
+
+
+def write_output(path, option: str, write: Callable[[], object]) -> None:
+    """Run ``write`` (which writes ``path``); an OSError it meets (the disk filled, the folder went away since
+    :func:`require_output_path` checked it) is one line naming the path, exit 2, not a traceback."""
+    try:
+        write()
+    except OSError as e:
+        raise InputError(path, f"cannot write {option}: {e.strerror or e}") from None
 
 
 def measured_anything(artifacts: Mapping) -> bool:

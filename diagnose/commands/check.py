@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,6 +20,7 @@ from diagnose.commands._common import (
     require_output_path,
     terminal_width,
     threshold_options,
+    write_output,
 )
 from parsers.errors import InputError
 from parsers.reader import FINDINGS
@@ -66,7 +68,7 @@ def command(path, fail_on, ignore, json_path, md_path, config_path, thresholds):
     for out, option in ((json_path, "--json"), (md_path, "--md")):
         require_output_path(out, option)
     level = Severity.parse(fail_on)
-    reader = registry.detect(path)
+    reader = None if Path(path).is_dir() else registry.detect(path)  # a folder is read as `report` reads it
     if reader is not None and reader.table == FINDINGS:
         if json_path:
             raise InputError(path, "is already a findings JSON: --json writes the findings of an analysis")
@@ -84,7 +86,7 @@ def command(path, fail_on, ignore, json_path, md_path, config_path, thresholds):
         require_measurement(describe_source(profile)["artifacts"], path, profile.warnings, verb="check")
         analysis = analyze(profile, th)
         if json_path:
-            write_json(analysis, json_path)
+            write_output(json_path, "--json", lambda: write_json(analysis, json_path))
     hits = [f for f in analysis.findings if f.severity >= level and not ignored(f.id)]
     left_out = sorted({f.id for f in analysis.findings if ignored(f.id)})
     click.echo(render_terminal(analysis, color=sys.stdout.isatty(), limit=None, width=terminal_width()), nl=False)
@@ -98,7 +100,7 @@ def command(path, fail_on, ignore, json_path, md_path, config_path, thresholds):
     if json_path:
         click.echo(f"Wrote {json_path}")
     if md_path:
-        write_markdown(analysis, md_path, gate=gate)
+        write_output(md_path, "--md", lambda: write_markdown(analysis, md_path, gate=gate))
         click.echo(f"Wrote {md_path}")
     click.echo(gate)
     if hits:

@@ -6,7 +6,13 @@ import sys
 
 import click
 
-from diagnose.commands._common import build_thresholds, require_input_path, require_output_path, threshold_options
+from diagnose.commands._common import (
+    build_thresholds,
+    require_input_path,
+    require_output_path,
+    threshold_options,
+    write_output,
+)
 
 
 @click.command("diff")
@@ -60,6 +66,7 @@ def command(run_a, run_b, output, json_path, fail_pct, include_unknown_noise, al
 
     Exit code: 0, or 1 with --fail-on-regression when a regression exceeds PCT; 2 for bad input.
     """
+    from diagnose._io import atomic_write_text
     from diagnose.compare import DiffOptions, diff_paths
     from reports.diff_html import render_diff_json, render_diff_terminal
 
@@ -71,15 +78,14 @@ def command(run_a, run_b, output, json_path, fail_pct, include_unknown_noise, al
     diff = diff_paths(run_a, run_b, thresholds=th, options=DiffOptions(alpha=alpha))
     click.echo(render_diff_terminal(diff, color=sys.stdout.isatty(), show_all=show_all), nl=False)
     if output:
-        from diagnose._io import atomic_write_text
         from reports.diff_html import render_diff_html
 
-        atomic_write_text(output, render_diff_html(diff))
+        page = render_diff_html(diff)
+        write_output(output, "-o", lambda: atomic_write_text(output, page))
         click.echo(f"Wrote {output}")
     if json_path:
-        from diagnose._io import atomic_write_text
-
-        atomic_write_text(json_path, render_diff_json(diff))
+        document = render_diff_json(diff)
+        write_output(json_path, "--json", lambda: atomic_write_text(json_path, document))
         click.echo(f"Wrote {json_path}")
     if fail_pct is not None:
         hits = diff.regressions(fail_pct, include_unknown_noise=include_unknown_noise)

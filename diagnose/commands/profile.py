@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from diagnose.commands._common import require_output_folder
 from parsers.errors import InputError
 
 _NCU_ONLY = (
@@ -177,6 +178,7 @@ def command(
     """
     from diagnose.launch.light import ProfileOptions, run_profiled
     from diagnose.launch.ncu import DEFAULT_MAX_LAUNCHES, DEFAULT_SECTIONS, DEFAULT_TIMEOUT_S, NcuOptions
+    from diagnose.launch.run_dir import DEFAULT_PARENT
 
     if not command:
         raise InputError(None, "no command to profile: gpudiag profile -- python train.py")
@@ -205,6 +207,7 @@ def command(
             for n in given
         )
         raise InputError(None, f"{flags} only apply with --ncu")
+    require_output_folder(out if out is not None else DEFAULT_PARENT, "-o" if out is not None else "the run folder")
     options = ProfileOptions(
         out=out,
         trace_start=trace_start,

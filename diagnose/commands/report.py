@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 import click
@@ -14,6 +15,7 @@ from diagnose.commands._common import (
     require_output_path,
     terminal_width,
     threshold_options,
+    write_output,
 )
 
 
@@ -62,15 +64,14 @@ def command(path, output, json_path, md_path, no_html, quiet, config_path, thres
     require_measurement(describe_source(profile)["artifacts"], path, profile.warnings)
     analysis = analyze(profile, th)
     click.echo(render_terminal(analysis, color=sys.stdout.isatty(), width=terminal_width()), nl=False)
-    if html_path:
-        write_html(analysis, html_path)
-        click.echo(f"Wrote {html_path}")
-    if json_path:
-        write_json(analysis, json_path)
-        click.echo(f"Wrote {json_path}")
-    if md_path:
-        write_markdown(analysis, md_path)
-        click.echo(f"Wrote {md_path}")
+    for out, option, write in (
+        (html_path, "-o", write_html),
+        (json_path, "--json", write_json),
+        (md_path, "--md", write_markdown),
+    ):
+        if out:
+            write_output(out, option, partial(write, analysis, out))
+            click.echo(f"Wrote {out}")
 
 
 def default_report_path(path: str) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from diagnose.commands._common import require_output_folder, write_output
 from parsers.errors import InputError
 
 
@@ -74,8 +75,9 @@ def command(grids, out, samples_expr, timeout_s, profile_args, no_profile, quiet
         folder = Path("gpudiag-sweeps") / f"{time.strftime('%Y%m%d-%H%M%S')}-{safe_name(script_name(template))}"
     else:
         folder = Path(out)
-        if folder.exists() and any(folder.iterdir()):
+        if folder.is_dir() and any(folder.iterdir()):
             raise InputError(folder, "already exists and is not empty; choose a new -o folder")
+    require_output_folder(folder, "-o")
     runner = sw.plain_runner if no_profile else sw.profile_runner(tuple(profile_args) or sw.DEFAULT_PROFILE_ARGS)
     say = (lambda _m: None) if quiet else (lambda m: click.echo(m, err=True))
     for w in sw.check_template(template, grid):
@@ -92,7 +94,8 @@ def command(grids, out, samples_expr, timeout_s, profile_args, no_profile, quiet
         measure=measure,
     )
     html_path = folder / "sweep.html"
-    atomic_write_text(html_path, render_sweep_html(result))
+    page = render_sweep_html(result)
+    write_output(html_path, "sweep.html", lambda: atomic_write_text(html_path, page))
     if not quiet:
         click.echo(render_sweep_terminal(result), nl=False)
     click.echo(f"Wrote {folder / 'sweep.csv'}, {folder / 'sweep.json'}, {html_path}")
