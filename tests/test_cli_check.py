@@ -57,7 +57,7 @@ def test_check_gates_on_severity_on_a_run_folder():
     assert critical.returncode == 0, critical.stderr
     assert critical.stdout.endswith("OK: no finding at or above critical\n")
     assert warning.returncode == 1, warning.stderr
-    assert warning.stdout.endswith("FAIL: 2 finding(s) at or above warning: idle.gpu_idle, sync.host_sync\n")
+    assert warning.stdout.endswith("FAIL: 2 findings at or above warning: idle.gpu_idle, sync.host_sync\n")
 
 
 def test_check_prints_every_finding_with_its_id():
@@ -68,7 +68,7 @@ def test_check_prints_every_finding_with_its_id():
     for analyzer in NOT_MEASURED_ON_NCU:  # check lists them all, not the report's first 15
         assert any(line.endswith(f"  [{analyzer}.not_measured]") for line in lines), analyzer
     assert "1 critical, 0 warning, 9 info" in lines
-    assert lines[-1] == "FAIL: 1 finding(s) at or above critical: tiny_kernels.launch_bound"
+    assert lines[-1] == "FAIL: 1 finding at or above critical: tiny_kernels.launch_bound"
 
 
 def test_ignore_by_id_and_by_glob():
@@ -77,7 +77,7 @@ def test_ignore_by_id_and_by_glob():
     assert "ignored (--ignore): tiny_kernels.launch_bound" in by_id.stdout.splitlines()
     infos = gpudiag("check", TINY, "--fail-on", "info", "--ignore", "tiny_kernels.*")
     assert infos.returncode == 1
-    assert infos.stdout.splitlines()[-1].startswith("FAIL: 9 finding(s) at or above info: fragmentation.not_measured")
+    assert infos.stdout.splitlines()[-1].startswith("FAIL: 9 findings at or above info: fragmentation.not_measured")
     nothing_left = gpudiag("check", TINY, "--fail-on", "info", "--ignore", "tiny_*", "--ignore", "*.not_measured")
     assert nothing_left.returncode == 0, nothing_left.stdout
 

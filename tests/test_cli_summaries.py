@@ -111,7 +111,7 @@ def test_check_md_has_the_gate_line(tmp_path):
     r = gpudiag("check", SYNC_PLANTED, "--fail-on", "warning", "--md", md_path)
     assert r.returncode == 1
     md = md_path.read_text()
-    assert "**Gate:** FAIL: 2 finding(s) at or above warning: idle.gpu_idle, sync.host_sync" in md
+    assert "**Gate:** FAIL: 2 findings at or above warning: idle.gpu_idle, sync.host_sync" in md
     rows = [x for x in md.splitlines() if x.startswith("| warning |") or x.startswith("| info |")]
     assert [x.split(" | ")[1] for x in rows] == [
         "`idle.gpu_idle`",

@@ -22,6 +22,7 @@ from diagnose.commands._common import (
     threshold_options,
     write_output,
 )
+from diagnose.formatting import n_things
 from parsers.errors import InputError
 from parsers.reader import FINDINGS
 
@@ -94,7 +95,7 @@ def command(path, fail_on, ignore, json_path, md_path, config_path, thresholds):
         click.echo(f"ignored (--ignore): {', '.join(left_out)}")
     if hits:
         ids = ", ".join(dict.fromkeys(f.id for f in hits))
-        gate = f"FAIL: {len(hits)} finding(s) at or above {fail_on}: {ids}"
+        gate = f"FAIL: {n_things(len(hits), 'finding')} at or above {fail_on}: {ids}"
     else:
         gate = f"OK: no finding at or above {fail_on}"
     if json_path:

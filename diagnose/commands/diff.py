@@ -13,6 +13,7 @@ from diagnose.commands._common import (
     threshold_options,
     write_output,
 )
+from diagnose.formatting import n_things, unit_of_column, value_human
 
 
 @click.command("diff")
@@ -91,9 +92,13 @@ def command(run_a, run_b, output, json_path, fail_pct, include_unknown_noise, al
         hits = diff.regressions(fail_pct, include_unknown_noise=include_unknown_noise)
         if len(hits):
             for rec in hits.itertuples(index=False):
-                click.echo(f"REGRESSION {rec.what}: {rec.a:.6g} -> {rec.b:.6g} ({rec.change_pct:+.1f} %)")
+                unit = unit_of_column(str(rec.what).split(": ")[-1])  # "kernel K: median_dur_ns" or a summary key
+                click.echo(
+                    f"REGRESSION {rec.what}: {value_human(rec.a, unit)} -> {value_human(rec.b, unit)} "
+                    f"({rec.change_pct:+.1f} %)"
+                )
             if diff.environment_warnings:
                 click.echo("(A and B ran in different environments: see the WARNING above)")
-            click.echo(f"FAIL: {len(hits)} regression(s) over {fail_pct:g} %")
+            click.echo(f"FAIL: {n_things(len(hits), 'regression')} over {fail_pct:g} %")
             raise SystemExit(1)
         click.echo(f"OK: no regression over {fail_pct:g} %")

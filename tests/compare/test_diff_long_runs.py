@@ -146,6 +146,9 @@ def test_diff_of_two_real_runs_of_1300_and_1600_steps(tmp_path):
     r = gpudiag("diff", a, b, "--json", out, "--fail-on-regression", "5")
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr and "REGRESSION step_time_median_ms" in r.stdout
+    # the gate's lines in their units and in agreement with their counts (were "0.292015 -> 0.330658", "2 regression(s)")
+    assert "REGRESSION step_time_median_ms: 292 µs -> 331 µs (+13.2 %)" in r.stdout.splitlines()
+    assert r.stdout.splitlines()[-1] == "FAIL: 2 regressions over 5 %"
     m = {x["key"]: x for x in json.loads(out.read_text())["metrics"]}
     step = m["step_time_median_ms"]
     assert (step["n_a"], step["n_b"]) == (1296, 1596)  # 3 warm-up steps left out, and the step the run ended in

@@ -56,7 +56,7 @@ def test_a_plain_json_dump_of_torch_memory_stats():
     )
     r = gpudiag("check", TORCH, "--fail-on", "warning")
     assert r.returncode == 1, r.stderr
-    assert "FAIL: 1 finding(s) at or above warning: fragmentation.at_peak" in r.stdout
+    assert "FAIL: 1 finding at or above warning: fragmentation.at_peak" in r.stdout
     assert "27 % of the 6.22 GiB reserved was never allocated even at the peak" in r.stdout
 
 
