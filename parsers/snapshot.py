@@ -511,9 +511,11 @@ def _user_location(frames: tuple) -> tuple[str | None, str]:
     return location, " | ".join(f"{_frame_place(f, line, name)} {name}" for f, line, name in python[:12])
 
 
-def _frame_place(path: str, line: int, name: str) -> str:
-    """'path:line', or 'name() in path' when the frame has no line (0: not a line a user can open)."""
-    return f"{path}:{line}" if line > 0 else f"{name}() in {path}"
+def _frame_place(path: str, line, name: str) -> str:
+    """'path:line', or 'name() in path' when the frame has no line (0, or not a line number: a mutated or broken
+    file) that a user could open."""
+    n = _line(line)
+    return f"{path}:{n}" if n > 0 else f"{name}() in {path}"
 
 
 def is_snapshot_pickle(head: bytes) -> bool:

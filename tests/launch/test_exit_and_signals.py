@@ -53,6 +53,14 @@ def _wait_for_steps(run, n, proc, timeout_s=30):
     raise AssertionError("no steps appeared")
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """SIGINT at its default in gpudiag, as when it is started from a terminal. A job that a shell starts in the
+    background without job control (``cmd &`` in a script) has SIGINT ignored; gpudiag's script inherits that and
+    goes on running when the forwarded SIGINT arrives, as it would without gpudiag. The test must not depend on how
+    pytest itself was started (it hung 30 s when .ci/run ran in such a job)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_to_gpudiag_is_forwarded_and_the_run_stays_valid(tmp_path, signum):
     run = tmp_path / "r"
@@ -76,6 +84,7 @@ def test_signal_to_gpudiag_is_forwarded_and_the_run_stays_valid(tmp_path, signum
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_sigint_as_at_a_terminal,
     )
     _wait_for_steps(run, 3, proc)
     proc.send_signal(signum)
