@@ -26,8 +26,7 @@ def test_torchrun_two_workers_give_two_ranks(tmp_path):
         torchrun,
         "--nproc-per-node",
         "2",
-        "--master-port",
-        "29533",
+        "--standalone",  # a free port of torchrun's choosing: a fixed one collides with any other job that holds it
         EXAMPLES / "train_mlp.py",
         "--steps",
         "6",
