@@ -150,14 +150,20 @@ def _autograd_engine_passes(trace, first_host_ns: int):
     if len(engine) < 2:
         return None
     passes = _engine_passes_by_sequence(engine)
-    if passes is not None:
-        if len(passes) < MIN_REPEATS:
-            return None
-        return _ends_based(
-            passes,
-            first_host_ns,
-            "backward passes of the autograd engine (no ProfilerStep, optimizer or stacks in the trace)",
-        )
+    if passes is None:
+        passes = _engine_passes_between_other_ops(trace, engine)
+    if len(passes) < MIN_REPEATS:
+        return None
+    return _ends_based(
+        passes,
+        first_host_ns,
+        "backward passes of the autograd engine (no ProfilerStep, optimizer or stacks in the trace)",
+    )
+
+
+def _engine_passes_between_other_ops(trace, engine: pd.DataFrame) -> pd.DataFrame:
+    """The engine's ops grouped into passes where no sequence numbers say them: a pass ends where another
+    top-level op interrupts the engine's."""
     top = trace.cpu_ops[trace.cpu_ops["parent_index"].to_numpy() < 0]
     is_engine = top.index.isin(engine.index)
     # what interrupts a pass: top-level ops of the threads the engine does not run on (the main thread,
@@ -171,17 +177,10 @@ def _autograd_engine_passes(trace, first_host_ns: int):
     between = np.searchsorted(breakers, starts[1:], side="left") - np.searchsorted(breakers, run_end[:-1], side="left")
     first = np.r_[True, between > 0]
     pass_id = np.cumsum(first) - 1
-    passes = (
+    return (
         pd.DataFrame({"ts_ns": starts, "end_ns": run_end})
         .groupby(pass_id)
         .agg(ts_ns=("ts_ns", "min"), end_ns=("end_ns", "max"))
-    )
-    if len(passes) < MIN_REPEATS:
-        return None
-    return _ends_based(
-        passes,
-        first_host_ns,
-        "backward passes of the autograd engine (no ProfilerStep, optimizer or stacks in the trace)",
     )
 
 
