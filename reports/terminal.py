@@ -52,7 +52,9 @@ NOTE = "  note: "
 
 
 def note_lines(note: str, width: int | None = None) -> list[str]:
-    """``  note: <note>``, wrapped (never cut) at ``width``: a note names the files left out and why, last."""
+    """``  note: <note>``, wrapped (never cut) at ``width``: a note names the files left out and why, last.
+
+    A word wider than the line (a deep path) is split across lines rather than left to overflow the terminal."""
     if width is None or len(NOTE) + len(note) <= width:
         return [NOTE + note]
     return textwrap.wrap(
@@ -60,7 +62,7 @@ def note_lines(note: str, width: int | None = None) -> list[str]:
         width,
         initial_indent=NOTE,
         subsequent_indent=" " * len(NOTE),
-        break_long_words=False,
+        break_long_words=True,
         break_on_hyphens=False,
     )
 

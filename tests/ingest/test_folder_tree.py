@@ -12,7 +12,7 @@ import pytest
 from diagnose.analysis import analyze
 from diagnose.load import load
 from parsers.errors import InputError
-from reports.terminal import render_terminal
+from reports.terminal import note_lines, render_terminal
 from tests.cli_run import gpudiag
 from tests.paths import FIXTURES
 
@@ -85,10 +85,18 @@ def test_left_out_files_are_wrapped_on_a_terminal_not_cut():
     text = render_terminal(analysis, width=80)
     notes = text[text.index("  note: ") :]
     assert "…" not in notes and all(len(line) <= 80 for line in notes.splitlines())
-    joined = " ".join(line.strip() for line in notes.splitlines())
-    assert f"note: {HTA}: 1 file left out, not a format gpudiag reads: LICENSE" in joined
-    assert "each rank's trace is read once" in joined
+    squeezed = "".join(notes.split())  # a path wider than the line is split inside it
+    assert "".join(f"note: {HTA}: 1 file left out, not a format gpudiag reads: LICENSE".split()) in squeezed
+    assert "".join("each rank's trace is read once".split()) in squeezed
     assert render_terminal(analysis).count("\n  note: ") == 2  # no width (CI logs, pipes): one line each
+
+
+def test_a_path_wider_than_the_terminal_is_split_not_left_to_overflow():
+    """CI's clone lives deeper (/check/work/main/...): its fixture path alone passed 80 columns and overflowed."""
+    path = "/check/" + "/".join(f"level{i:02d}" for i in range(12)) + "/hta_traces"
+    lines = note_lines(f"{path}: 1 file left out, not a format gpudiag reads: LICENSE", width=80)
+    assert all(len(line) <= 80 for line in lines) and len(lines) >= 2
+    assert "".join("".join(lines).split()).startswith("note:" + path)
 
 
 def test_run_folders_inside_a_folder_are_listed_not_mixed(tmp_path):
