@@ -32,8 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from diagnose.compare import DiffOptions, kernel_diff, mann_whitney_u, step_samples  # noqa: E402
-from diagnose.load import load  # noqa: E402
+from diagnose.comparison.runs import DiffOptions, kernel_diff, mann_whitney_u, step_samples  # noqa: E402
+from diagnose.ingest.loading import load  # noqa: E402
 from diagnose.thresholds import Thresholds  # noqa: E402
 
 RUNS = ROOT / "fixtures" / "runs"

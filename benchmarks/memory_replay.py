@@ -72,10 +72,10 @@ def grown_snapshot(entries: int) -> dict:
 def run_ours(pickle_path: Path, html_path: Path) -> dict:
     import pandas as pd
 
-    from diagnose.analysis import Analysis
+    from diagnose.analysis import Analysis, run_analyzer
     from diagnose.analyzers import fragmentation
-    from diagnose.memory_replay import replay
-    from diagnose.profile_data import Profile
+    from diagnose.derive.memory_replay import replay
+    from diagnose.ingest.profile_data import Profile
     from parsers.snapshot import read_snapshot
     from reports.html import render_html
 
@@ -87,7 +87,7 @@ def run_ours(pickle_path: Path, html_path: Path) -> dict:
     replay_s = time.perf_counter() - t
     t = time.perf_counter()
     profile = Profile(kernels=pd.DataFrame(), snapshots={0: snap})
-    result = fragmentation.analyze(profile)
+    result = run_analyzer(fragmentation, profile)
     analyze_s = time.perf_counter() - t
     t = time.perf_counter()
     analysis = Analysis(results={"fragmentation": result}, findings=list(result.findings), summary=dict(result.summary))

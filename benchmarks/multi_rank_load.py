@@ -35,12 +35,13 @@ DEFAULT_SOURCES = [
 SIDE = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from diagnose.load import load
+from diagnose.ingest.loading import load
 from diagnose.analyzers import comm
+from diagnose.analysis import run_analyzer
 t0 = time.perf_counter()
 profile = load({folder!r}, workers={workers}, quiet=True)
 load_s = time.perf_counter() - t0
-result = comm.analyze(profile)
+result = run_analyzer(comm, profile)
 total_s = time.perf_counter() - t0
 out = {{"load_s": load_s, "total_s": total_s, "ingest": profile.ingest, "warnings": profile.warnings,
         "parent_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -126,7 +127,7 @@ def main() -> None:
     args = ap.parse_args()
     folder = build(Path(args.folder), args.ranks, args.rank_mb, [Path(s) for s in args.sources])
     sizes = [p.stat().st_size for p in sorted((folder / "trace").glob("rank*.json"))]
-    from diagnose import parallel_ingest
+    from diagnose.ingest import parallel as parallel_ingest
 
     auto = parallel_ingest.worker_count(sizes)
     workers = args.workers or auto

@@ -46,10 +46,10 @@ def default_traces() -> list[Path]:
 OURS_IN_PROCESS = r"""
 import importlib, json, pkgutil, sys, time
 from diagnose.analysis import analyze
-from diagnose.load import load
-from diagnose.outputs import write_json
+from diagnose.ingest.loading import load
+from diagnose.outputs.report_files import write_json
 from diagnose.thresholds import Thresholds
-import diagnose.analyzers, diagnose.environment, diagnose.verdict, diagnose.version, reports.json_report
+import diagnose.analyzers, diagnose.ingest.recorded_environment, diagnose.verdict, diagnose.version, reports.json_report
 from parsers import registry
 for module in pkgutil.iter_modules(diagnose.analyzers.__path__):
     importlib.import_module("diagnose.analyzers." + module.name)

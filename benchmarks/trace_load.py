@@ -36,13 +36,14 @@ import json, resource, sys, time
 sys.path.insert(0, {root!r})
 import pandas as pd
 from parsers.trace import read_trace
-from diagnose.profile_data import Profile
+from diagnose.ingest.profile_data import Profile
 from diagnose.analyzers import idle, launch, sync
+from diagnose.analysis import run_analyzer
 t0 = time.perf_counter()  # after imports, as HTA's side starts its clock after importing HTA
 trace = read_trace({path!r})
 load_s = time.perf_counter() - t0
 p = Profile(sources=[{path!r}], kernels=pd.DataFrame(), nvml=pd.DataFrame(), traces={{0: trace}})
-r = idle.analyze(p); sync.analyze(p); launch.analyze(p)
+r = run_analyzer(idle, p); run_analyzer(sync, p); run_analyzer(launch, p)
 total_s = time.perf_counter() - t0
 print("OURS_RESULT " + json.dumps({{"load_s": load_s, "total_s": total_s, "events": trace.metadata["events"],
       "gpu_idle_pct": r.summary.get("gpu_idle_pct"),

@@ -12,8 +12,6 @@ The library API (the CLI is a thin layer over it)::
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 from diagnose.version import __version__
 
@@ -28,27 +26,13 @@ _LAZY = {
     "Severity": "diagnose.findings",
     "Subject": "diagnose.findings",
     "profile": "diagnose.launch.api",
-    "load": "diagnose.load",
-    "write_html": "diagnose.outputs",
-    "write_json": "diagnose.outputs",
-    "Profile": "diagnose.profile_data",
+    "load": "diagnose.ingest.loading",
+    "write_html": "diagnose.outputs.report_files",
+    "write_json": "diagnose.outputs.report_files",
+    "Profile": "diagnose.ingest.profile_data",
     "Thresholds": "diagnose.thresholds",
     "InputError": "parsers.errors",
 }
-
-
-class _Package(types.ModuleType):
-    """``diagnose.load`` is the function, as it was when this module imported it eagerly: the import system
-    binds a submodule to its package's attribute when it is first imported, and ``diagnose/load.py`` would
-    otherwise take the function's place."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in _LAZY and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):

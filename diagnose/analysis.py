@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnose.derive.derived import Derived
 from diagnose.findings import Finding, Result, Severity, rank_findings
+from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import Metric, describe, in_match_order
-from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 
@@ -38,10 +39,11 @@ def analyze(profile: Profile, thresholds: Thresholds | None = None, only: list[s
 
     th = thresholds or Thresholds()
     analysis = Analysis(source=describe_source(profile), warnings=list(profile.warnings))
+    derived = Derived(profile, th)  # the tables two analyzers read, each worked out once for this report
     for mod in discover():
         if only and mod.NAME not in only:
             continue
-        result = mod.analyze(profile, th)
+        result = mod.analyze(profile, derived, th)
         analysis.results[mod.NAME] = result
         analysis.findings.extend(result.findings)
         analysis.summary.update(result.summary)
@@ -57,6 +59,20 @@ def analyze(profile: Profile, thresholds: Thresholds | None = None, only: list[s
     return analysis
 
 
+def run_analyzer(analyzer, profile: Profile, thresholds: Thresholds | None = None) -> Result:
+    """One analyzer (its module or its ``NAME``) over ``profile``, with its own Derived: a notebook's or a test's
+    way to ask one question. ``analyze()`` shares one Derived between all of them."""
+    from diagnose.analyzers import discover
+
+    if isinstance(analyzer, str):
+        by_name = {mod.NAME: mod for mod in discover()}
+        if analyzer not in by_name:
+            raise ValueError(f"no analyzer named {analyzer!r}: {', '.join(sorted(by_name))}")
+        analyzer = by_name[analyzer]
+    th = thresholds or Thresholds()
+    return analyzer.analyze(profile, Derived(profile, th), th)
+
+
 def declared_metrics() -> tuple[Metric, ...]:
     """Every analyzer's declared summary metrics (its ``SUMMARY_METRICS``), in match order, tagged with its name."""
     from dataclasses import replace
@@ -70,7 +86,7 @@ def declared_metrics() -> tuple[Metric, ...]:
 
 
 def describe_source(profile: Profile) -> dict[str, Any]:
-    from diagnose.environment import environment_of
+    from diagnose.ingest.recorded_environment import environment_of
     from diagnose.version import __version__
 
     m = profile.manifest

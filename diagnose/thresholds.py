@@ -50,7 +50,7 @@ class Occupancy:
     critical_gap_pts: float = 30.0
     min_kernel_share: float = 0.005
     critical_kernel_share: float = 0.1  # a gap over critical_gap_pts is critical only on a kernel this heavy
-    # a kernel whose SOL limiter (diagnose.kernel_limiter) is at this % of peak or more already runs at that
+    # a kernel whose SOL limiter (diagnose.derive.kernel_limiter) is at this % of peak or more already runs at that
     # unit's speed: more resident warps would not make it faster, so its gap is info and costs nothing
     saturated_unit_pct: float = 80.0
 

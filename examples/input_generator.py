@@ -4,7 +4,7 @@ Many scripts build their batches in a plain generator (reading shards, tokenisin
 numpy) and loop over it. `batches()` (INPUT-1) "decodes" each batch on the host, about 15-25 ms of
 numpy work on one core, while the MLP's step on a GPU takes about a millisecond. The loop fetches
 the next batch at INPUT-2. gpudiag cannot hook a generator as it hooks a DataLoader; in the traced
-steps it finds the generator's resumes among the Python frames the loop calls (diagnose/trace_input_wait.py).
+steps it finds the generator's resumes among the Python frames the loop calls (diagnose/derive/trace_input_wait.py).
 The fix is to build batches ahead of time: a DataLoader with workers over the same code, or a
 background thread with a queue.
 

@@ -10,7 +10,7 @@ Left out, each with its reason: hidden files and folders (``.git``), writers' te
 (never followed: a link loop), a subfolder that is a run folder of its own (it has its own manifest and report),
 gpudiag's own findings JSON, files of no format gpudiag reads (an ``.xplane.pb``), files a reader refuses on
 sight (empty, a broken gzip), and the second export of one jax.profiler capture. Files nearer the top come
-first, then in name order: which trace of a rank is read first is the caller's rule (diagnose/load.py).
+first, then in name order: which trace of a rank is read first is the caller's rule (diagnose/ingest/loading.py).
 """
 
 from __future__ import annotations

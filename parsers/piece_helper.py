@@ -8,7 +8,7 @@ ones a single process builds.
 
 The helper is forked when a trace turns out to be larger than one piece, so it starts with the readers
 imported and shares the (then small) parent's pages; it is not started on one core, nor inside a process
-that is itself a multiprocessing worker (``diagnose/parallel_ingest.py`` already reads one trace per
+that is itself a multiprocessing worker (``diagnose/ingest/parallel.py`` already reads one trace per
 core). A helper that dies (killed for memory) is noticed as the end of its pipe: the stream builds that
 piece itself and goes on without it. Nothing here can hang on a dead helper.
 """

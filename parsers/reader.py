@@ -4,7 +4,7 @@ Each reader module ends with ``READERS``, a tuple of :class:`Reader`; :mod:`pars
 those modules in the order their formats are tried. A format is recognised from the first
 :data:`SNIFF_BYTES` of its content (gunzipped when it is gzip), never from its extension.
 
-``table`` says which table of a run the result fills (``diagnose.profile_data.Profile`` puts it
+``table`` says which table of a run the result fills (``diagnose.ingest.profile_data.Profile`` puts it
 there), so a new format of a kind gpudiag already analyses (another trace format read into
 :class:`parsers.trace.Trace`) needs no change outside its own module and its one line in the registry.
 """

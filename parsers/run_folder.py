@@ -11,7 +11,7 @@ Layout (DESIGN.md, docs/run-folder.md)::
     ncu/report.ncu-rep, ncu/raw.csv    under --ncu (ncu/ncu.log is ncu's console)
     ncu/launch_starts.csv              under --ncu: when each profiled launch started (from ncu's log)
 
-The launcher (diagnose/launch) writes it through these names; the loader (diagnose/load.py) reads it
+The launcher (diagnose/launch) writes it through these names; the loader (diagnose/ingest/loading.py) reads it
 through :func:`artifact_paths`. Temporary files (``*.tmp``) are what a killed writer left behind;
 they never count as artifacts. The manifest is validated by :func:`read_manifest` (callers never
 meet None in its lists and objects) and turned into the report's notes by :func:`report_notes`.

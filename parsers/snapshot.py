@@ -10,7 +10,7 @@ to its frame ids and to the innermost *user* line (``path:line``, the first Pyth
 frame outside torch and site-packages), which is what a report names. A trace entry
 carries only its ``stack_id`` and that ``location``.
 
-Nothing here interprets the history (that is :mod:`diagnose.memory_replay`): unknown
+Nothing here interprets the history (that is :mod:`diagnose.derive.memory_replay`): unknown
 action names are kept as they are and listed in ``metadata["warnings"]``.
 """
 

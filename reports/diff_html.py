@@ -1,4 +1,4 @@
-"""Renderers of a :class:`diagnose.compare.Diff`: the offline HTML page, the terminal summary, the JSON.
+"""Renderers of a :class:`diagnose.comparison.runs.Diff`: the offline HTML page, the terminal summary, the JSON.
 
 Render only: every number shown is in ``diff.metrics`` / ``diff.kernels`` / ``diff.tables``.
 Same conventions as reports/html.py: plotly.js inlined once, figures as fragments, text escaped.

@@ -1,4 +1,4 @@
-"""Renderers of a :class:`diagnose.sweep.Sweep`: the offline HTML page (peak memory against samples/s,
+"""Renderers of a :class:`diagnose.comparison.sweep.Sweep`: the offline HTML page (peak memory against samples/s,
 Pareto front marked, failed combinations with their reason) and the terminal table. Render only:
 every number is a column of ``sweep.rows``."""
 

@@ -98,7 +98,7 @@ RUN = FIXTURES / "runs" / "sync_free"  # a real H200 run folder: the summary use
 
 def unwritable_folder(tmp_path):
     """A folder no file can be created in, for this user: /sys (read-only, even for root), else a 0555 folder."""
-    from diagnose._io import check_can_create_in
+    from diagnose.outputs.atomic_write import check_can_create_in
 
     read_only = tmp_path / "read_only"
     read_only.mkdir()
@@ -143,11 +143,11 @@ def test_a_write_that_fails_after_the_check_is_exit_2_naming_the_file(tmp_path, 
     """The folder passed the check, then refused the file (it went read-only, the disk filled): still one line."""
     from click.testing import CliRunner
 
-    import diagnose._io
+    import diagnose.outputs.atomic_write
     from diagnose.cli import main
 
     ro = unwritable_folder(tmp_path)
-    monkeypatch.setattr(diagnose._io, "check_can_create_in", lambda folder: None)
+    monkeypatch.setattr(diagnose.outputs.atomic_write, "check_can_create_in", lambda folder: None)
     r = CliRunner().invoke(main, ["report", str(RUN), "--no-html", "--json", f"{ro}/x.json"])
     assert r.exit_code == 2, r.output
     assert r.output.splitlines()[-1].startswith(f"gpudiag: error: {ro}/x.json: cannot write --json: ")

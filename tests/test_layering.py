@@ -24,8 +24,8 @@ PLANTED = {  # rule: ({file to append to or create: source}, the line the check 
         "reports.markdown imports diagnose.findings._planted (reports take only diagnose.findings' public names)",
     ),
     "reports take nothing else from diagnose": (
-        {"reports/markdown.py": "\nimport diagnose.profile_data\n"},
-        "reports.markdown imports diagnose.profile_data (reports take only diagnose.findings' public names)",
+        {"reports/markdown.py": "\nimport diagnose.ingest.profile_data\n"},
+        "reports.markdown imports diagnose.ingest.profile_data (reports take only diagnose.findings' public names)",
     ),
     "analyzers never import the launcher": (
         {"diagnose/analyzers/launch.py": "\n\ndef _planted():\n    from diagnose.launch import api\n"},

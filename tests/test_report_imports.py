@@ -61,8 +61,8 @@ def test_help_imports_neither_pandas_nor_numpy():
 def test_package_names_stay_the_functions_after_their_submodules_are_imported():
     code = (
         f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
-        "import diagnose.load, diagnose.analysis, diagnose\n"
+        "import diagnose.ingest.loading, diagnose.analysis, diagnose\n"
         "print(callable(diagnose.load), diagnose.load.__module__, diagnose.analyze.__module__)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert out.stdout.split() == ["True", "diagnose.load", "diagnose.analysis"], out.stderr
+    assert out.stdout.split() == ["True", "diagnose.ingest.loading", "diagnose.analysis"], out.stderr

@@ -1,4 +1,4 @@
-"""Each report invariant (diagnose/invariants.py) on small hand-made findings: fakes that break it, and
+"""Each report invariant (diagnose/checks/report_invariants.py) on small hand-made findings: fakes that break it, and
 findings that hold it (their wording copied from real reports). The real inputs are checked in
 tests/test_report_invariants_fixtures.py, every fuzzed input in tests/fuzz/oracle.py."""
 
@@ -8,8 +8,7 @@ import pandas as pd
 import pytest
 
 from diagnose.analysis import Analysis
-from diagnose.findings import Result
-from diagnose.invariants import (
+from diagnose.checks.report_invariants import (
     Violation,
     check_budget_adds_up,
     check_clean_numbers,
@@ -23,6 +22,7 @@ from diagnose.invariants import (
     check_verdict_matches_finding,
     numbers_in,
 )
+from diagnose.findings import Result
 
 
 def fake_finding(title, evidence=(), subjects=(), fid="step_budget.sync", severity="warning", cost_share=None, **kw):

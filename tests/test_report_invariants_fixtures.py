@@ -1,4 +1,4 @@
-"""The report invariants (diagnose/invariants.py) on the analysis of every real input under fixtures/.
+"""The report invariants (diagnose/checks/report_invariants.py) on the analysis of every real input under fixtures/.
 
 One test per input, so a failure names it: every run folder (a folder with a manifest.json, fixtures/runs/
 and fixtures/comm/), every folder of per-rank traces (files named ``rank<N>`` / ``rank-<N>``), and every file
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import diagnose
-from diagnose.invariants import by_invariant, check_analysis
+from diagnose.checks.report_invariants import by_invariant, check_analysis
 from parsers import registry
 from parsers.errors import InputError
 from parsers.reader import FINDINGS

@@ -1,4 +1,4 @@
-"""diagnose.trace_input_wait on real traces: the DataLoader ``__next__`` ranges per step, checked against the JSON.
+"""diagnose.derive.trace_input_wait on real traces: the DataLoader ``__next__`` ranges per step, checked against the JSON.
 
 No trace in fixtures/ (fixtures/shared included) has DataLoader ranges, so two are captured here on the CPU: one the
 way a user captures it (torch.profiler with a schedule, ProfilerStep ranges, a single-process loader), one by
@@ -16,8 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from diagnose.trace_input_wait import input_wait_per_step  # noqa: E402
-from diagnose.trace_timeline import steps as step_windows  # noqa: E402
+from diagnose.derive.trace_input_wait import input_wait_per_step  # noqa: E402
+from diagnose.derive.trace_timeline import steps as step_windows  # noqa: E402
 from parsers.trace import read_trace  # noqa: E402
 from tests.launch.launch_helpers import EXAMPLES, gpudiag  # noqa: E402
 from tests.paths import shared  # noqa: E402

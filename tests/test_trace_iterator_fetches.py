@@ -1,4 +1,4 @@
-"""diagnose.trace_input_wait for loops without a DataLoader: fetches from the loop's own iterator.
+"""diagnose.derive.trace_input_wait for loops without a DataLoader: fetches from the loop's own iterator.
 
 Real captures: fixtures/trace/input_generator (a generator-fed loop traced by light mode on the CPU) and
 fixtures/runs/sync_planted (H200, a training loop that is itself a generator, yielding once a step: its
@@ -14,8 +14,8 @@ import textwrap
 import pytest
 
 import diagnose
-from diagnose import trace_timeline as tl
-from diagnose.trace_input_wait import input_wait_per_step, is_generator, iterator_fetches, loop_frame
+from diagnose.derive import trace_timeline as tl
+from diagnose.derive.trace_input_wait import input_wait_per_step, is_generator, iterator_fetches, loop_frame
 from parsers.trace import read_trace
 from tests.launch.launch_helpers import EXAMPLES, gpudiag
 from tests.paths import FIXTURES

@@ -18,7 +18,7 @@ It prints one markdown table: reader | kind of input | count | clear error | par
 uncaught exceptions | hangs | code execution | max memory MiB. ``partial/accepted`` is
 ``P/A``: P inputs loaded with a warning (something skipped or dropped), A loaded cleanly.
 ``uncaught`` also counts results that break their declared schema, InputErrors that do not
-name the file, and analyses that break a report invariant (diagnose/invariants.py). Results as JSON with ``--json OUT``. docs/fuzzing.md has the last run's table.
+name the file, and analyses that break a report invariant (diagnose/checks/report_invariants.py). Results as JSON with ``--json OUT``. docs/fuzzing.md has the last run's table.
 """
 
 from __future__ import annotations
@@ -305,8 +305,8 @@ def atheris_worker(args, argv) -> None:
 
     from tests.fuzz.mutations import RandomChooser, case_seeds, kinds_for, mutate
 
-    with atheris.instrument_imports(include=["parsers", "diagnose.load"]):
-        import diagnose.load  # noqa: F401
+    with atheris.instrument_imports(include=["parsers", "diagnose.ingest.loading"]):
+        import diagnose.ingest.loading  # noqa: F401
         import parsers.events  # noqa: E401,F401
         import parsers.memory_stats
         import parsers.ncu

@@ -1,6 +1,6 @@
 """Communication across ranks: who arrives last at collectives, how long the others wait, overlap.
 
-Definitions are in :mod:`diagnose.collectives` (matching, wait, clock assumption, overlap) and
+Definitions are in :mod:`diagnose.derive.collectives` (matching, wait, clock assumption, overlap) and
 ``docs/comm.md``. Point-to-point kernels (SendRecv) pair a rank with its peer, not with every
 rank, so they count in comm time and overlap but not in waits or stragglers. A trace with no
 collectives gives an empty result (no finding noise).
@@ -11,11 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose import collectives as col
+from diagnose.derive import collectives as col
+from diagnose.derive.derived import Derived
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
 from diagnose.formatting import ms_human, n_things, pct_human, share_human
+from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric
-from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 NAME = "comm"
@@ -38,11 +39,11 @@ MIN_COLLECTIVES = 3  # fewer matched collectives say nothing about a persistent 
 MAX_TIMELINE_ROWS = 6000
 
 
-def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
+def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
     occ, times = [], {}
-    for rank in sorted(profile.traces):
-        trace = profile.traces[rank]
+    for rank in sorted(derived.traces):
+        trace = derived.traces[rank]
         gpu = trace.gpu
         has_comm = len(gpu) and bool((gpu["kind"] == "comm").any())
         o = col.occurrences(trace, rank, trace.collectives if has_comm else None)
@@ -54,7 +55,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     occ = pd.concat(occ, ignore_index=True)
     on_gpu = bool((occ["source"] == "kernel").any())
     ranks = sorted(times)
-    world = _world_size(profile)
+    world = _world_size(derived)
     result.meta.update(
         {
             "ranks": ranks,
@@ -117,8 +118,8 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     return result
 
 
-def _world_size(profile: Profile) -> int | None:
-    for trace in profile.traces.values():
+def _world_size(derived: Derived) -> int | None:
+    for trace in derived.traces.values():
         info = (trace.metadata.get("header") or {}).get("distributedInfo")
         if isinstance(info, dict) and isinstance(info.get("world_size"), int):
             return int(info["world_size"])

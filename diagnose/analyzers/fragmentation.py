@@ -1,6 +1,6 @@
 """Memory fragmentation: does fragmentation, not real demand, set the peak or cause an OOM?
 
-From the allocator history (torch snapshot) the replay (:mod:`diagnose.memory_replay`)
+From the allocator history (torch snapshot) the replay (:mod:`diagnose.derive.memory_replay`)
 rebuilds reserved / allocated / requested bytes and the free-block layout; this module
 bins them for the report (bounded cells, see ``Memory`` thresholds), checks them against
 the snapshot and the per-step ``memory_stats``, and judges:
@@ -23,13 +23,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose import capture_advice
+from diagnose.derive import capture_advice
+from diagnose.derive.derived import Derived
+from diagnose.derive.history_coverage import Coverage, history_coverage, step_intervals
+from diagnose.derive.memory_replay import ReplayResult, agreement, external_fragmentation_pct, occupancy_grid, replay
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import agree, bytes_human, count_human, n_things, pct_human, share_human
-from diagnose.history_coverage import Coverage, history_coverage, step_intervals
-from diagnose.memory_replay import ReplayResult, agreement, external_fragmentation_pct, occupancy_grid, replay
+from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import LOWER, NEUTRAL, Metric
-from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 NAME = "fragmentation"
@@ -63,7 +64,7 @@ SEGMENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unma
 GIB = 2**30
 
 
-def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
+def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -> Result:
     result = Result(analyzer=NAME)
     if not profile.snapshots and not profile.memory_stats:
         result.findings.append(

@@ -1,6 +1,6 @@
 """GPU idle time per step and why: busy, waiting for the host to launch, held by syncs, launch gaps.
 
-Whole-trace figures follow HTA's temporal breakdown (see :mod:`diagnose.trace_timeline`)
+Whole-trace figures follow HTA's temporal breakdown (see :mod:`diagnose.derive.trace_timeline`)
 and go to the findings JSON summary per rank: plain keys for the lowest rank
 (``gpu_idle_pct``), ``rank<N>.gpu_idle_pct`` for the others; per-stream idle
 categories as ``gpu_idle_stream<S>_<category>_pct`` (HTA's idle-time breakdown,
@@ -12,15 +12,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose import capture_advice
-from diagnose import trace_timeline as tl
+from diagnose.derive import capture_advice
+from diagnose.derive import trace_timeline as tl
+from diagnose.derive.derived import Derived
 from diagnose.derive.step_gpu_breakdown import step_breakdown
+from diagnose.derive.trace_input_wait import input_fetches, input_idle_by_cause
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human
+from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric, rank_key
-from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
-from diagnose.trace_input_wait import input_fetches, input_idle_by_cause, source_dirs_of
 
 NAME = "idle"
 ORDER = 20
@@ -60,7 +61,7 @@ CAUSE_ADVICE = {
     "say why the GPU waited. Run the script under `gpudiag profile`: its step timings measure how long each "
     "step takes on the host and the loop's waits.",
 }
-# the same for a run folder of `gpudiag profile`, which holds those step timings already (diagnose.capture_advice)
+# the same for a run folder of `gpudiag profile`, which holds those step timings already (diagnose.derive.capture_advice)
 UNLINKED_IN_RUN_FOLDER = (
     "The trace does not link kernels to their launch calls (JAX/XLA's traces do not), so it cannot say why the GPU "
     "waited. This run's step timings (the steps and step budget sections) say how long each step takes on the host, "
@@ -68,9 +69,9 @@ UNLINKED_IN_RUN_FOLDER = (
 )
 
 
-def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
+def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
-    if not profile.traces:
+    if not derived.traces:
         result.findings.append(
             not_measured(
                 NAME,
@@ -86,10 +87,10 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             )
         )
         return result
-    lowest = min(profile.traces)
+    lowest = min(derived.traces)
     breakdown_rows, step_tables, stream_tables, gap_tables = [], [], [], []
-    for rank in sorted(profile.traces):
-        trace = tl.analysed(profile.traces[rank])
+    for rank in sorted(derived.traces):
+        trace = tl.analysed(derived.traces[rank])
         for w in trace.warnings:
             result.findings.append(
                 Finding(
@@ -141,7 +142,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         by_cause = {c: float(gap_ns[gap_cause == c].sum()) for c in tl.GAP_CAUSES}  # int64 ns: exact in any order
         # the host fetching the next batch (a DataLoader range, the loop's iterator) is the cause of that idle,
         # whatever gap it falls in (after a sync, before a launch): said as input, taken out of the others
-        fetches = input_fetches(trace, tl.steps(trace), source_dirs_of(profile))
+        fetches = input_fetches(trace, tl.steps(trace), derived.source_dirs())
         input_by_cause = input_idle_by_cause(gaps, fetches) if len(fetches) else {}
         breakdown_rows.append(
             {

@@ -1,14 +1,15 @@
 """The per-kernel overview: every kernel of the ncu capture with its time and key metrics.
 
 No findings: this is the sortable table the other ncu analyzers' findings point into.
-Launches are summed and metrics weighted by duration (``diagnose.kernel_stats``); grid
+Launches are summed and metrics weighted by duration (``diagnose.derive.kernel_stats``); grid
 and block are the shape that carries most of the kernel's time.
 """
 
 from __future__ import annotations
 
+from diagnose.derive.derived import Derived
+from diagnose.derive.kernel_stats import most_common, per_kernel, per_kernel_sum, total_gpu_time_ns
 from diagnose.findings import Result
-from diagnose.kernel_stats import most_common, per_kernel, per_kernel_sum, total_gpu_time_ns
 from diagnose.metrics import LOWER, NEUTRAL, Metric
 
 NAME = "kernels"
@@ -34,15 +35,17 @@ METRICS = [
 SHAPES = ["grid_size", "block_size"]
 
 
-def analyze(profile, th) -> Result:
+def analyze(profile, derived: Derived, th) -> Result:
     result = Result(NAME)
     kernels = profile.kernels
     if not len(kernels):
         return result
-    stats = per_kernel(kernels, METRICS)
+    stats = per_kernel(kernels, METRICS, memo=derived.kernel_memo)
     for col in SHAPES:
-        stats[col] = most_common(kernels, col, stats)
-    stats["dram_bytes"] = per_kernel_sum(kernels, kernels["dram_bytes"], stats)  # summed over launches
+        stats[col] = most_common(kernels, col, stats, memo=derived.kernel_memo)
+    stats["dram_bytes"] = per_kernel_sum(
+        kernels, kernels["dram_bytes"], stats, memo=derived.kernel_memo
+    )  # summed over launches
     front = [
         "kernel",
         "launches",

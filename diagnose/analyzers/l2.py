@@ -13,7 +13,7 @@ is read from the data's reuse: global-load sectors requested per DRAM sector rea
 - **reuse missed** (``l2.reuse_missed``): the same bytes are asked for many times and miss
   anyway: tile, reorder, stage in shared memory. Its severity is the band's, and its cost the
   time a hit rate at the warning band would save. A kernel limited by the L1/TEX load path
-  (diagnose.kernel_limiter) whose global loads have that reuse is flagged here too, whatever
+  (diagnose.derive.kernel_limiter) whose global loads have that reuse is flagged here too, whatever
   its L2 band: it re-reads operands from cache instead of keeping them in registers or shared
   memory (a naive GEMM on a GPU whose L2 holds its matrices). Its cost is the time down to the
   next limit off that path; its severity follows its share of GPU time.
@@ -23,7 +23,7 @@ is read from the data's reuse: global-load sectors requested per DRAM sector rea
 
 The band (85 / 62 %) is shown for every kernel. A ``gpudiag profile --ncu`` run also gives the
 timeline of each profiled launch's hit rate with the allocator's segment events
-(diagnose.allocator_timeline): whether low-hit launches follow new segments. Kernels under ``min_kernel_share`` of GPU time,
+(diagnose.derive.allocator_timeline): whether low-hit launches follow new segments. Kernels under ``min_kernel_share`` of GPU time,
 or shorter than ``tiny_kernels.max_dur_us`` on average (a few KB touched: their hit rate is
 cold misses), are shown but not flagged. Nor are kernels that keep the SMs busy (SM throughput
 at the speed-of-light bound) while DRAM is not saturated: their misses are not what limits them.
@@ -37,11 +37,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose.allocator_timeline import allocator_timeline, hit_after_new_segment
-from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
-from diagnose.formatting import agree, count_human, n_things, pct_human, share_human
-from diagnose.kernel_limiter import kernel_limiters, path_of
-from diagnose.kernel_stats import (
+from diagnose.derive.allocator_timeline import allocator_timeline, hit_after_new_segment
+from diagnose.derive.derived import Derived
+from diagnose.derive.kernel_limiter import kernel_limiters, path_of
+from diagnose.derive.kernel_stats import (
     band,
     kernel_subject_name,
     label_of_launch,
@@ -54,6 +53,8 @@ from diagnose.kernel_stats import (
     total_gpu_time_ns,
     weighted_mean,
 )
+from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.formatting import agree, count_human, n_things, pct_human, share_human
 from diagnose.metrics import HIGHER, LOWER, Metric
 
 NAME = "l2"
@@ -120,7 +121,7 @@ REC_LATENCY = (
 )
 
 
-def analyze(profile, th) -> Result:
+def analyze(profile, derived: Derived, th) -> Result:
     t = th.l2
     kernels = profile.kernels
     result = Result(NAME)
@@ -129,23 +130,23 @@ def analyze(profile, th) -> Result:
     if kernels["l2_hit_pct"].notna().sum() == 0:
         result.findings.append(not_measured(NAME, "L2 hit rate", HOW_TO_MEASURE, SECTION))
         return result
-    stats = per_kernel(kernels, METRICS)
-    stats["grid_size"] = most_common(kernels, "grid_size", stats)
+    stats = per_kernel(kernels, METRICS, memo=derived.kernel_memo)
+    stats["grid_size"] = most_common(kernels, "grid_size", stats, memo=derived.kernel_memo)
     stats["miss_rate_pct"] = 100.0 - stats["l2_hit_pct"]
     stats["miss_cost_ns"] = stats["gpu_time_ns"] * stats["miss_rate_pct"] / 100.0
     stats["dram_bound"] = stats["dram_throughput_pct"] >= t.dram_bound_pct
     stats["compute_saturated"] = (stats["sm_throughput_pct"] >= th.speed_of_light.bound_pct) & ~stats["dram_bound"]
     stats["band"] = [(_band_label(band(h, t.warning_pct, t.critical_pct))) for h in stats["l2_hit_pct"]]
-    limiters = kernel_limiters(kernels, stats)
+    limiters = kernel_limiters(kernels, stats, memo=derived.kernel_memo)
     for c in ("limiter_unit", "limiter_pct", "next_unit", "next_pct"):
         stats[c] = limiters[c].to_numpy()
-    stats = stats.join(reuse(kernels, stats))
+    stats = stats.join(reuse(kernels, stats, memo=derived.kernel_memo))
     stats["cause"] = [cause_of(r1, r2, t) for r1, r2 in zip(stats["reuse_l1"], stats["reuse_l2"])]
     stats = stats.sort_values(
         ["miss_cost_ns", "kernel"], ascending=[False, True], na_position="last", kind="stable"
     ).reset_index(drop=True)
     result.tables["kernels"] = stats
-    result.tables["heatmap"] = heatmap_cells(kernels, stats)
+    result.tables["heatmap"] = heatmap_cells(kernels, stats, memo=derived.kernel_memo)
     result.meta.update(
         {
             "warning_pct": t.warning_pct,
@@ -186,7 +187,7 @@ def analyze(profile, th) -> Result:
     return result
 
 
-def reuse(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
+def reuse(kernels: pd.DataFrame, stats: pd.DataFrame, memo=None) -> pd.DataFrame:
     """Per kernel (aligned with ``stats``): global-load sectors requested at L1 and at L2 per DRAM sector read,
     and the share of the L1 data pipe's wavefronts that are shared-memory ones; NaN where not collected."""
 
@@ -194,10 +195,10 @@ def reuse(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
         if column not in kernels.columns:
             return pd.Series(np.nan, index=stats.index)
         values = pd.to_numeric(kernels[column], errors="coerce")
-        return per_kernel_sum(kernels, values, stats)
+        return per_kernel_sum(kernels, values, stats, memo=memo)
 
     dram = summed(DRAM_READ_SECTORS).where(lambda d: d > 0)
-    pipe = per_kernel(kernels, [LSU_PIPE_PCT, LSU_SHARED_PIPE_PCT]).set_index("kernel_name")
+    pipe = per_kernel(kernels, [LSU_PIPE_PCT, LSU_SHARED_PIPE_PCT], memo=memo).set_index("kernel_name")
     pipe = pipe.reindex(stats["kernel_name"]).reset_index(drop=True).set_axis(stats.index)
     return pd.DataFrame(
         {
@@ -424,7 +425,7 @@ def _compulsory_finding(rows: pd.DataFrame, t) -> Finding:
     )
 
 
-def heatmap_cells(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
+def heatmap_cells(kernels: pd.DataFrame, stats: pd.DataFrame, memo=None) -> pd.DataFrame:
     """Cells of the kernel × launch-order heatmap, binned to at most HEATMAP_MAX_COLUMNS columns.
 
     Rows are the HEATMAP_MAX_KERNELS kernels costliest in time × miss rate; a column is a bin of
@@ -447,7 +448,9 @@ def heatmap_cells(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
     top = stats[stats["l2_hit_pct"].notna()]["kernel"].head(HEATMAP_MAX_KERNELS).tolist()
     order_cols = [c for c in ("launch_id",) if c in kernels.columns and kernels[c].notna().all()]
     k = slim(kernels, "launch_id", "l2_hit_pct", "dram_throughput_pct", "grid_size", "grid_x", "grid_y", "grid_z")
-    labels = label_of_launch(kernels, stats).to_numpy()  # on the table analyze() grouped (memoized), then sorted
+    labels = label_of_launch(
+        kernels, stats, memo=memo
+    ).to_numpy()  # on the table analyze() grouped (memoized), then sorted
     if order_cols:
         by_launch = np.argsort(k["launch_id"].to_numpy(), kind="stable")
         k, labels = k.take(by_launch), labels[by_launch]
@@ -499,7 +502,7 @@ def _first_max_per_cell(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 def _weighted_means_per_cell(v: np.ndarray, w: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """:func:`diagnose.kernel_stats.weighted_mean_of_arrays` of each cell, for all cells at once."""
+    """:func:`diagnose.derive.kernel_stats.weighted_mean_of_arrays` of each cell, for all cells at once."""
     if not len(starts):
         return v[:0]
     has_v = ~np.isnan(v)

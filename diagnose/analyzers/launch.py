@@ -11,12 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose import trace_timeline as tl
+from diagnose.derive import trace_timeline as tl
+from diagnose.derive.derived import Derived
+from diagnose.derive.trace_input_wait import input_fetches, input_idle_by_cause
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import LOWER, NEUTRAL, Metric
-from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
-from diagnose.trace_input_wait import input_fetches, input_idle_by_cause, source_dirs_of
 
 NAME = "launch"
 ORDER = 22
@@ -37,9 +38,9 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
 TOP_QUEUES = 20
 
 
-def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
+def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
-    traces = {r: t for r, t in profile.traces.items() if len(t.gpu)}
+    traces = {r: t for r, t in derived.traces.items() if len(t.gpu)}
     if not traces:
         result.findings.append(
             not_measured(
@@ -99,7 +100,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         span = tl.temporal_breakdown(trace.gpu)["span_ns"]
         host_wait_ns = float(gaps.loc[gaps["cause"] == "host", "dur_ns"].sum())
         # waiting while the host fetched the next batch is input, not launch overhead (the idle analyzer's split)
-        fetches = input_fetches(trace, tl.steps(trace), source_dirs_of(profile))
+        fetches = input_fetches(trace, tl.steps(trace), derived.source_dirs())
         host_wait_ns -= input_idle_by_cause(gaps, fetches).get("host", 0.0) if len(fetches) else 0.0
         host_wait_pct = 100 * host_wait_ns / span if span else 0.0
         finding = launch_finding(rank, stats, per_op, host_wait_pct, th)

@@ -29,9 +29,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose.findings import Evidence, Finding, Result, Severity, Subject
-from diagnose.formatting import count_human, n_things, number_human, pct_human, share_human
-from diagnose.kernel_stats import (
+from diagnose.derive.derived import Derived
+from diagnose.derive.kernel_stats import (
     kernel_groups,
     kernel_subject_name,
     launches_figure,
@@ -39,6 +38,8 @@ from diagnose.kernel_stats import (
     per_kernel_sum,
     sm_count,
 )
+from diagnose.findings import Evidence, Finding, Result, Severity, Subject
+from diagnose.formatting import count_human, n_things, number_human, pct_human, share_human
 from diagnose.metrics import LOWER, Metric
 
 NAME = "launch_config"
@@ -65,23 +66,29 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
 METRICS = ["achieved_occupancy_pct"]
 
 
-def analyze(profile, th) -> Result:
+def analyze(profile, derived: Derived, th) -> Result:
     t = th.launch_config
     kernels = profile.kernels
     result = Result(NAME)
     if not len(kernels) or kernels["grid_size"].notna().sum() == 0:
         return result
     k = launch_losses(kernels, t, min_dur_ns=th.tiny_kernels.max_dur_us * 1000.0)
-    stats = per_kernel(kernels, METRICS)
+    stats = per_kernel(kernels, METRICS, memo=derived.kernel_memo)
     # the shape carrying most GPU time (each launch counts a little, so a capture without durations still has one)
-    typical = launch_config_of(kernels, k, pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0) + 1e-9, stats)
+    typical = launch_config_of(
+        kernels,
+        k,
+        pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0) + 1e-9,
+        stats,
+        memo=derived.kernel_memo,
+    )
     for col in ("grid_size", "block_size", "sm_count", "waves_per_sm", "idle_sm_pct", "last_wave_idle_pct"):
         stats[col] = typical[col].to_numpy()
     stats["configs"] = typical["configs"].to_numpy()
     warps = np.ceil(stats["block_size"] / 32.0)
     stats["wasted_lane_pct"] = 100.0 * (warps * 32 - stats["block_size"]) / (warps * 32)
     for col in ("small_grid_loss_ns", "tail_loss_ns", "lane_loss_ns"):
-        stats[col] = per_kernel_sum(kernels, k[col], stats).fillna(0.0)
+        stats[col] = per_kernel_sum(kernels, k[col], stats, memo=derived.kernel_memo).fillna(0.0)
     total = float(kernels["dur_ns"].sum())
     for col in ("small_grid", "tail", "lane"):
         stats[f"{col}_loss_share"] = stats[f"{col}_loss_ns"] / total if total > 0 else np.nan
@@ -93,15 +100,15 @@ def analyze(profile, th) -> Result:
     ]
     small = heavy[heavy["small_grid_loss_ns"] > 0]
     if len(small):
-        small = _with_lossy_config(small, kernels, k, "small_grid_loss_ns", total)
+        small = _with_lossy_config(small, kernels, k, "small_grid_loss_ns", total, memo=derived.kernel_memo)
         result.findings.append(_small_grid(small.sort_values("small_grid_loss_ns", ascending=False), t))
     tail = heavy[heavy["tail_loss_ns"] > 0]
     if len(tail):
-        tail = _with_lossy_config(tail, kernels, k, "tail_loss_ns", total)
+        tail = _with_lossy_config(tail, kernels, k, "tail_loss_ns", total, memo=derived.kernel_memo)
         result.findings.append(_tail(tail.sort_values("tail_loss_ns", ascending=False), t))
     odd = heavy[heavy["lane_loss_ns"] > 0]
     if len(odd):
-        odd = _with_lossy_config(odd, kernels, k, "lane_loss_ns", total)
+        odd = _with_lossy_config(odd, kernels, k, "lane_loss_ns", total, memo=derived.kernel_memo)
         result.findings.append(_odd_blocks(odd.sort_values("lane_loss_ns", ascending=False)))
     for col in ("small_grid", "tail", "lane"):
         result.summary[f"launch_{col}_loss_gpu_time_share"] = (
@@ -113,12 +120,14 @@ def analyze(profile, th) -> Result:
 CONFIG_COLUMNS = ["grid_size", "block_size", "sm_count", "waves_per_sm"]
 
 
-def launch_config_of(kernels: pd.DataFrame, k: pd.DataFrame, weight: pd.Series, stats: pd.DataFrame) -> pd.DataFrame:
+def launch_config_of(
+    kernels: pd.DataFrame, k: pd.DataFrame, weight: pd.Series, stats: pd.DataFrame, memo=None
+) -> pd.DataFrame:
     """Per kernel (aligned with ``stats``): the launch configuration (grid, block, SMs, waves) carrying the most
     ``weight`` (a per-launch quantity: its duration, or the ns a shape loses), with that configuration's
     launches, GPU time, idle shares, and how many configurations the kernel ran. Launches of zero weight are
     left out, so a kernel with no weight at all has NaN figures."""
-    codes, keys = kernel_groups(kernels)
+    codes, keys = kernel_groups(kernels, memo=memo)
     frame = pd.DataFrame(
         {
             "key": codes,
@@ -156,10 +165,12 @@ def launch_config_of(kernels: pd.DataFrame, k: pd.DataFrame, weight: pd.Series, 
     return out
 
 
-def _with_lossy_config(rows: pd.DataFrame, kernels: pd.DataFrame, k: pd.DataFrame, loss: str, total_ns: float):
+def _with_lossy_config(
+    rows: pd.DataFrame, kernels: pd.DataFrame, k: pd.DataFrame, loss: str, total_ns: float, memo=None
+):
     """``rows`` with the figures of the configuration that loses the most ``loss`` in place of the typical one's,
     and ``config_launches`` / ``config_share``: how many launches run it, and their share of all GPU time."""
-    lossy = launch_config_of(kernels, k, k[loss], rows)
+    lossy = launch_config_of(kernels, k, k[loss], rows, memo=memo)
     rows = rows.copy()
     for col in [*CONFIG_COLUMNS, "idle_sm_pct", "last_wave_idle_pct", "config_launches"]:
         rows[col] = lossy[col].to_numpy()

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from diagnose import capture_advice
-from diagnose.derive.kernel_access import COLUMNS, EXCESS, access_kinds, kernel_access
+from diagnose.derive import capture_advice
+from diagnose.derive.derived import Derived
+from diagnose.derive.kernel_access import COLUMNS, EXCESS, access_kinds
+from diagnose.derive.kernel_stats import kernel_subject_name, launches_figure, total_gpu_time_ns
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import count_human, n_things, pct_human, share_human
-from diagnose.kernel_stats import kernel_subject_name, launches_figure, total_gpu_time_ns
 from diagnose.metrics import LOWER, Metric
 
 NAME = "memory_access"
@@ -82,13 +83,13 @@ ADVICE = {
 }
 
 
-def analyze(profile, th) -> Result:
+def analyze(profile, derived: Derived, th) -> Result:
     t = th.memory_access
     kernels = profile.kernels
     result = Result(NAME)
     if not len(kernels):
         return result
-    stats = kernel_access(kernels, th)
+    stats = derived.kernel_access()
     measured = stats[stats["excess_source"].notna()]
     if not len(measured):
         result.findings.append(

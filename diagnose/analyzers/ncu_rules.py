@@ -12,7 +12,7 @@ thing, each computed from the Profile's tables here (no other analyzer's result 
 
 - **bottleneck**: ncu's ``SOLBottleneck`` (its message names latency, balanced, a small grid, or the
   side and unit that is busiest) against the kernel's SOL class (speed_of_light's thresholds) and
-  its limiter, the busiest metric of ncu's SOL breakdown (:mod:`diagnose.kernel_limiter`);
+  its limiter, the busiest metric of ncu's SOL breakdown (:mod:`diagnose.derive.kernel_limiter`);
 - **uncoalesced**: ``UncoalescedGlobalAccess`` (excess sectors) and ``MemoryCacheAccessPattern`` for global
   loads / stores (bytes used per sector) against memory_access's excess sectors per kernel and access kind;
 - **occupancy**: ``AchievedOccupancy`` and ``TheoreticalOccupancy`` against occupancy's criteria (the gap,
@@ -33,12 +33,13 @@ import re
 import numpy as np
 import pandas as pd
 
+from diagnose.derive.derived import Derived
 from diagnose.derive.kernel_access import BROADCAST_SECTORS_PER_REQUEST, access_kinds, kernel_access
+from diagnose.derive.kernel_limiter import kernel_limiters
+from diagnose.derive.kernel_stats import kernel_key, most_common, per_kernel, total_gpu_time_ns, weighted_mean
 from diagnose.derive.occupancy_limits import LIMITS, grid_ceiling_pct, limiter
 from diagnose.findings import Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import count_human, n_things
-from diagnose.kernel_limiter import kernel_limiters
-from diagnose.kernel_stats import kernel_key, most_common, per_kernel, total_gpu_time_ns, weighted_mean
 from diagnose.metrics import NEUTRAL, Metric
 
 NAME = "ncu_rules"
@@ -114,7 +115,7 @@ NCU_LIMITERS = {
 }
 
 
-def analyze(profile, th) -> Result:
+def analyze(profile, derived: Derived, th) -> Result:
     result = Result(NAME)
     kernels, rules = profile.kernels, profile.ncu_rules
     if not len(kernels) and not len(rules):
@@ -122,10 +123,10 @@ def analyze(profile, th) -> Result:
     if not len(rules):
         result.findings.append(not_measured(NAME, "ncu's own rule results", HOW_TO_MEASURE, SECTION, plural=True))
         return result
-    rules = _with_kernels(rules, kernels)
-    stats = _kernel_stats(kernels)
+    rules = _with_kernels(rules, kernels, memo=derived.kernel_memo)
+    stats = _kernel_stats(kernels, memo=derived.kernel_memo)
     table = rules_table(rules, stats, total_gpu_time_ns(kernels))
-    comparison = compare(rules, kernels, stats, th)
+    comparison = compare(rules, kernels, stats, th, memo=derived.kernel_memo, access=derived.kernel_access())
     result.tables["rules"] = table
     result.tables["comparison"] = comparison
     shown = rules[rules["type"].isin(SHOWN_TYPES)]
@@ -150,7 +151,7 @@ def analyze(profile, th) -> Result:
 # --- the rules table ------------------------------------------------------------------------------------------
 
 
-def _with_kernels(rules: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+def _with_kernels(rules: pd.DataFrame, kernels: pd.DataFrame, memo=None) -> pd.DataFrame:
     """Rules with the kernel key of their launch (through launch_id where the kernels table has it once,
     else their own name), the launch's duration, a topic and what a MemoryCacheAccessPattern message is about."""
     rules = rules.copy()
@@ -166,7 +167,7 @@ def _with_kernels(rules: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
         and kernels["launch_id"].notna().all()
         and kernels["launch_id"].is_unique
     ):
-        by_launch = pd.Series(kernel_key(kernels).to_numpy(), index=kernels["launch_id"].to_numpy())
+        by_launch = pd.Series(kernel_key(kernels, memo=memo).to_numpy(), index=kernels["launch_id"].to_numpy())
         durations = pd.Series(
             pd.to_numeric(kernels["dur_ns"], errors="coerce").to_numpy(), index=kernels["launch_id"].to_numpy()
         )
@@ -186,7 +187,7 @@ def _with_kernels(rules: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     return rules
 
 
-def _kernel_stats(kernels: pd.DataFrame) -> pd.DataFrame:
+def _kernel_stats(kernels: pd.DataFrame, memo=None) -> pd.DataFrame:
     stats = per_kernel(
         kernels,
         [
@@ -197,9 +198,10 @@ def _kernel_stats(kernels: pd.DataFrame) -> pd.DataFrame:
             "sm_count",
             *LIMITS.values(),
         ],
+        memo=memo,
     )
     for col in ("grid_size", "block_size"):
-        stats[col] = most_common(kernels, col, stats) if len(kernels) else pd.Series(dtype=float)
+        stats[col] = most_common(kernels, col, stats, memo=memo) if len(kernels) else pd.Series(dtype=float)
     return stats
 
 
@@ -259,14 +261,16 @@ def rules_table(rules: pd.DataFrame, stats: pd.DataFrame, total_ns: float) -> pd
 # --- the comparison -------------------------------------------------------------------------------------------
 
 
-def compare(rules: pd.DataFrame, kernels: pd.DataFrame, stats: pd.DataFrame, th) -> pd.DataFrame:
+def compare(
+    rules: pd.DataFrame, kernels: pd.DataFrame, stats: pd.DataFrame, th, memo=None, access: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One row per kernel and compared rule (and MemoryCacheAccessPattern direction): both verdicts and whether
-    they agree."""
+    they agree. ``access`` is the kernels' kernel_access table (the Derived's, shared with memory_access)."""
     rows: list[dict] = []
     if not len(kernels):
         return pd.DataFrame({c: pd.Series([], dtype=object) for c in COMPARISON_COLUMNS})
-    limits = kernel_limiters(kernels, stats).set_index(stats["kernel_name"])
-    access = kernel_access(kernels, th).set_index("kernel_name")
+    limits = kernel_limiters(kernels, stats, memo=memo).set_index(stats["kernel_name"])
+    access = (kernel_access(kernels, th, memo) if access is None else access).set_index("kernel_name")
     occ = _occupancy(stats, limits.reset_index(drop=True), th)
     tiny_ns = th.tiny_kernels.max_dur_us * 1000.0
     for _, k in stats.iterrows():

@@ -18,7 +18,7 @@ occupancy alone is not flagged; the limiter is shown so the advice fits.
 
 Cost estimate: a latency-bound kernel's time goes with its resident warps, so filling
 the slots would save ``gap / theoretical`` of its time (an upper bound). A kernel whose SOL
-limiter (diagnose.kernel_limiter) is already at ``saturated_unit_pct`` of that unit's peak —
+limiter (diagnose.derive.kernel_limiter) is already at ``saturated_unit_pct`` of that unit's peak —
 a streaming kernel at DRAM peak — would not run faster with more warps: its gap is shown as
 info, with no cost.
 """
@@ -28,11 +28,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose.derive.occupancy_limits import LIMITS, grid_ceiling_pct, limiter
-from diagnose.findings import Evidence, Finding, Result, Severity, Subject
-from diagnose.formatting import count_human, n_things, pct_human
-from diagnose.kernel_limiter import kernel_limiters
-from diagnose.kernel_stats import (
+from diagnose.derive.derived import Derived
+from diagnose.derive.kernel_limiter import kernel_limiters
+from diagnose.derive.kernel_stats import (
     kernel_subject_name,
     launches_figure,
     most_common,
@@ -40,6 +38,9 @@ from diagnose.kernel_stats import (
     per_kernel_sum,
     total_gpu_time_ns,
 )
+from diagnose.derive.occupancy_limits import LIMITS, grid_ceiling_pct, limiter
+from diagnose.findings import Evidence, Finding, Result, Severity, Subject
+from diagnose.formatting import count_human, n_things, pct_human
 from diagnose.metrics import HIGHER, Metric
 
 NAME = "occupancy"
@@ -70,7 +71,7 @@ GAP_ADVICE = (
 )
 
 
-def analyze(profile, th) -> Result:
+def analyze(profile, derived: Derived, th) -> Result:
     t = th.occupancy
     kernels = profile.kernels
     result = Result(NAME)
@@ -89,28 +90,37 @@ def analyze(profile, th) -> Result:
             "memory_throughput_pct",
             *LIMITS.values(),
         ],
+        memo=derived.kernel_memo,
     )
-    units = kernel_limiters(kernels, stats)
+    units = kernel_limiters(kernels, stats, memo=derived.kernel_memo)
     stats["sol_limiter_unit"] = units["limiter_unit"].to_numpy()
     stats["sol_limiter_pct"] = units["limiter_pct"].to_numpy()
     for col in ("grid_size", "block_size"):
-        stats[col] = most_common(kernels, col, stats)
+        stats[col] = most_common(kernels, col, stats, memo=derived.kernel_memo)
     stats["limiter"] = [limiter(row) for _, row in stats[list(LIMITS.values())].iterrows()]
     stats["blocks_per_sm"] = stats[list(LIMITS.values())].min(axis=1, skipna=True)
     stats["gap_pts"] = stats["theoretical_occupancy_pct"] - stats["achieved_occupancy_pct"]
     launch = launch_ceilings(kernels, t.gap_pts)
     dur = pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0)
-    stats["grid_ceiling_pct"] = _weighted_per_kernel(kernels, launch["grid_ceiling_pct"], dur, stats)
-    stats["grid_limited_launches"] = per_kernel_sum(kernels, launch["grid_limited"].astype(float), stats).fillna(0)
+    stats["grid_ceiling_pct"] = _weighted_per_kernel(
+        kernels, launch["grid_ceiling_pct"], dur, stats, memo=derived.kernel_memo
+    )
+    stats["grid_limited_launches"] = per_kernel_sum(
+        kernels, launch["grid_limited"].astype(float), stats, memo=derived.kernel_memo
+    ).fillna(0)
     # the launches the grid does not cap: what a finding judges and states
     judged = ~launch["grid_limited"] & pd.to_numeric(kernels["achieved_occupancy_pct"], errors="coerce").notna()
     weight = dur.where(judged, 0.0)
-    stats["judged_launches"] = per_kernel_sum(kernels, judged.astype(float), stats).fillna(0).astype(int)
+    stats["judged_launches"] = (
+        per_kernel_sum(kernels, judged.astype(float), stats, memo=derived.kernel_memo).fillna(0).astype(int)
+    )
     total = total_gpu_time_ns(kernels)
-    stats["judged_share"] = per_kernel_sum(kernels, weight, stats).fillna(0.0) / total if total > 0 else np.nan
+    stats["judged_share"] = (
+        per_kernel_sum(kernels, weight, stats, memo=derived.kernel_memo).fillna(0.0) / total if total > 0 else np.nan
+    )
     for col in ("achieved_occupancy_pct", "theoretical_occupancy_pct"):
         values = pd.to_numeric(kernels[col], errors="coerce").where(judged)
-        stats[f"judged_{col}"] = _weighted_per_kernel(kernels, values, dur, stats)
+        stats[f"judged_{col}"] = _weighted_per_kernel(kernels, values, dur, stats, memo=derived.kernel_memo)
     stats["judged_gap_pts"] = stats["judged_theoretical_occupancy_pct"] - stats["judged_achieved_occupancy_pct"]
     stats["grid_limited"] = stats["judged_launches"] == 0
     result.tables["kernels"] = stats
@@ -144,15 +154,17 @@ def launch_ceilings(kernels: pd.DataFrame, gap_pts: float) -> pd.DataFrame:
     return pd.DataFrame({"grid_ceiling_pct": ceiling, "grid_limited": (ceiling - achieved) <= gap_pts})
 
 
-def _weighted_per_kernel(kernels: pd.DataFrame, values: pd.Series, weights: pd.Series, stats: pd.DataFrame):
+def _weighted_per_kernel(kernels: pd.DataFrame, values: pd.Series, weights: pd.Series, stats: pd.DataFrame, memo=None):
     """Per kernel (aligned with ``stats``): ``values``' mean weighted by ``weights``, launches without a value left
     out; the plain mean where their weights sum to 0."""
     v = pd.to_numeric(values, errors="coerce")
     ok = v.notna()
     w = weights.where(ok, 0.0)
-    num = per_kernel_sum(kernels, (v * w).where(ok, 0.0), stats)
-    den = per_kernel_sum(kernels, w, stats)
-    plain = per_kernel_sum(kernels, v.where(ok, 0.0), stats) / per_kernel_sum(kernels, ok.astype(float), stats)
+    num = per_kernel_sum(kernels, (v * w).where(ok, 0.0), stats, memo=memo)
+    den = per_kernel_sum(kernels, w, stats, memo=memo)
+    plain = per_kernel_sum(kernels, v.where(ok, 0.0), stats, memo=memo) / per_kernel_sum(
+        kernels, ok.astype(float), stats, memo=memo
+    )
     return (num / den).where(den > 0, plain)
 
 

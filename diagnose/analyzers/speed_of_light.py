@@ -2,7 +2,7 @@
 
 ncu's SOL section gives SM throughput and memory throughput (the busiest of L1, L2
 and DRAM; DRAM throughput when only that was collected) as % of peak. Each kernel's
-limiter, the unit of its SOL breakdown nearest peak (diagnose.kernel_limiter: the L1/TEX
+limiter, the unit of its SOL breakdown nearest peak (diagnose.derive.kernel_limiter: the L1/TEX
 load path, DRAM, the FMA pipe …) and the next limit off that unit's path, is in the table
 and in every finding. A kernel at
 ``bound_pct`` or more on one is bound by it; a kernel under ``latency_pct`` on both is
@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from diagnose.derive.derived import Derived
+from diagnose.derive.kernel_limiter import kernel_limiters
+from diagnose.derive.kernel_stats import kernel_subject_name, launches_figure, names_list, per_kernel
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import agree, n_things, pct_human, share_human
-from diagnose.kernel_limiter import kernel_limiters
-from diagnose.kernel_stats import kernel_subject_name, launches_figure, names_list, per_kernel
 from diagnose.metrics import LOWER, NEUTRAL, Metric
 
 NAME = "speed_of_light"
@@ -53,7 +54,7 @@ def classify(sm_pct: float, mem_pct: float, bound_pct: float, latency_pct: float
     return "balanced"
 
 
-def analyze(profile, th) -> Result:
+def analyze(profile, derived: Derived, th) -> Result:
     t = th.speed_of_light
     kernels = profile.kernels
     result = Result(NAME)
@@ -71,7 +72,9 @@ def analyze(profile, th) -> Result:
             )
         )
         return result
-    stats = per_kernel(kernels, ["sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct"])
+    stats = per_kernel(
+        kernels, ["sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct"], memo=derived.kernel_memo
+    )
     stats["memory_source"] = np.where(stats["memory_throughput_pct"].notna(), "memory", "dram")
     stats["memory_throughput_pct"] = stats["memory_throughput_pct"].fillna(stats["dram_throughput_pct"])
     stats["bound"] = [
@@ -79,7 +82,7 @@ def analyze(profile, th) -> Result:
         for s, m in zip(stats["sm_throughput_pct"], stats["memory_throughput_pct"])
     ]
     stats["peak_unit_pct"] = stats[["sm_throughput_pct", "memory_throughput_pct"]].max(axis=1)
-    limiters = kernel_limiters(kernels, stats)
+    limiters = kernel_limiters(kernels, stats, memo=derived.kernel_memo)
     for c in ("limiter_unit", "limiter_pct", "limiter_metric", "limiter_source", "next_unit", "next_pct"):
         stats[c] = limiters[c].to_numpy()
     result.tables["kernels"] = stats

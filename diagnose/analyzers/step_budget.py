@@ -24,17 +24,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose import capture_advice
-from diagnose import trace_timeline as tl
+from diagnose.derive import capture_advice
+from diagnose.derive import trace_timeline as tl
+from diagnose.derive.derived import Derived
 from diagnose.derive.step_gpu_breakdown import step_breakdown, step_gpu_windows
-from diagnose.derive.step_table import step_table
-from diagnose.derive.sync_calls import rank_calls
 from diagnose.derive.sync_sites import advice_for, group_syncs, where_words
-from diagnose.derive.trace_window import window_of
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured, within
 from diagnose.formatting import ms_human, n_things, share_human
+from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import LOWER, NEUTRAL, Metric, rank_key
-from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 from parsers.events import WORK_SCHEMA
 
@@ -152,13 +150,13 @@ ADVICE["evaluation"] = (
 )
 
 
-def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
+def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
-    steps = step_table(profile, th)
-    window = window_of(profile.manifest)
-    from_trace = not len(steps) and bool(profile.traces)
+    steps = derived.step_table()
+    window = derived.trace_window()
+    from_trace = not len(steps) and bool(derived.traces)
     if from_trace:  # a trace captured elsewhere: its own steps are the budget's, and no step is gpudiag's window
-        steps, window = trace_step_table(profile, th), None
+        steps, window = trace_step_table(derived, th), None
     if not len(steps):
         result.findings.append(
             not_measured(
@@ -180,7 +178,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
     for rank, rows in steps.groupby("rank"):
         rank = int(rank)
         rank_meta, budget, slow, traced, calls = rank_budget(
-            profile, rank, rows.reset_index(drop=True), window, th, own_window=not from_trace
+            profile, derived, rank, rows.reset_index(drop=True), window, th, own_window=not from_trace
         )
         meta_ranks[rank] = rank_meta
         if budget is None:
@@ -224,7 +222,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
 # ---------------------------------------------------------------- one rank
 
 
-def trace_step_table(profile: Profile, th: Thresholds = Thresholds()) -> pd.DataFrame:
+def trace_step_table(derived: Derived, th: Thresholds = Thresholds()) -> pd.DataFrame:
     """Step rows made from each rank's trace (ProfilerStep ranges or inferred iterations): host_ms is the step's
     host window; input_ms the time inside DataLoader fetch ranges and the loop's other iterators' fetches
     (trace_input_wait).
@@ -233,10 +231,10 @@ def trace_step_table(profile: Profile, th: Thresholds = Thresholds()) -> pd.Data
     profiler started with the loop, or inferred iterations 0-2), at most half the trace's steps, as the steps
     analyzer does for step records. A profiler schedule that skipped them (steps from #3 on) leaves none out.
     The real convnet trace's step 0 took 995 ms of a 3.8 ms median and had read as a slow, periodic step."""
-    from diagnose.trace_input_wait import input_wait_per_step, source_dirs_of
+    from diagnose.derive.trace_input_wait import input_wait_per_step
 
-    frames, dirs = [], source_dirs_of(profile)
-    for rank, trace in sorted(profile.traces.items()):
+    frames, dirs = [], derived.source_dirs()
+    for rank, trace in sorted(derived.traces.items()):
         trace = tl.analysed(trace)  # the steps the traced budget reads (the last ProfilerStep left out, as HTA does)
         windows = tl.steps(trace)
         if len(windows) < 2:  # the whole trace is no step
@@ -272,7 +270,13 @@ def trace_step_table(profile: Profile, th: Thresholds = Thresholds()) -> pd.Data
 
 
 def rank_budget(
-    profile: Profile, rank: int, rows: pd.DataFrame, window: range | None, th: Thresholds, own_window: bool = True
+    profile: Profile,
+    derived: Derived,
+    rank: int,
+    rows: pd.DataFrame,
+    window: range | None,
+    th: Thresholds,
+    own_window: bool = True,
 ):
     """(meta, budget rows, slow-step rows, traced-step rows, sync calls) of one rank; budget None without steady steps.
 
@@ -319,6 +323,7 @@ def rank_budget(
 
     traced, calls = traced_steps(
         profile,
+        derived,
         rank,
         rows,
         input_ms,
@@ -472,7 +477,7 @@ def rank_budget(
 def unexplained_advice(profile: Profile, meta: dict, traced: pd.DataFrame) -> str:
     """What would measure the part of the step nothing explains: ``gpudiag profile`` for an input captured
     elsewhere; for a run folder it wrote, what that run lacked (a traced step, input wait) and the option or code
-    change that records it (diagnose.capture_advice)."""
+    change that records it (diagnose.derive.capture_advice)."""
     if not capture_advice.from_run_folder(profile):
         return ADVICE["unexplained"]
     fixes = []
@@ -663,6 +668,7 @@ def step_ranges(numbers: list[int]) -> str:
 
 def traced_steps(
     profile: Profile,
+    derived: Derived,
     rank: int,
     rows: pd.DataFrame,
     input_ms: pd.Series,
@@ -672,7 +678,7 @@ def traced_steps(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per traced step (ms): the idle analyzer's busy and idle-by-cause, busy split by kind, allocator calls,
     the input wait of the run step it was, and gpudiag's share; with the sync analyzer's calls of those steps."""
-    trace = profile.traces.get(rank)
+    trace = derived.traces.get(rank)
     if trace is None:
         return pd.DataFrame(), pd.DataFrame()
     trace = tl.analysed(trace)
@@ -719,15 +725,14 @@ def traced_steps(
     # generator, a __next__ method) is read from the trace's Python frames instead
     from_trace = pd.isna(out["input_ms"])
     from_loop = "input_from" in rows and (rows["input_from"] == "loop").any()
-    from diagnose.trace_input_wait import (
+    from diagnose.derive.trace_input_wait import (
         input_fetches,
         input_inside_gaps,
         input_wait_per_step,
         iterator_fetches,
-        source_dirs_of,
     )
 
-    fetches = iterator_fetches(trace, windows, source_dirs_of(profile))
+    fetches = iterator_fetches(trace, windows, derived.source_dirs())
     # the part of a sync's gap in which the host fetched the next batch is input wait, not the sync's (sync.py)
     sync_gaps = gaps[gaps["cause"] == "sync"]
     _, fetch_start, fetch_end = input_inside_gaps(
@@ -766,7 +771,7 @@ def traced_steps(
     out["launch_bound_ms"] = left - from_launch
     out["sync_raw_ms"] = out["sync_ms"]
     out["sync_ms"] = out["sync_raw_ms"] - from_sync
-    calls, _, _ = rank_calls(profile, rank, trace, th)  # the sync analyzer's calls and costs (issue 28)
+    calls, _, _ = derived.rank_calls(rank)  # the sync analyzer's calls and costs (issue 28)
     step_to_run = dict(zip(trace_step.tolist(), run_steps.tolist()))
     calls = calls[calls["step"].isin(list(step_to_run))].copy()
     calls["run_step"] = calls["step"].map(step_to_run)

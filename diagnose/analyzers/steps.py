@@ -16,12 +16,12 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from diagnose import capture_advice
-from diagnose.derive.step_table import step_table
+from diagnose.derive import capture_advice
+from diagnose.derive.derived import Derived
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human, n_things
+from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import LOWER, NEUTRAL, Metric
-from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 NAME = "steps"
@@ -53,9 +53,9 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
 MAX_OUTLIER_SUBJECTS = 20
 
 
-def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
+def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -> Result:
     result = Result(analyzer=NAME)
-    steps = step_table(profile, th)
+    steps = derived.step_table()
     if not len(steps):
         result.findings.append(
             not_measured(

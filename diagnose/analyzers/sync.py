@@ -1,7 +1,7 @@
 """Host synchronisations: where they are, what they block, and how much GPU idle each causes.
 
 A sync costs the GPU the gap that follows it: the host waits until the queue drains,
-then needs time to launch more work (see :mod:`diagnose.trace_timeline`). Each sync is
+then needs time to launch more work (see :mod:`diagnose.derive.trace_timeline`). Each sync is
 attributed to the op that issued it (the outermost CPU op around the runtime call:
 ``aten::item``, ``aten::nonzero``, ``aten::to`` …) and to the user's innermost Python frame.
 Kineto names a frame by the function's *first* line, so with only a trace the location is
@@ -24,15 +24,15 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from diagnose import capture_advice
-from diagnose import trace_timeline as tl
-from diagnose.derive.sync_calls import MODULE, NO_FRAME, rank_calls, trace_location
+from diagnose.derive import capture_advice
+from diagnose.derive import trace_timeline as tl
+from diagnose.derive.derived import Derived
+from diagnose.derive.sync_calls import MODULE, NO_FRAME, trace_location
 from diagnose.derive.sync_sites import advice_for, group_syncs, where_words
-from diagnose.derive.trace_window import window_of
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human, n_things
+from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import LOWER, Metric
-from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 NAME = "sync"
@@ -54,9 +54,9 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
 )
 
 
-def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
+def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
-    if not profile.traces and not profile.sync_records:
+    if not derived.traces and not profile.sync_records:
         result.findings.append(
             not_measured(
                 NAME,
@@ -73,21 +73,21 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
             )
         )
         return result
-    lowest = min(list(profile.traces) + list(profile.sync_records))
+    lowest = min(list(derived.traces) + list(profile.sync_records))
     calls_all, groups_all, subjects, meta_steps = [], [], [], {}
     total_idle = total_span = 0.0
     unjudged = {}  # rank -> why its trace cannot show a host sync
-    for rank in sorted(set(profile.traces) | set(profile.sync_records)):
+    for rank in sorted(set(derived.traces) | set(profile.sync_records)):
         records = profile.sync_records.get(rank)
-        trace = profile.traces.get(rank)
+        trace = derived.traces.get(rank)
         if trace is not None and len(trace.gpu):
             trace = tl.analysed(trace)
-            calls, step_ns, n_steps = rank_calls(profile, rank, trace, th)
+            calls, step_ns, n_steps = derived.rank_calls(rank)
             why = unlinked_why(trace)
             if why and not len(calls):
                 unjudged[rank] = why
         elif records is not None and len(records):
-            calls, step_ns, n_steps = record_syncs(records, profile.step_events.get(rank), window_of(profile.manifest))
+            calls, step_ns, n_steps = record_syncs(records, profile.step_events.get(rank), derived.trace_window())
         else:
             continue
         if rank == lowest and trace is not None and len(trace.gpu):

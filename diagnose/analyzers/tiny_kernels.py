@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from diagnose.derive.derived import Derived
+from diagnose.derive.kernel_stats import kernel_subject_name, launches_figure, most_common, names_list, per_kernel, slim
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject
 from diagnose.formatting import agree, count_human, n_things, ns_human, pct_human, us_human
-from diagnose.kernel_stats import kernel_subject_name, launches_figure, most_common, names_list, per_kernel, slim
 from diagnose.metrics import LOWER, Metric
 
 NAME = "tiny_kernels"
@@ -33,7 +34,7 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
 HISTOGRAM_BINS_PER_DECADE = 10
 
 
-def analyze(profile, th) -> Result:
+def analyze(profile, derived: Derived, th) -> Result:
     t = th.tiny_kernels
     kernels = profile.kernels
     result = Result(NAME)
@@ -49,9 +50,9 @@ def analyze(profile, th) -> Result:
     timeline_ns = float(np.maximum(timed["dur_ns"], overhead_ns).sum())
     tiny_timeline_ns = float(np.maximum(tiny["dur_ns"], overhead_ns).sum())
     cost = tiny_timeline_ns / timeline_ns if timeline_ns > 0 else 0.0
-    stats = per_kernel(tiny, [])
+    stats = per_kernel(tiny, [], memo=derived.kernel_memo)
     for col in ("grid_size", "block_size"):
-        stats[col] = most_common(tiny, col, stats)
+        stats[col] = most_common(tiny, col, stats, memo=derived.kernel_memo)
     stats["launch_share"] = stats["launches"] / n_all
     stats["share_of_all_gpu_time"] = stats["gpu_time_ns"] / float(timed["dur_ns"].sum())
     result.tables["kernels"] = stats

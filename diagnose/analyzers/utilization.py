@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose import capture_advice
-from diagnose.derive.step_table import step_table
+from diagnose.derive import capture_advice
+from diagnose.derive.derived import Derived
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric
-from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 NAME = "utilization"
@@ -45,7 +45,7 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
 TIMELINE_COLUMNS = ["gpu_util_pct", "mem_util_pct", "mem_used_gib", "sm_clock_mhz", "power_w"]
 
 
-def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
+def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -> Result:
     result = Result(analyzer=NAME)
     incomplete = ((profile.manifest or {}).get("incomplete") or {}).get("nvml.csv")
     if incomplete:  # said again beside the NVML timeline it cuts short (e.g. NVML stopped mid-run)
@@ -69,7 +69,7 @@ def analyze(profile: Profile, th: Thresholds = Thresholds()) -> Result:
         )
         return result
     samples = samples.sort_values(["t_ns", "gpu"], kind="stable").reset_index(drop=True)
-    steps = step_table(profile, th)
+    steps = derived.step_table()
     steps = steps[steps["t_start_ns"].notna()] if len(steps) else steps
     window, in_window = _training_window(samples, steps, th)
     judged = samples[in_window]

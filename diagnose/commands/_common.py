@@ -98,7 +98,7 @@ def require_output_folder(path, option: str) -> None:
 
 
 def _require_writable(folder: Path, path, option: str) -> None:
-    from diagnose._io import check_can_create_in
+    from diagnose.outputs.atomic_write import check_can_create_in
 
     try:
         check_can_create_in(folder)

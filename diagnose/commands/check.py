@@ -61,7 +61,7 @@ def command(path, fail_on, ignore, json_path, md_path, config_path, thresholds):
     Exit code: 0 (pass), 1 (a finding at or above --fail-on), 2 (bad input, nothing to judge, unknown --ignore).
     """
     from diagnose.findings import Severity
-    from diagnose.outputs import write_json, write_markdown
+    from diagnose.outputs.report_files import write_json, write_markdown
     from parsers import registry
     from reports.terminal import render_terminal
 
@@ -79,7 +79,7 @@ def command(path, fail_on, ignore, json_path, md_path, config_path, thresholds):
         analysis = document
     else:
         from diagnose.analysis import analyze, describe_source
-        from diagnose.load import load
+        from diagnose.ingest.loading import load
 
         ignored = ignore_matcher(ignore, known_finding_ids())
         th = build_thresholds(config_path, thresholds)

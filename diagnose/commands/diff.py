@@ -67,8 +67,8 @@ def command(run_a, run_b, output, json_path, fail_pct, include_unknown_noise, al
 
     Exit code: 0, or 1 with --fail-on-regression when a regression exceeds PCT; 2 for bad input.
     """
-    from diagnose._io import atomic_write_text
-    from diagnose.compare import DiffOptions, diff_paths
+    from diagnose.comparison.runs import DiffOptions, diff_paths
+    from diagnose.outputs.atomic_write import atomic_write_text
     from reports.diff_html import render_diff_json, render_diff_terminal
 
     for p in (run_a, run_b):

@@ -51,8 +51,8 @@ def command(path, output, json_path, md_path, no_html, quiet, config_path, thres
     Exit code: 0, or 2 for bad input, including an input in which nothing could be judged.
     """
     from diagnose.analysis import analyze, describe_source
-    from diagnose.load import load
-    from diagnose.outputs import write_html, write_json, write_markdown
+    from diagnose.ingest.loading import load
+    from diagnose.outputs.report_files import write_html, write_json, write_markdown
     from reports.terminal import render_terminal
 
     require_input_path(path)

@@ -63,9 +63,9 @@ def command(grids, out, samples_expr, timeout_s, profile_args, no_profile, quiet
     marked) in the sweep folder. A failed combination is shown with its reason; the rest run.
     Exit code: 0 when at least one combination succeeded, 1 when none did, 2 for bad arguments.
     """
-    from diagnose import sweep as sw
-    from diagnose._io import atomic_write_text
+    from diagnose.comparison import sweep as sw
     from diagnose.launch.run_dir import safe_name, script_name
+    from diagnose.outputs.atomic_write import atomic_write_text
     from reports.sweep_html import render_sweep_html, render_sweep_terminal
 
     grid = sw.parse_grid(grids)

@@ -13,8 +13,8 @@ import json
 import numpy as np
 import pandas as pd
 
+from diagnose.derive.kernel_stats import by_kernel, kernel_groups, kernel_key, per_kernel
 from diagnose.formatting import count_human
-from diagnose.kernel_stats import by_kernel, kernel_groups, kernel_key, per_kernel
 
 EXCESS = "derived__memory_l2_theoretical_sectors_global_excessive"
 SECTORS = "memory_l2_theoretical_sectors_global"
@@ -87,14 +87,14 @@ def _sum(values: np.ndarray, groups: tuple[np.ndarray, np.ndarray]) -> pd.Series
     return by_kernel(pd.Series(values).groupby(codes).sum(min_count=1), keys)
 
 
-def kernel_access(kernels: pd.DataFrame, th) -> pd.DataFrame:
+def kernel_access(kernels: pd.DataFrame, th, memo=None) -> pd.DataFrame:
     """Per kernel (kernel_stats.per_kernel rows, same order): sectors, excess, loads vs stores, the source
     lines, the recoverable time and whether it is flagged. Pure: ncu_rules compares with it too."""
     t = th.memory_access
-    stats = per_kernel(kernels, ["memory_throughput_pct"])
+    stats = per_kernel(kernels, ["memory_throughput_pct"], memo)
     if not len(stats):
         return stats.reindex(columns=COLUMNS)
-    groups = kernel_groups(kernels)
+    groups = kernel_groups(kernels, memo)
     names = stats["kernel_name"]
 
     def per(values: np.ndarray) -> np.ndarray:
@@ -130,7 +130,7 @@ def kernel_access(kernels: pd.DataFrame, th) -> pd.DataFrame:
     stats["excess_share_pct"] = 100.0 * excess / np.where(sectors > 0, sectors, np.nan)
     stats.loc[(stats["excess_sectors"] == 0) & stats["excess_share_pct"].isna(), "excess_share_pct"] = 0.0
 
-    lines = _sources(kernels, kernel_key(kernels).to_numpy(), names)
+    lines = _sources(kernels, kernel_key(kernels, memo).to_numpy(), names)
     split = []
     for i, name in enumerate(names):
         by_access = lines[name]["by_access"] if name in lines else None

@@ -3,7 +3,7 @@
 Shared because the idle analyzer's per-step table and the step budget's busy and idle parts must split the
 same steps the same way: one window per step (by its launch calls, or by time for a trace that links no GPU
 work to its launch), busy time as the merged GPU intervals inside it, idle by the cause of its gaps
-(:func:`diagnose.trace_timeline.gaps`).
+(:func:`diagnose.derive.trace_timeline.gaps`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose import trace_timeline as tl
+from diagnose.derive import trace_timeline as tl
 
 
 def step_gpu_windows(trace, windows: pd.DataFrame) -> pd.DataFrame:

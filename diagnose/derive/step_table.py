@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose.profile_data import Profile
+from diagnose.ingest.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 

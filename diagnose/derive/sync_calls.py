@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose import trace_timeline as tl
-from diagnose.profile_data import Profile
+from diagnose.derive import trace_timeline as tl
+from diagnose.derive.trace_input_wait import input_fetches, input_inside_gaps, source_dirs_of
+from diagnose.ingest.profile_data import Profile
 from diagnose.thresholds import Thresholds
-from diagnose.trace_input_wait import input_fetches, input_inside_gaps, source_dirs_of
 
 NO_FRAME = "(no Python frame in the trace)"
 MATCH_TOLERANCE_NS = 2_000_000
@@ -64,7 +64,7 @@ def trace_syncs(trace, th: Thresholds, fetches: pd.DataFrame | None = None) -> t
     if len(gwin):
         n_steps = len(gwin)
         step_ns = float((gwin["gpu_end_ns"] - gwin["gpu_start_ns"]).mean())
-    else:  # nothing repeats in the trace (diagnose.trace_iterations): figures over the span, never "per step"
+    else:  # nothing repeats in the trace (diagnose.derive.trace_iterations): figures over the span, never "per step"
         n_steps = 0
         step_ns = float(tl.temporal_breakdown(trace.gpu)["span_ns"])
     cut = trace.metadata.get("left_out_from_ns")

@@ -22,7 +22,7 @@ from diagnose.launch import fault_reports, run_dir, run_manifest
 from diagnose.launch import ncu as ncu_mode
 from diagnose.launch.child_config import ENV_DISABLE, ChildConfig
 from diagnose.launch.nvml_sampler import DEFAULT_HZ, NvmlSampler
-from diagnose.launch.progress import EventsTail, ProgressPrinter
+from diagnose.launch.run_progress import EventsTail, ProgressPrinter
 from diagnose.launch.supervisor import Child, group_members
 from parsers import run_folder
 from parsers.errors import InputError
@@ -96,7 +96,7 @@ class Run:
 
     def load(self):
         """The run as a Profile (diagnose.load)."""
-        from diagnose.load import load
+        from diagnose.ingest.loading import load
 
         return load(self.path)
 
@@ -575,7 +575,7 @@ def _ncu_killed(options: ProfileOptions, folder: Path, log, signal_name: str) ->
 
 def _write_launch_starts(folder: Path, starts: list[tuple[int, str, int]], faults: list) -> None:
     """ncu/launch_starts.csv: when each launch's profiling began, for the L2 × allocator timeline."""
-    from diagnose._io import atomic_write_text
+    from diagnose.outputs.atomic_write import atomic_write_text
     from parsers.ncu_launch_starts import format_launch_starts
 
     try:

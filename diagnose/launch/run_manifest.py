@@ -19,8 +19,8 @@ import signal
 import time
 from pathlib import Path
 
-from diagnose._io import atomic_write_text
-from diagnose.launch import environment
+from diagnose.launch import host_environment as environment
+from diagnose.outputs.atomic_write import atomic_write_text
 from parsers import run_folder
 
 SCHEMA = run_folder.MANIFEST_SCHEMA

@@ -155,7 +155,7 @@ def merge_bins(cells: pd.DataFrame, factor: int) -> pd.DataFrame:
         _hit_mean=("l2_hit_pct", "mean"),
         _dram_mean=("dram_throughput_pct", "mean"),
     )
-    # no duration to weigh by: the plain mean, as diagnose.kernel_stats.weighted_mean falls back
+    # no duration to weigh by: the plain mean, as diagnose.derive.kernel_stats.weighted_mean falls back
     out["l2_hit_pct"] = np.where(out["_w"] > 0, out["_hit"] / out["_w"].where(out["_w"] > 0), out["_hit_mean"])
     out["dram_throughput_pct"] = np.where(
         out["_wd"] > 0, out["_dram"] / out["_wd"].where(out["_wd"] > 0), out["_dram_mean"]

@@ -1,11 +1,11 @@
-"""Profiled launches and allocator segments on one clock (diagnose.allocator_timeline, the l2 section)."""
+"""Profiled launches and allocator segments on one clock (diagnose.derive.allocator_timeline, the l2 section)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from diagnose.allocator_timeline import allocator_timeline, hit_after_new_segment
+from diagnose.derive.allocator_timeline import allocator_timeline, hit_after_new_segment
 from parsers.ncu import read_ncu
 from parsers.ncu_launch_starts import LAUNCH_STARTS_SCHEMA
 from parsers.snapshot import read_snapshot

@@ -3,6 +3,7 @@
 import pytest
 
 import diagnose
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import kernels as kernels_analyzer
 from diagnose.analyzers import l2, launch_config, occupancy, speed_of_light, tiny_kernels
 from diagnose.findings import Severity
@@ -19,7 +20,7 @@ def by_id(result):
 
 @pytest.mark.parametrize("mod", NCU_ANALYZERS, ids=lambda m: m.NAME)
 def test_empty_kernels_table_gives_an_empty_result(mod):
-    r = mod.analyze(fake_profile([]), TH)
+    r = run_analyzer(mod, fake_profile([]), TH)
     assert r.findings == [] and r.tables == {} and r.summary == {}
 
 
@@ -38,7 +39,7 @@ def fake_l2_launches():
 
 
 def test_l2_low_hit_rate_exact():
-    r = l2.analyze(fake_profile(fake_l2_launches()), TH)
+    r = run_analyzer(l2, fake_profile(fake_l2_launches()), TH)
     assert set(by_id(r)) == {"l2.low_hit_rate"}
     f = by_id(r)["l2.low_hit_rate"]
     assert f.severity == Severity.CRITICAL
@@ -66,16 +67,16 @@ def test_l2_low_hit_rate_exact():
 
 def test_l2_bands_are_thresholds():
     th = TH.with_overrides({"l2": {"warning_pct": 30, "critical_pct": 10}})
-    r = l2.analyze(fake_profile(fake_l2_launches()), th)
+    r = run_analyzer(l2, fake_profile(fake_l2_launches()), th)
     assert r.findings == []
     th = TH.with_overrides({"l2": {"dram_bound_pct": 5}})
-    f = by_id(l2.analyze(fake_profile(fake_l2_launches()), th))["l2.low_hit_rate"]
+    f = by_id(run_analyzer(l2, fake_profile(fake_l2_launches()), th))["l2.low_hit_rate"]
     assert all(s.figures["dram_bound"] for s in f.subjects)
     assert "latency-bound scattered" not in f.recommendation
 
 
 def test_l2_heatmap_cells():
-    r = l2.analyze(fake_profile(fake_l2_launches()), TH)
+    r = run_analyzer(l2, fake_profile(fake_l2_launches()), TH)
     cells = r.tables["heatmap"]
     rows = list(dict.fromkeys(cells["kernel"]))  # rows in the order of time × miss rate, costliest first
     assert rows[0] == "fake_gather" and sorted(rows) == ["fake_gather", "fake_gemm", "fake_scatter", "fake_tiny"]
@@ -86,7 +87,7 @@ def test_l2_heatmap_cells():
 
 def test_l2_metric_missing_is_not_measured():
     launches = [{"kernel_short": "fake_k", "dur_ns": 10_000.0, "sm_throughput_pct": 50.0}]
-    r = l2.analyze(fake_profile(launches), TH)
+    r = run_analyzer(l2, fake_profile(launches), TH)
     assert [f.id for f in r.findings] == ["l2.not_measured"]
     f = r.findings[0]
     assert f.severity == Severity.INFO and f.title == "L2 hit rate was not measured"
@@ -141,7 +142,7 @@ def fake_occupancy_launches():
 
 
 def test_occupancy_gap_exact():
-    r = occupancy.analyze(fake_profile(fake_occupancy_launches()), TH)
+    r = run_analyzer(occupancy, fake_profile(fake_occupancy_launches()), TH)
     f = by_id(r)["occupancy.gap"]
     assert [s.name for s in f.subjects] == ["fake_imbalanced"]
     s = f.subjects[0]
@@ -158,7 +159,7 @@ def test_occupancy_gap_exact():
 
 def test_occupancy_critical_needs_a_heavy_kernel():
     th = TH.with_overrides({"occupancy": {"critical_kernel_share": 0.5}})
-    f = by_id(occupancy.analyze(fake_profile(fake_occupancy_launches()), th))["occupancy.gap"]
+    f = by_id(run_analyzer(occupancy, fake_profile(fake_occupancy_launches()), th))["occupancy.gap"]
     assert f.severity == Severity.WARNING
 
 
@@ -179,7 +180,7 @@ def test_small_grid_loss_is_summed_per_launch():
         # a 2 µs one-block kernel: launch-bound, a bigger grid would not help it
         *repeat(3, kernel_short="fake_tiny_one_block", dur_ns=2_000.0, grid_size=1.0, block_size=128.0),
     ]
-    r = launch_config.analyze(fake_profile(launches), TH)
+    r = run_analyzer(launch_config, fake_profile(launches), TH)
     assert set(by_id(r)) == {"launch_config.small_grid"}
     f = by_id(r)["launch_config.small_grid"]
     assert [s.name for s in f.subjects] == ["fake_small"]
@@ -215,7 +216,7 @@ def test_tail_needs_few_waves_and_a_mostly_empty_last_wave():
             "waves_per_sm": 9.5,
         },
     ]  # tails do not matter beyond 4 waves
-    f = by_id(launch_config.analyze(fake_profile(launches), TH))["launch_config.tail_effect"]
+    f = by_id(run_analyzer(launch_config, fake_profile(launches), TH))["launch_config.tail_effect"]
     assert [s.name for s in f.subjects] == ["fake_half_tail"]
     assert f.subjects[0].figures["last_wave_idle_pct"] == pytest.approx(50.0)
     assert f.cost_share == pytest.approx(1 / 3 * 0.5 / 2)
@@ -223,7 +224,7 @@ def test_tail_needs_few_waves_and_a_mostly_empty_last_wave():
 
 def test_waves_fall_back_to_blocks_per_sm():
     launches = [{"kernel_short": "fake_no_waves", "dur_ns": 100_000.0, "grid_size": 165.0, "block_size": 96.0}]
-    r = launch_config.analyze(fake_profile(launches), TH)
+    r = run_analyzer(launch_config, fake_profile(launches), TH)
     assert set(by_id(r)) == {"launch_config.tail_effect"}  # 96 threads = 3 whole warps
     tail = by_id(r)["launch_config.tail_effect"]
     assert tail.subjects[0].figures["waves_per_sm"] == pytest.approx(165 / 132)
@@ -240,7 +241,7 @@ def test_block_not_warp_multiple_exact():
             "waves_per_sm": 10.0,
         }
     ]
-    f = by_id(launch_config.analyze(fake_profile(launches), TH))["launch_config.block_not_warp_multiple"]
+    f = by_id(run_analyzer(launch_config, fake_profile(launches), TH))["launch_config.block_not_warp_multiple"]
     assert f.subjects[0].figures["block_threads"] == 100
     assert f.subjects[0].figures["wasted_lane_pct"] == pytest.approx(100 * 28 / 128)
     assert f.cost_share == pytest.approx(28 / 128)
@@ -257,7 +258,7 @@ def fake_tiny_launches(n_tiny=30):
 
 
 def test_tiny_kernels_launch_bound_exact():
-    r = tiny_kernels.analyze(fake_profile(fake_tiny_launches()), TH)
+    r = run_analyzer(tiny_kernels, fake_profile(fake_tiny_launches()), TH)
     f = by_id(r)["tiny_kernels.launch_bound"]
     assert f.severity == Severity.CRITICAL  # 30 of 40 = 75 % ≥ 60 %
     assert [(s.name, s.figures["launches"]) for s in f.subjects] == [("fake_add", 30)]
@@ -268,7 +269,7 @@ def test_tiny_kernels_launch_bound_exact():
 
 
 def test_too_few_tiny_launches_are_no_finding():
-    r = tiny_kernels.analyze(fake_profile(fake_tiny_launches(n_tiny=19)), TH)
+    r = run_analyzer(tiny_kernels, fake_profile(fake_tiny_launches(n_tiny=19)), TH)
     assert r.findings == [] and r.summary["tiny_kernel_launches"] == 19
 
 
@@ -283,7 +284,7 @@ def test_speed_of_light_classes_and_latency_finding():
         {"kernel_short": "fake_bal", "dur_ns": 50_000.0, "sm_throughput_pct": 50.0, "memory_throughput_pct": 45.0},
         {"kernel_short": "fake_dram_only", "dur_ns": 50_000.0, "sm_throughput_pct": 5.0, "dram_throughput_pct": 70.0},
     ]
-    r = speed_of_light.analyze(fake_profile(launches), TH)
+    r = run_analyzer(speed_of_light, fake_profile(launches), TH)
     bound = dict(zip(r.tables["kernels"]["kernel"], r.tables["kernels"]["bound"]))
     assert bound == {
         "fake_latency": "latency-bound",
@@ -300,7 +301,7 @@ def test_speed_of_light_classes_and_latency_finding():
 
 
 def test_speed_of_light_missing_is_not_measured():
-    r = speed_of_light.analyze(fake_profile([{"kernel_short": "fake_k", "dur_ns": 1.0}]), TH)
+    r = run_analyzer(speed_of_light, fake_profile([{"kernel_short": "fake_k", "dur_ns": 1.0}]), TH)
     assert [f.id for f in r.findings] == ["speed_of_light.not_measured"]
     assert "SpeedOfLight" in r.findings[0].recommendation
 
@@ -309,7 +310,7 @@ def test_speed_of_light_missing_is_not_measured():
 
 
 def test_kernels_overview_table():
-    r = kernels_analyzer.analyze(fake_profile(fake_l2_launches()), TH)
+    r = run_analyzer(kernels_analyzer, fake_profile(fake_l2_launches()), TH)
     t = r.tables["kernels"]
     assert list(t["kernel"]) == ["fake_gemm", "fake_gather", "fake_scatter", "fake_tiny", "fake_empty"]
     assert r.summary == {"ncu_kernel_launches": 7.0, "ncu_gpu_time_ns": 1_005_000.0, "ncu_distinct_kernels": 5.0}

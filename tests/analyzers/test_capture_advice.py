@@ -9,7 +9,7 @@ import re
 import pytest
 
 import diagnose
-from diagnose import capture_advice
+from diagnose.derive import capture_advice
 from tests.paths import FIXTURES, shared
 
 RUNS = FIXTURES / "runs"

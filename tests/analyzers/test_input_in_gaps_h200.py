@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import diagnose
-from diagnose.trace_input_wait import _find_source, input_inside_gaps
+from diagnose.derive.trace_input_wait import _find_source, input_inside_gaps
 from tests.paths import FIXTURES
 
 RUN = FIXTURES / "runs" / "input_generator_h200"

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 import diagnose
-from diagnose.kernel_limiter import BREAKDOWN_MEMORY, BREAKDOWN_SM, column_of, kernel_limiters, launch_limiters
-from diagnose.kernel_stats import per_kernel
+from diagnose.analysis import run_analyzer
+from diagnose.derive.kernel_limiter import BREAKDOWN_MEMORY, BREAKDOWN_SM, column_of, kernel_limiters, launch_limiters
+from diagnose.derive.kernel_stats import per_kernel
 from diagnose.thresholds import Thresholds
 from parsers.ncu import read_ncu
 from tests.paths import REPO
@@ -119,16 +120,16 @@ def test_occupancy_gap_at_a_units_peak_is_info(tmp_path):
     """fake: the kinds capture with stream_add's occupancy lowered by 30 points: it sits at 75 % of DRAM peak
     (under saturated_unit_pct, so still a warning); with the threshold at 70 % it is info and costs nothing."""
     from diagnose.analyzers import occupancy
-    from diagnose.profile_data import Profile
+    from diagnose.ingest.profile_data import Profile
 
     kernels = read_ncu(RAW)
     is_stream = kernels["kernel_short"] == "stream_add"
     kernels.loc[is_stream, "achieved_occupancy_pct"] = kernels.loc[is_stream, "theoretical_occupancy_pct"] - 30
     profile = Profile(kernels=kernels)
-    warn = {s.name: s for f in occupancy.analyze(profile, Thresholds()).findings for s in f.subjects}
+    warn = {s.name: s for f in run_analyzer(occupancy, profile, Thresholds()).findings for s in f.subjects}
     assert warn["stream_add"].severity == diagnose.Severity.WARNING
     th = Thresholds().with_overrides({"occupancy": {"saturated_unit_pct": 70.0}})
-    info = {s.name: s for f in occupancy.analyze(profile, th).findings for s in f.subjects}
+    info = {s.name: s for f in run_analyzer(occupancy, profile, th).findings for s in f.subjects}
     assert info["stream_add"].severity == diagnose.Severity.INFO
     assert info["stream_add"].figures["est_loss_share"] == 0.0
     assert info["stream_add"].figures["sol_limiter_unit"] == "DRAM"

@@ -1,10 +1,10 @@
-"""diagnose.kernel_stats on hand-made frames: grouping by full name, duration weights, NaN handling."""
+"""diagnose.derive.kernel_stats on hand-made frames: grouping by full name, duration weights, NaN handling."""
 
 import math
 
 import pytest
 
-from diagnose.kernel_stats import most_common, per_kernel, per_kernel_sum, weighted_mean
+from diagnose.derive.kernel_stats import most_common, per_kernel, per_kernel_sum, weighted_mean
 from tests.analyzers.fake_frames import fake_kernels
 
 FILL = "void vectorized_elementwise_kernel<4, FillFunctor<float>>(int, T2, T3)"

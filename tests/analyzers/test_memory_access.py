@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import diagnose
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import memory_access
 from diagnose.derive.kernel_access import access_kinds, access_label
 from diagnose.findings import Result, Severity
@@ -30,7 +31,7 @@ IDEAL = "memory_l2_theoretical_sectors_global_ideal [sectors]"
 
 @pytest.fixture(scope="module")
 def raw_result():
-    return memory_access.analyze(diagnose.load(RAW), Thresholds())
+    return run_analyzer(memory_access, diagnose.load(RAW), Thresholds())
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,7 @@ def test_report_excess_sources_column_per_launch():
 
 
 def test_details_page_says_not_measured():
-    r = memory_access.analyze(diagnose.load(DETAILS), Thresholds())
+    r = run_analyzer(memory_access, diagnose.load(DETAILS), Thresholds())
     (f,) = r.findings
     assert f.id == "memory_access.not_measured" and f.severity == Severity.INFO
     assert "--section SourceCounters" in f.recommendation and not r.tables
@@ -125,9 +126,9 @@ def test_details_page_says_not_measured():
 
 def test_thresholds_move_the_bar(raw_result):
     th = Thresholds().with_overrides({"memory_access": {"excess_share_pct": 80.0}})
-    assert not memory_access.analyze(diagnose.load(RAW), th).findings
+    assert not run_analyzer(memory_access, diagnose.load(RAW), th).findings
     th = Thresholds().with_overrides({"memory_access": {"critical_loss_share": 0.2, "warning_loss_share": 0.005}})
-    (f,) = memory_access.analyze(diagnose.load(RAW), th).findings
+    (f,) = run_analyzer(memory_access, diagnose.load(RAW), th).findings
     assert [s.severity for s in f.subjects] == [Severity.WARNING, Severity.WARNING]
 
 
@@ -151,7 +152,7 @@ def _l1(direction, sectors, requests, bytes_per_sector):
 
 def _analyze(launches, th=None):
     profile = diagnose.Profile(sources=["fake"], kernels=fake_kernels_with_metrics(launches))
-    return memory_access.analyze(profile, th or Thresholds())
+    return run_analyzer(memory_access, profile, th or Thresholds())
 
 
 def test_fake_severity_follows_the_recoverable_time():
@@ -287,10 +288,10 @@ def test_fake_small_and_tiny_kernels_are_shown_not_flagged():
 
 
 def test_fake_no_sector_metrics_is_not_measured_and_empty_is_empty():
-    r = memory_access.analyze(fake_profile([{"kernel_short": "fake_a", "dur_ns": 1e5}]), Thresholds())
+    r = run_analyzer(memory_access, fake_profile([{"kernel_short": "fake_a", "dur_ns": 1e5}]), Thresholds())
     assert [f.id for f in r.findings] == ["memory_access.not_measured"]
-    assert memory_access.analyze(diagnose.Profile(), Thresholds()).findings == []
-    assert memory_access.analyze(diagnose.Profile(kernels=pd.DataFrame()), Thresholds()).findings == []
+    assert run_analyzer(memory_access, diagnose.Profile(), Thresholds()).findings == []
+    assert run_analyzer(memory_access, diagnose.Profile(kernels=pd.DataFrame()), Thresholds()).findings == []
 
 
 def test_fake_access_labels():

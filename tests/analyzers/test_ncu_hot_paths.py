@@ -1,7 +1,7 @@
 """The ncu hot paths made fast for 100,000-launch captures give what the plain pandas code gave.
 
 The L2 heatmap's cells (a numpy pass instead of a pandas groupby), the per-launch kernel keys (worked out
-once per distinct name and kept per table by diagnose.table_memo), the limiter breakdown's per-kernel
+once per distinct name and kept by the Profile's Derived, diagnose.derive.table_values), the limiter breakdown's per-kernel
 means (kept per table): each against a straightforward reference on a real H200 capture.
 """
 
@@ -11,11 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import l2
-from diagnose.kernel_limiter import kernel_limiters
-from diagnose.kernel_stats import kernel_key, label_of_launch, per_kernel, short_names, slim, weighted_mean
-from diagnose.load import load
-from diagnose.table_memo import memo
+from diagnose.derive.kernel_limiter import kernel_limiters
+from diagnose.derive.kernel_stats import kernel_key, label_of_launch, per_kernel, short_names, slim, weighted_mean
+from diagnose.derive.table_values import TableValues
+from diagnose.ingest.loading import load
 from diagnose.thresholds import Thresholds
 from tests.paths import FIXTURES
 
@@ -63,7 +64,7 @@ def heatmap_by_groupby(kernels: pd.DataFrame, stats: pd.DataFrame, max_columns: 
 @pytest.mark.parametrize("max_columns", [400, 5, 2])
 def test_heatmap_cells_equal_the_groupby_reference(kinds, monkeypatch, max_columns):
     monkeypatch.setattr(l2, "HEATMAP_MAX_COLUMNS", max_columns)
-    result = l2.analyze(kinds, Thresholds())
+    result = run_analyzer(l2, kinds, Thresholds())
     cells, stats = result.tables["heatmap"], result.tables["kernels"]
     # the means are sums over each cell in another order (np.add.reduceat): equal to the last few bits
     reference = heatmap_by_groupby(kinds.kernels, stats, max_columns)
@@ -74,7 +75,7 @@ def test_heatmap_cells_equal_the_groupby_reference(kinds, monkeypatch, max_colum
 
 def test_heatmap_cells_numbers_on_kernel_kinds(kinds, monkeypatch):
     monkeypatch.setattr(l2, "HEATMAP_MAX_COLUMNS", 5)  # bins of 5 launches: cells that average several
-    cells = l2.analyze(kinds, Thresholds()).tables["heatmap"]
+    cells = run_analyzer(l2, kinds, Thresholds()).tables["heatmap"]
     assert len(cells) == 18
     dist = cells[cells["kernel"] == "execute_dist"]
     assert dist["bin"].tolist() == [0, 1]
@@ -104,22 +105,25 @@ def test_kernel_key_follows_a_reassigned_column(kinds):
     assert per_kernel(kernels)["kernel_name"].tolist() == ["void renamed()"]
 
 
-def test_memo_is_per_table_and_columns():
+def test_table_values_are_per_column_arrays():
     fake_a = pd.DataFrame({"x": [1.0, 2.0]})
     fake_b = pd.DataFrame({"x": [1.0, 2.0]})
     calls = []
+    memo = TableValues()
 
     def compute(frame):
         calls.append(1)
         return float(frame["x"].sum())
 
-    assert memo(fake_a, "sum", ("x",), lambda: compute(fake_a)) == 3.0
-    assert memo(fake_a, "sum", ("x",), lambda: compute(fake_a)) == 3.0
+    assert memo.get(fake_a, "sum", ("x",), lambda: compute(fake_a)) == 3.0
+    assert memo.get(fake_a, "sum", ("x",), lambda: compute(fake_a)) == 3.0
     assert len(calls) == 1
-    assert memo(fake_b, "sum", ("x",), lambda: compute(fake_b)) == 3.0  # another table: computed again
+    assert memo.get(fake_b, "sum", ("x",), lambda: compute(fake_b)) == 3.0  # other arrays: computed again
     fake_a["x"] = [5.0, 5.0]
-    assert memo(fake_a, "sum", ("x",), lambda: compute(fake_a)) == 10.0
+    assert memo.get(fake_a, "sum", ("x",), lambda: compute(fake_a)) == 10.0
     assert len(calls) == 3
+    assert TableValues().get(fake_a, "sum", ("x",), lambda: compute(fake_a)) == 10.0  # another Derived: its own
+    assert len(calls) == 4
 
 
 def test_kernel_limiters_kept_per_table_equal_a_fresh_table(kinds):

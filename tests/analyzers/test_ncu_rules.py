@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 import diagnose
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import ncu_rules
 from diagnose.findings import Result, Severity
 from diagnose.thresholds import Thresholds
@@ -25,7 +26,7 @@ DETAILS = KINDS / "details.csv.gz"
 
 @pytest.fixture(scope="module")
 def details_result():
-    return ncu_rules.analyze(diagnose.load(DETAILS), Thresholds())
+    return run_analyzer(ncu_rules, diagnose.load(DETAILS), Thresholds())
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +120,7 @@ def test_report_names_where_ncu_and_gpudiag_disagree(rep_result):
 
 
 def test_raw_page_has_no_rules():
-    r = ncu_rules.analyze(diagnose.load(RAW), Thresholds())
+    r = run_analyzer(ncu_rules, diagnose.load(RAW), Thresholds())
     assert [f.id for f in r.findings] == ["ncu_rules.not_measured"] and not r.tables
     assert "--page details" in r.findings[0].recommendation
 
@@ -174,7 +175,7 @@ def test_fake_bottleneck_side_and_unit():
         _rule(1, "fake_unit", "SOLBottleneck", MEMORY_DRAM),
         _rule(2, "fake_odd", "SOLBottleneck", "A message this version of gpudiag has not seen."),
     ]
-    r = ncu_rules.analyze(_profile(kernels, rules), Thresholds())
+    r = run_analyzer(ncu_rules, _profile(kernels, rules), Thresholds())
     c = r.tables["comparison"].set_index("kernel")
     assert c.loc["fake_side", "agreement"] == "disagree" and "FMA pipe" in c.loc["fake_side", "why"]
     assert c.loc["fake_unit", "agreement"] == "disagree" and "prefix (DRAM)" in c.loc["fake_unit", "why"]
@@ -211,13 +212,13 @@ def test_fake_small_speedups_are_tabled_not_listed():
         ),
         _rule(0, "fake_occ", "CPIStall", "Stalls.", speedup=30.0, section="WarpStateStats"),
     ]
-    r = ncu_rules.analyze(_profile(kernels, rules), Thresholds())
+    r = run_analyzer(ncu_rules, _profile(kernels, rules), Thresholds())
     row = r.tables["comparison"].iloc[0]
     assert (row["ncu_verdict"], row["agreement"]) == ("theoretical occupancy limited by registers", "disagree")
     assert "its limiter is the same" in row["why"]
     assert not r.findings and r.summary["ncu_rules_disagreement_count"] == 0  # +3 % < min_speedup_pct
     th = Thresholds().with_overrides({"ncu_rules": {"min_speedup_pct": 1.0}})
-    assert [f.id for f in ncu_rules.analyze(_profile(kernels, rules), th).findings] == ["ncu_rules.disagreement"]
+    assert [f.id for f in run_analyzer(ncu_rules, _profile(kernels, rules), th).findings] == ["ncu_rules.disagreement"]
     assert r.meta["not_compared_rules"] == {"CPIStall": 1}
     cpi = r.tables["rules"].set_index("rule").loc["CPIStall"]
     assert cpi["est_gpu_time_share"] == pytest.approx(0.3) and pd.isna(cpi["topic"])
@@ -225,10 +226,10 @@ def test_fake_small_speedups_are_tabled_not_listed():
 
 def test_fake_rules_without_kernels_and_empty_inputs():
     p = diagnose.Profile(sources=["fake"], ncu_rules=fake_rules([_rule(0, "fake_a", "CPIStall", "x", speedup=10.0)]))
-    r = ncu_rules.analyze(p, Thresholds())
+    r = run_analyzer(ncu_rules, p, Thresholds())
     assert len(r.tables["rules"]) == 1 and not len(r.tables["comparison"]) and not r.findings
     assert r.tables["rules"].iloc[0]["kernel"] == "fake_a"
-    assert ncu_rules.analyze(diagnose.Profile(), Thresholds()).findings == []
+    assert run_analyzer(ncu_rules, diagnose.Profile(), Thresholds()).findings == []
 
 
 def test_fake_bottleneck_messages_parse():
@@ -256,7 +257,8 @@ def test_section_shows_the_side_by_side_table(details_result):
     assert 'id="ncu-rules-comparison"' in html and 'id="ncu-rules-table"' in html
     assert "Not compared" in html and "CPIStall (23)" in html
     evil = "fake_k</script><script>alert(1)</script>"
-    r = ncu_rules.analyze(
+    r = run_analyzer(
+        ncu_rules,
         _profile([_kernel(evil, 500_000.0, 10.0, 75.0)], [_rule(0, evil, "SOLBottleneck", MEMORY_DRAM + evil)]),
         Thresholds(),
     )

@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diagnose import trace_input_wait as tiw
-from diagnose import trace_timeline as tl
 from diagnose.analysis import declared_metrics
 from diagnose.analyzers import launch
+from diagnose.derive import trace_input_wait as tiw
+from diagnose.derive import trace_timeline as tl
 from diagnose.derive.sync_calls import trace_syncs
 from diagnose.derive.sync_sites import group_syncs
-from diagnose.load import load
+from diagnose.ingest.loading import load
 from diagnose.metrics import describe
 from diagnose.thresholds import Thresholds
 from parsers.events import WORK_SCHEMA

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 import diagnose
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import step_budget
 from diagnose.thresholds import Thresholds
 from tests.paths import FIXTURES
@@ -19,7 +20,7 @@ def budget_of(result, column="median step", rank=0):
 
 @pytest.fixture(scope="module")
 def planted():
-    return step_budget.analyze(diagnose.load(RUNS / "sync_planted"), Thresholds())
+    return run_analyzer(step_budget, diagnose.load(RUNS / "sync_planted"), Thresholds())
 
 
 def test_sync_planted_names_the_sync_line_and_its_share(planted):
@@ -60,7 +61,7 @@ def test_warmup_and_instrumented_steps_are_kept_apart(planted):
 
 
 def test_sync_free_has_no_sync_cause():
-    r = step_budget.analyze(diagnose.load(RUNS / "sync_free"), Thresholds())
+    r = run_analyzer(step_budget, diagnose.load(RUNS / "sync_free"), Thresholds())
     median = budget_of(r)
     assert median.loc["sync", "ms"] == 0.0
     assert median.loc["compute", "share"] == pytest.approx(0.993, abs=0.001)
@@ -90,7 +91,7 @@ def test_fake_input_wait_on_every_steady_step_is_the_input_cause():
         steps["gpu_ms"] = steps["gpu_ms"] + 2.0
         return steps
 
-    r = step_budget.analyze(fake_with_steps("sync_free", plant), Thresholds())
+    r = run_analyzer(step_budget, fake_with_steps("sync_free", plant), Thresholds())
     median = budget_of(r)
     assert median["wall_ms"].iloc[0] == pytest.approx(7.083, abs=0.001)
     assert median.loc["input", "ms"] == 2.0
@@ -108,7 +109,9 @@ def fake_every_tenth_step_slow(steps: pd.DataFrame, with_input: bool) -> pd.Data
 
 
 def test_fake_periodic_slow_steps_are_found_with_their_period():
-    r = step_budget.analyze(fake_with_steps("repeat_a", lambda s: fake_every_tenth_step_slow(s, False)), Thresholds())
+    r = run_analyzer(
+        step_budget, fake_with_steps("repeat_a", lambda s: fake_every_tenth_step_slow(s, False)), Thresholds()
+    )
     period = r.meta["ranks"][0]["period"]
     assert (period["period"], period["offset"], period["occurrences"]) == (10, 3, 5)
     assert period["slow_total"] == 6  # step 9 of the capture is slow on its own (16.6 ms)
@@ -121,7 +124,9 @@ def test_fake_periodic_slow_steps_are_found_with_their_period():
 
 
 def test_fake_periodic_input_wait_names_the_epoch_boundary():
-    r = step_budget.analyze(fake_with_steps("repeat_a", lambda s: fake_every_tenth_step_slow(s, True)), Thresholds())
+    r = run_analyzer(
+        step_budget, fake_with_steps("repeat_a", lambda s: fake_every_tenth_step_slow(s, True)), Thresholds()
+    )
     (f,) = [f for f in r.findings if f.id == "step_budget.periodic"]
     assert "waiting 19.5 ms for input" in f.title
     assert "new DataLoader iterator at an epoch boundary" in f.recommendation
@@ -129,13 +134,13 @@ def test_fake_periodic_input_wait_names_the_epoch_boundary():
 
 
 def test_no_period_in_the_real_capture():
-    r = step_budget.analyze(diagnose.load(RUNS / "repeat_a"), Thresholds())
+    r = run_analyzer(step_budget, diagnose.load(RUNS / "repeat_a"), Thresholds())
     assert r.meta["ranks"][0]["period"] is None
     assert r.meta["ranks"][0]["slow_step_numbers"] == [9]
 
 
 def test_no_step_timings_is_not_measured():
-    r = step_budget.analyze(diagnose.load(RUNS / "ncu_kinds"), Thresholds())
+    r = run_analyzer(step_budget, diagnose.load(RUNS / "ncu_kinds"), Thresholds())
     assert [f.id for f in r.findings] == ["step_budget.not_measured"]
 
 
@@ -150,7 +155,7 @@ def test_section_renders_an_empty_result_and_a_real_one(planted):
 
 def test_loop_input_from_the_for_statement_is_named_as_the_loops_iterator():
     """fixtures/runs/loop_input: Python 3.12 light mode timed a generator-fed loop at its for statement."""
-    result = step_budget.analyze(diagnose.load(RUNS / "loop_input"), Thresholds())
+    result = run_analyzer(step_budget, diagnose.load(RUNS / "loop_input"), Thresholds())
     median = budget_of(result)
     wall = median["wall_ms"].iloc[0]
     assert median.loc["input", "ms"] == pytest.approx(20.15, abs=0.1)
@@ -164,7 +169,7 @@ def test_loop_input_from_the_for_statement_is_named_as_the_loops_iterator():
 
 def test_a_generator_loops_epoch_starts_are_a_periodic_input_wait():
     """fixtures/runs/loop_epochs: Python 3.12 light mode timed each epoch's new iterator (a 300 ms shard open)."""
-    result = step_budget.analyze(diagnose.load(RUNS / "loop_epochs"), Thresholds())
+    result = run_analyzer(step_budget, diagnose.load(RUNS / "loop_epochs"), Thresholds())
     (periodic,) = [f for f in result.findings if f.id == "step_budget.periodic"]
     assert periodic.title.startswith("Every 20 steps (step 19 + 20i: steps 19, 39, 59, 79)")
     assert "waiting 305 ms for input" in periodic.title

@@ -10,6 +10,7 @@ import json
 import pytest
 
 import diagnose
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import step_budget
 from diagnose.findings import Severity
 from diagnose.thresholds import Thresholds
@@ -29,7 +30,7 @@ def recompile_line() -> int:
 
 @pytest.fixture(scope="module")
 def result():
-    return step_budget.analyze(diagnose.load(RUN), Thresholds())
+    return run_analyzer(step_budget, diagnose.load(RUN), Thresholds())
 
 
 def test_the_compile_steps_are_kept_out_of_the_steady_figures(result):
@@ -67,7 +68,7 @@ def test_the_compilation_finding_names_the_function_its_steps_and_line(result):
 def test_compiles_inside_the_warm_up_are_a_note_not_the_finding():
     """With 10 warm-up steps, step 8's compile (174.9 ms) is warm-up; the other six are the finding."""
     th = Thresholds().with_overrides({"steps": {"warmup_steps": 10}})
-    result = step_budget.analyze(diagnose.load(RUN), th)
+    result = run_analyzer(step_budget, diagnose.load(RUN), th)
     meta = result.meta["ranks"][0]
     assert meta["warmup_compile_ms"] == pytest.approx(174.880, abs=0.001)
     (note,) = [n for n in meta["notes"] if "was compilation (" in n]
@@ -78,7 +79,7 @@ def test_compiles_inside_the_warm_up_are_a_note_not_the_finding():
 
 def test_little_compilation_is_no_finding():
     th = Thresholds().with_overrides({"step_budget": {"compile_min_share": 0.9}})
-    result = step_budget.analyze(diagnose.load(RUN), th)
+    result = run_analyzer(step_budget, diagnose.load(RUN), th)
     assert not [f for f in result.findings if f.id == "step_budget.compilation"]
     assert result.meta["ranks"][0]["steady_steps"] == 102  # still kept out of the figures
 

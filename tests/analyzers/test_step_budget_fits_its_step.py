@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 import diagnose
-from diagnose.invariants import check_analysis
+from diagnose.checks.report_invariants import check_analysis
 from tests.paths import FIXTURES
 
 RUNS = FIXTURES / "runs"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 import diagnose
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import step_budget
 from tests.paths import FIXTURES
 
@@ -143,7 +144,7 @@ def test_without_a_trace_the_rest_stays_unexplained():
 
     profile = diagnose.load(RUNS / "input_bound")
     profile.traces.clear()
-    b = step_budget.analyze(profile, Thresholds()).tables["budget"]
+    b = run_analyzer(step_budget, profile, Thresholds()).tables["budget"]
     m = b[b["column"] == "median step"].set_index("part")
     assert m.loc["input", "share"] == pytest.approx(0.896, abs=0.001)
     assert m.loc["unexplained", "share"] == pytest.approx(0.104, abs=0.001)

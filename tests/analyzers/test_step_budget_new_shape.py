@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 import diagnose
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import step_budget
 from diagnose.findings import Severity
 from diagnose.thresholds import Thresholds
@@ -28,7 +29,7 @@ STEP_14_MS = 61.416032
 
 @pytest.fixture(scope="module")
 def result():
-    return step_budget.analyze(diagnose.load(RUN), Thresholds())
+    return run_analyzer(step_budget, diagnose.load(RUN), Thresholds())
 
 
 def test_the_new_shape_step_is_kept_out_of_the_steady_figures(result):
@@ -59,7 +60,7 @@ def test_a_new_shape_step_that_is_not_slow_is_no_finding(result):
 
 def test_the_finding_names_the_step_and_the_shape_under_a_lower_slow_factor():
     th = Thresholds().with_overrides({"step_budget": {"new_shape_slow_factor": 0.5}})
-    (f,) = [f for f in step_budget.analyze(diagnose.load(RUN), th).findings if f.id == "step_budget.new_shape"]
+    (f,) = [f for f in run_analyzer(step_budget, diagnose.load(RUN), th).findings if f.id == "step_budget.new_shape"]
     assert f.title == (
         f"1 step met a new input shape after warm-up (step 14: batch {SHAPE}): 61.4 ms against the median 109 ms; "
         "cudnn.benchmark=True re-tunes convolutions for each new shape"
@@ -88,7 +89,7 @@ def slowed_copy(tmp_path, extra_ms: float, cudnn_benchmark: bool = True):
 
 
 def test_a_slow_new_shape_step_is_the_finding_with_cudnn_named(tmp_path):
-    result = step_budget.analyze(diagnose.load(slowed_copy(tmp_path, 150.0)), Thresholds())
+    result = run_analyzer(step_budget, diagnose.load(slowed_copy(tmp_path, 150.0)), Thresholds())
     (f,) = [f for f in result.findings if f.id == "step_budget.new_shape"]
     excess = STEP_14_MS + 150.0 - MEDIAN_MS  # 102.2 ms
     assert f.title == (
@@ -103,7 +104,7 @@ def test_a_slow_new_shape_step_is_the_finding_with_cudnn_named(tmp_path):
 
 
 def test_without_cudnn_benchmark_the_finding_does_not_blame_cudnn(tmp_path):
-    result = step_budget.analyze(diagnose.load(slowed_copy(tmp_path, 150.0, cudnn_benchmark=False)), Thresholds())
+    result = run_analyzer(step_budget, diagnose.load(slowed_copy(tmp_path, 150.0, cudnn_benchmark=False)), Thresholds())
     (f,) = [f for f in result.findings if f.id == "step_budget.new_shape"]
     assert f.title.endswith("; a new shape costs allocator growth and new kernels (cudnn.benchmark is off)")
     assert "cudnn" not in f.recommendation and "drop_last=True" in f.recommendation

@@ -10,6 +10,7 @@ import json
 import pytest
 
 import diagnose
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import step_budget
 from diagnose.thresholds import Thresholds
 from parsers.events import WORK_SCHEMA, read_event_tables
@@ -27,7 +28,7 @@ def line_of(marker: str) -> int:
 
 
 def periodic_of(run: str):
-    result = step_budget.analyze(diagnose.load(RUNS / run), Thresholds())
+    result = run_analyzer(step_budget, diagnose.load(RUNS / run), Thresholds())
     (finding,) = [f for f in result.findings if f.id == "step_budget.periodic"]
     return result, finding
 
@@ -85,7 +86,7 @@ def test_an_evaluation_every_20_steps_is_named_with_the_eval_line():
 def test_work_that_explains_too_little_of_the_excess_is_not_named():
     """Raised above the evaluation's share of the excess (18.07 / 20.23 = 0.89), it falls back to the candidates."""
     th = Thresholds().with_overrides({"step_budget": {"period_work_share": 0.95}})
-    result = step_budget.analyze(diagnose.load(RUNS / "periodic_evaluation"), th)
+    result = run_analyzer(step_budget, diagnose.load(RUNS / "periodic_evaluation"), th)
     (periodic,) = [f for f in result.findings if f.id == "step_budget.periodic"]
     assert result.meta["ranks"][0]["period"]["work"] == []
     assert "model.eval()" not in periodic.title

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 import diagnose
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import step_budget
 from diagnose.formatting import ms_human
 from diagnose.thresholds import Thresholds
@@ -42,7 +43,7 @@ def evaluation_run_cut_at(last_step: int) -> diagnose.Profile:
 def test_a_period_that_fits_exactly_three_times_is_found():
     """Steps 0-59: 53 steady steps (warm-up 0-2 and gpudiag's window 10-13 left out). The search stopped at
     53 // 3 = 17 steps, so the evaluation every 20 steps (19, 39, 59) went unreported."""
-    result = step_budget.analyze(evaluation_run_cut_at(59), Thresholds())
+    result = run_analyzer(step_budget, evaluation_run_cut_at(59), Thresholds())
     meta = result.meta["ranks"][0]
     assert meta["steady_steps"] == 53
     period = meta["period"]
@@ -64,7 +65,7 @@ def test_a_module_level_loop_that_evaluates_every_200_iterations_is_named():
     """fixtures/runs/char_lm_eval (a real CPU capture, 600 iterations): the evaluations at iterations 200, 400 and the
     last one are timed in steps 199, 399 and 598, which no period holds; light mode's evaluation records name them.
     Nothing did before (issue 28: "an evaluation every 200 steps in a 600-step run went unreported")."""
-    result = step_budget.analyze(diagnose.load(RUNS / "char_lm_eval"), Thresholds())
+    result = run_analyzer(step_budget, diagnose.load(RUNS / "char_lm_eval"), Thresholds())
     meta = result.meta["ranks"][0]
     assert meta["steady_steps"] == 592 and meta["median_step_ms"] == pytest.approx(1.653, abs=0.001)
     period = meta["period"]
@@ -86,14 +87,14 @@ def test_a_module_level_loop_that_evaluates_every_200_iterations_is_named():
 
 def test_twice_is_not_a_period():
     """Cut after step 39: two evaluations (19, 39) are not a recurrence."""
-    result = step_budget.analyze(evaluation_run_cut_at(39), Thresholds())
+    result = run_analyzer(step_budget, evaluation_run_cut_at(39), Thresholds())
     assert result.meta["ranks"][0]["period"] is None and not periodic_of(result)
 
 
 def test_every_step_named_on_the_period_was_slow():
     """The real periodic captures: each step a periodic finding names is a slow steady step of the budget."""
     for run in ("periodic_evaluation", "periodic_checkpoint", "epoch_stall", "loop_epochs"):
-        result = step_budget.analyze(diagnose.load(RUNS / run), Thresholds())
+        result = run_analyzer(step_budget, diagnose.load(RUNS / run), Thresholds())
         (f,) = periodic_of(result)
         named = {int(s.name) for s in f.subjects if s.kind == "step"}
         slow = set(result.tables["slow_steps"]["step"].astype(int))
@@ -111,7 +112,7 @@ def fake_quiet_step(steps: pd.DataFrame) -> pd.DataFrame:
 def test_fake_a_period_with_a_quiet_step_names_it_and_never_says_every():
     profile = diagnose.load(RUNS / "repeat_a")
     profile.step_events[0] = fake_quiet_step(profile.step_events[0].copy())
-    result = step_budget.analyze(profile, Thresholds())
+    result = run_analyzer(step_budget, profile, Thresholds())
     period = result.meta["ranks"][0]["period"]
     assert (period["period"], period["offset"], period["steps"], period["not_slow"]) == (10, 3, [13, 23, 43, 53], [33])
     (f,) = periodic_of(result)
@@ -124,7 +125,7 @@ def test_fake_a_period_with_a_quiet_step_names_it_and_never_says_every():
 def test_a_traces_first_iterations_are_warm_up():
     """The real convnet trace (fixtures/shared/torch, no run folder): its step 0 took 995 ms of a 3.8 ms median and
     was a slow steady step, with steps 1-2; they are warm-up now, as for step records, and out of every figure."""
-    result = step_budget.analyze(diagnose.load(shared("torch", "convnet.trace.json.gz")), Thresholds())
+    result = run_analyzer(step_budget, diagnose.load(shared("torch", "convnet.trace.json.gz")), Thresholds())
     meta = result.meta["ranks"][0]
     assert meta["warmup_step_numbers"] == [0, 1, 2]
     assert meta["warmup_ms"] == pytest.approx(1100.7, abs=0.1)  # steps 0-2: 995, 68 and 37 ms
@@ -136,7 +137,9 @@ def test_a_traces_first_iterations_are_warm_up():
 
 def test_a_trace_that_starts_after_warm_up_keeps_every_step():
     """fixtures/trace/sync_planted: ProfilerStep#3-6 (the profiler's schedule skipped the first steps)."""
-    result = step_budget.analyze(diagnose.load(FIXTURES / "trace" / "sync_planted" / "trace.json.gz"), Thresholds())
+    result = run_analyzer(
+        step_budget, diagnose.load(FIXTURES / "trace" / "sync_planted" / "trace.json.gz"), Thresholds()
+    )
     assert result.meta["ranks"][0]["warmup_step_numbers"] == []
     assert result.meta["ranks"][0]["steady_steps"] == 4
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 import diagnose
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import step_budget
 from diagnose.thresholds import Thresholds
 from tests.paths import FIXTURES
@@ -21,7 +22,9 @@ def median_budget(result):
 def test_a_kineto_trace_without_a_run_folder_gets_a_budget():
     """fixtures/trace/sync_planted (H200, ProfilerStep ranges, no step records): the planted syncs, nothing
     blamed on gpudiag's window (the trace is not gpudiag's)."""
-    result = step_budget.analyze(diagnose.load(FIXTURES / "trace" / "sync_planted" / "trace.json.gz"), Thresholds())
+    result = run_analyzer(
+        step_budget, diagnose.load(FIXTURES / "trace" / "sync_planted" / "trace.json.gz"), Thresholds()
+    )
     m = median_budget(result)
     assert m.loc["trace_window", "ms"] == 0
     # of the longer of each step's host and GPU window (0.069 of the host window alone)
@@ -34,7 +37,7 @@ def test_a_kineto_trace_without_a_run_folder_gets_a_budget():
 def test_a_gpu_bound_trace_step_lasts_its_gpu_window():
     """fixtures/trace/sync_free (H200): the host only queues each step's 5.0 ms of kernels in a 2.8 ms host window;
     the step's wall time is its GPU window, so GPU busy (a part) stays within the step (its whole)."""
-    result = step_budget.analyze(diagnose.load(FIXTURES / "trace" / "sync_free" / "trace.json.gz"), Thresholds())
+    result = run_analyzer(step_budget, diagnose.load(FIXTURES / "trace" / "sync_free" / "trace.json.gz"), Thresholds())
     m = median_budget(result)
     wall = m["wall_ms"].iloc[0]
     assert wall == pytest.approx(5.077, abs=0.001)  # the host windows' median is 2.79 ms
@@ -68,7 +71,7 @@ def test_dataloader_ranges_of_a_real_cpu_trace_are_the_input_wait(tmp_path):
             if i == 7:
                 break
     prof.export_chrome_trace(str(path))
-    result = step_budget.analyze(diagnose.load(path), Thresholds())
+    result = run_analyzer(step_budget, diagnose.load(path), Thresholds())
     m = median_budget(result)
     assert m.loc["input", "measured_in"].endswith("steady steps")
     assert m.loc["input", "ms"] >= 80.0  # four 20 ms sleeps at least

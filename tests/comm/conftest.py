@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from diagnose.profile_data import Profile
+from diagnose.ingest.profile_data import Profile
 from parsers.schema import conform
 from parsers.trace import (
     ANNOTATION_SCHEMA,

@@ -2,8 +2,9 @@
 
 import pytest
 
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import comm
-from diagnose.collectives import intersection_ns, kernel_op
+from diagnose.derive.collectives import intersection_ns, kernel_op
 from diagnose.findings import Severity
 from diagnose.thresholds import Thresholds
 from reports.sections.comm import render
@@ -27,7 +28,7 @@ def fake_pair(cause: str, steps: int = 4):
 
 @pytest.mark.parametrize("cause,words", [("host", "the host is late"), ("compute", "more GPU compute")])
 def test_fake_straggler_found_with_its_cause(cause, words):
-    r = comm.analyze(fake_pair(cause))
+    r = run_analyzer(comm, fake_pair(cause))
     f = {x.id: x for x in r.findings}
     s = f["comm.straggler"]
     assert s.subjects[0].name == "rank 1" and s.subjects[0].kind == "rank"
@@ -57,7 +58,7 @@ def test_fake_balanced_ranks_give_no_straggler_or_wait():
         for s in range(4)
         for k in ((s * 100 * MS, 60 * MS, "gemm", 7, "compute"), (s * 100 * MS + 40 * MS, 30 * MS, AR, 20, "comm"))
     ]
-    r = comm.analyze(fake_profile(fake_trace(0, ks, st, 2), fake_trace(1, ks, st, 2)))
+    r = run_analyzer(comm, fake_profile(fake_trace(0, ks, st, 2), fake_trace(1, ks, st, 2)))
     assert {f.id for f in r.findings} == set()
     assert r.summary["comm_overlap_pct"] == pytest.approx(100 * 20 / 30)  # 20 of the 30 ms overlap compute
     assert r.summary["comm_wait_ms_per_step"] == 0.0
@@ -65,14 +66,14 @@ def test_fake_balanced_ranks_give_no_straggler_or_wait():
 
 def test_threshold_overrides_change_findings():
     th = Thresholds().with_overrides({"comm": {"wait_share_warning": 0.5, "overlap_low_pct": 0}})
-    ids = {f.id for f in comm.analyze(fake_pair("host"), th).findings}
+    ids = {f.id for f in run_analyzer(comm, fake_pair("host"), th).findings}
     assert ids == {"comm.straggler"}
 
 
 def test_fake_no_comm_kernels_gives_empty_result():
-    r = comm.analyze(fake_profile(fake_trace(0, [(0, 10 * MS, "gemm", 7, "compute")])))
+    r = run_analyzer(comm, fake_profile(fake_trace(0, [(0, 10 * MS, "gemm", 7, "compute")])))
     assert r.findings == [] and r.summary == {} and r.tables == {}
-    assert comm.analyze(fake_profile()).findings == []
+    assert run_analyzer(comm, fake_profile()).findings == []
     assert "No collectives" in render(r)
 
 
@@ -93,7 +94,7 @@ def test_intersection_of_interval_sets():
 
 
 def test_single_real_rank_gives_overlap_and_an_info():
-    r = comm.analyze(profile_of(DDP_RANK0))
+    r = run_analyzer(comm, profile_of(DDP_RANK0))
     f = {x.id: x for x in r.findings}
     assert f["comm.single_rank"].severity == Severity.INFO
     assert f["comm.low_overlap"].severity == Severity.WARNING  # 14.8 % overlap, comm 5.6 % of the trace
@@ -101,7 +102,7 @@ def test_single_real_rank_gives_overlap_and_an_info():
 
 
 def test_sampled_ranks_p2p_only_no_straggler():
-    r = comm.analyze(profile_of(*SAMPLED))
+    r = run_analyzer(comm, profile_of(*SAMPLED))
     ids = {f.id for f in r.findings}
     assert ids == {"comm.low_overlap"}  # SendRecv is point-to-point: no straggler/wait finding
     lo = next(f for f in r.findings if f.id == "comm.low_overlap")
@@ -112,7 +113,7 @@ def test_sampled_ranks_p2p_only_no_straggler():
 
 
 def test_gloo_capture_finds_the_planted_straggler():
-    r = comm.analyze(profile_of(GLOO / "rank0.json.gz", GLOO / "rank1.json.gz"))
+    r = run_analyzer(comm, profile_of(GLOO / "rank0.json.gz", GLOO / "rank1.json.gz"))
     f = {x.id: x for x in r.findings}
     s = f["comm.straggler"].subjects[0]
     assert s.name == "rank 1" and s.figures["last_share"] == 1.0
@@ -124,7 +125,7 @@ def test_gloo_capture_finds_the_planted_straggler():
 
 
 def test_section_draws_the_analyzer_tables():
-    html = render(comm.analyze(fake_pair("host")))
+    html = render(run_analyzer(comm, fake_pair("host")))
     for anchor in ('id="comm-timeline"', 'id="comm-waits"', 'id="comm-ranks"', 'id="comm-overlap"'):
         assert anchor in html
     assert "https://" not in html.split("comm-timeline")[0]

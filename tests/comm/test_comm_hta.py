@@ -15,15 +15,16 @@ which moves its figure 0.45 points from ours; the sampled traces are in whole µ
 
 import pytest
 
-from diagnose import collectives as col
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import comm
+from diagnose.derive import collectives as col
 from tests.comm.conftest import DDP_RANK0, SAMPLED, profile_of
 
 HTA_OVERLAP_PCT = {"sampled": {0: 11.81, 1: 20.05}, "ddp": {0: 14.31}}
 
 
 def test_sampled_ranks_overlap_matches_hta():
-    r = comm.analyze(profile_of(*SAMPLED))
+    r = run_analyzer(comm, profile_of(*SAMPLED))
     for rank, hta in HTA_OVERLAP_PCT["sampled"].items():
         ours = r.summary[f"rank{rank}.comm_overlap_pct"]
         assert abs(ours - hta) <= 2.0
@@ -33,7 +34,7 @@ def test_sampled_ranks_overlap_matches_hta():
 
 
 def test_ddp_trace_overlap_matches_hta():
-    r = comm.analyze(profile_of(DDP_RANK0))
+    r = run_analyzer(comm, profile_of(DDP_RANK0))
     ours = r.summary["rank0.comm_overlap_pct"]
     assert abs(ours - HTA_OVERLAP_PCT["ddp"][0]) <= 2.0
     assert ours == pytest.approx(14.7625, abs=0.001)

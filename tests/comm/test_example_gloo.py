@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import comm
 from tests.comm.conftest import ROOT, profile_of
 
@@ -44,7 +45,7 @@ def test_gloo_run_reports_rank1_as_straggler(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     traces = sorted((out / "trace").glob("rank*.json.gz"))
     assert [t.name for t in traces] == ["rank0.json.gz", "rank1.json.gz"]
-    result = comm.analyze(profile_of(*traces))
+    result = run_analyzer(comm, profile_of(*traces))
     s = {f.id: f for f in result.findings}["comm.straggler"].subjects[0]
     assert s.name == "rank 1" and s.figures["last_share"] >= 0.9
     # the planted 100 ms sleep; at least half of it survives scheduling noise on a loaded 2-core machine

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from diagnose.analysis import Analysis, declared_metrics
-from diagnose.compare import compare
+from diagnose.comparison.runs import compare
 from diagnose.findings import Finding, Severity
+from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import describe
-from diagnose.profile_data import Profile
 from parsers.events import STEPS_SCHEMA
 from parsers.schema import conform
 from reports.diff_html import render_diff_html, render_diff_json, render_diff_terminal

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from diagnose.compare import diff_paths
+from diagnose.comparison.runs import diff_paths
 from reports.diff_html import render_diff_html, render_diff_terminal
 from tests.compare.conftest import NCU, RUNS, gpudiag
 from tests.paths import FIXTURES, shared

@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diagnose.compare import compare, mann_whitney_u, min_two_sided_p, step_samples
-from diagnose.load import load
-from diagnose.profile_data import Profile
+from diagnose.comparison.runs import compare, mann_whitney_u, min_two_sided_p, step_samples
+from diagnose.ingest.loading import load
+from diagnose.ingest.profile_data import Profile
 from diagnose.thresholds import Thresholds
 from tests.compare.conftest import RUNS, gpudiag
 

@@ -11,7 +11,7 @@ from tests.compare.conftest import NCU, TRAIN_MLP, gpudiag, needs_ncu_parser, ru
 
 
 def _diff(a, b, thresholds=None):
-    from diagnose.compare import diff_paths
+    from diagnose.comparison.runs import diff_paths
 
     return diff_paths(a, b)
 

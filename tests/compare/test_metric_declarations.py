@@ -10,7 +10,7 @@ import pytest
 
 from diagnose.analysis import analyze, declared_metrics
 from diagnose.analyzers import discover
-from diagnose.load import load
+from diagnose.ingest.loading import load
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, UNITS, describe
 from parsers.errors import InputError
 from tests.paths import FIXTURES

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from diagnose.analysis import declared_metrics
-from diagnose.compare import HIGHER, LOWER, NEUTRAL, DiffOptions, change_pct, judge, mann_whitney_u
+from diagnose.comparison.runs import HIGHER, LOWER, NEUTRAL, DiffOptions, change_pct, judge, mann_whitney_u
 from diagnose.metrics import describe
 
 

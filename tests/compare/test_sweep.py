@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from diagnose import sweep as sw
+from diagnose.comparison import sweep as sw
 from parsers.errors import InputError
 from tests.compare.conftest import EXAMPLE, gpudiag, needs_ncu_parser
 

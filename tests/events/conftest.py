@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diagnose.profile_data import Profile
+from diagnose.ingest.profile_data import Profile
 from parsers.events import STEPS_SCHEMA
 from parsers.schema import conform
 

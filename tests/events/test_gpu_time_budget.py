@@ -11,6 +11,7 @@ import math
 import pandas as pd
 import pytest
 
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import steps as steps_analyzer
 from diagnose.thresholds import Thresholds
 from parsers.errors import InputError
@@ -100,7 +101,7 @@ def test_an_absent_budget_is_nan_and_a_bad_choice_is_an_error_naming_its_line(tm
 
 def test_the_analyzer_takes_the_budget_from_the_records_and_the_report_says_it_as_before(tmp_file):
     steps, _ = read_events(tmp_file("rank0.jsonl", _log()))
-    result = steps_analyzer.analyze(fake_profile(step_events={0: steps}), Thresholds())
+    result = run_analyzer(steps_analyzer, fake_profile(step_events={0: steps}), Thresholds())
     assert result.meta["gpu_time_every"] == 9 and result.meta["gpu_time_budget_pct"] == 0.5
     assert (
         " GPU time was measured on one step in 9 (4 of 37 measured steps): light mode times a sample when a "
@@ -112,7 +113,7 @@ def test_the_analyzer_takes_the_budget_from_the_records_and_the_report_says_it_a
 def test_without_a_record_there_is_no_budget_and_the_report_still_renders(tmp_file):
     """A fixed --gpu-time-every 9 writes no choice: nothing to say about a budget, the sampling still said."""
     steps, _ = read_events(tmp_file("rank0.jsonl", _log(choices=())))
-    result = steps_analyzer.analyze(fake_profile(step_events={0: steps}), Thresholds())
+    result = run_analyzer(steps_analyzer, fake_profile(step_events={0: steps}), Thresholds())
     assert result.meta["gpu_time_every"] == 9 and result.meta["gpu_time_budget_pct"] is None
     html = render(result)
     assert "GPU time was measured on one step in 9 (4 of 37 measured steps)" in html
@@ -125,5 +126,5 @@ def test_ranks_with_different_choices_still_concatenate_and_give_one_budget(tmp_
         for rank, choices in ((0, ({"from_step": 9, "every": 9},)), (1, ()))
     }
     assert len(pd.concat(list(frames.values()), ignore_index=True)) == 80  # attrs of plain values: pandas compares them
-    result = steps_analyzer.analyze(fake_profile(step_events=frames), Thresholds())
+    result = run_analyzer(steps_analyzer, fake_profile(step_events=frames), Thresholds())
     assert result.meta["gpu_time_budget_pct"] == 0.5 and result.summary["step_count"] == 74

@@ -8,6 +8,7 @@ import re
 import pandas as pd
 import pytest
 
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import steps, utilization
 from diagnose.findings import Result
 from diagnose.thresholds import Thresholds
@@ -33,7 +34,7 @@ def test_empty_result_renders_a_note(section, analyzer):
 def test_nvml_timeline_has_five_series_on_four_rows_and_step_marks():
     samples = read_nvml(NVML_CAPTURE)
     events = fake_steps([500.0] * 10, [400.0] * 10, t0_ns=float(samples["t_ns"].iloc[0]) + 5e9)
-    result = utilization.analyze(fake_profile(nvml=samples, step_events={0: events}), Thresholds())
+    result = run_analyzer(utilization, fake_profile(nvml=samples, step_events={0: events}), Thresholds())
     html = utilization_section.render(result)
     traces = plotly_data(html)
     assert [t["name"] for t in traces] == [
@@ -50,7 +51,7 @@ def test_nvml_timeline_has_five_series_on_four_rows_and_step_marks():
 
 def test_step_chart_draws_host_gpu_and_warmup():
     events = fake_steps([90, 80, 70] + [30] * 10, [85, 75, 65] + [10] * 10)
-    result = steps.analyze(fake_profile(step_events={0: events}), Thresholds())
+    result = run_analyzer(steps, fake_profile(step_events={0: events}), Thresholds())
     html = steps_section.render(result)
     names = [t["name"] for t in plotly_data(html)]
     assert names == ["host ms", "GPU ms", "warm-up"]
@@ -61,13 +62,13 @@ def test_step_chart_draws_host_gpu_and_warmup():
 def test_user_text_is_escaped_in_region_table():
     events = fake_steps([30] * 6, [10] * 6)
     events = pd.concat([events, fake_steps([5] * 6, [5] * 6, name="</td><script>x</script>")], ignore_index=True)
-    html = steps_section.render(steps.analyze(fake_profile(step_events={0: events}), Thresholds()))
+    html = steps_section.render(run_analyzer(steps, fake_profile(step_events={0: events}), Thresholds()))
     assert "<script>x</script>" not in html and "&lt;script&gt;" in html
 
 
 def test_load_routes_both_formats(tmp_path):
     pytest.importorskip("parsers.ncu")  # Profile() builds the empty ncu table; that parser is another package
-    from diagnose.load import load
+    from diagnose.ingest.loading import load
 
     profile = load(NVML_CAPTURE)
     assert len(profile.nvml) == 239
@@ -115,7 +116,7 @@ def test_step_chart_tells_the_trace_window_from_the_warm_up():
     import diagnose
     from tests.paths import FIXTURES
 
-    result = steps.analyze(diagnose.load(FIXTURES / "runs" / "sync_planted"), Thresholds())
+    result = run_analyzer(steps, diagnose.load(FIXTURES / "runs" / "sync_planted"), Thresholds())
     html = steps_section.render(result)
     marks = {t["name"]: plotly_values(t["x"]) for t in plotly_data(html) if t.get("mode") == "markers"}
     assert marks["warm-up"] == [0, 1, 2]

@@ -7,6 +7,7 @@ import dataclasses
 import pandas as pd
 import pytest
 
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import steps
 from diagnose.findings import Severity
 from diagnose.thresholds import Thresholds
@@ -20,7 +21,7 @@ def ids(result):
 
 
 def test_absent_step_events_say_not_measured():
-    result = steps.analyze(fake_profile(), TH)
+    result = run_analyzer(steps, fake_profile(), TH)
     assert [f.id for f in result.findings] == ["steps.not_measured"]
     assert result.findings[0].severity == Severity.INFO and result.summary == {}
 
@@ -28,7 +29,7 @@ def test_absent_step_events_say_not_measured():
 def test_host_bound_critical_with_warmup_excluded():
     # 3 warm-up steps far slower; then 10 steps of 30 ms host for 10 ms GPU
     profile = fake_profile(step_events={0: fake_steps([900, 500, 400] + [30] * 10, [800, 450, 390] + [10] * 10)})
-    result = steps.analyze(profile, TH)
+    result = run_analyzer(steps, profile, TH)
     s = result.summary
     assert s["step_warmup_excluded"] == 3 and s["step_count"] == 10
     assert s["step_time_median_ms"] == 30.0 and s["step_gpu_time_median_ms"] == 10.0
@@ -45,21 +46,21 @@ def test_host_bound_critical_with_warmup_excluded():
 
 def test_balanced_steady_steps_give_no_finding():
     profile = fake_profile(step_events={0: fake_steps([10.5, 10.2, 10.0] * 5, [10.0, 10.0, 9.9] * 5)})
-    result = steps.analyze(profile, TH)
+    result = run_analyzer(steps, profile, TH)
     assert result.findings == []
     assert result.summary["step_host_over_gpu_ratio"] == pytest.approx(10.2 / 10.0)
 
 
 def test_host_bound_warning_band():
     profile = fake_profile(step_events={0: fake_steps([15.0] * 8, [10.0] * 8)})
-    finding = ids(steps.analyze(profile, TH))["steps.host_bound"]
+    finding = ids(run_analyzer(steps, profile, TH))["steps.host_bound"]
     assert finding.severity == Severity.WARNING and finding.cost_share == pytest.approx(1 / 3)
 
 
 def test_unstable_steps_list_outliers():
     host = [50, 50, 50] + [10, 11, 10, 30, 10, 12, 10, 25, 10, 11]
     profile = fake_profile(step_events={0: fake_steps(host, host)})
-    result = steps.analyze(profile, TH)
+    result = run_analyzer(steps, profile, TH)
     finding = ids(result)["steps.unstable"]
     assert result.summary["step_time_median_ms"] == 10.5
     p10, p90 = result.summary["step_time_p10_ms"], result.summary["step_time_p90_ms"]
@@ -74,7 +75,7 @@ def test_unstable_steps_list_outliers():
 def test_single_outlier_in_steady_run_is_info():
     host = [10.0] * 20
     host[12] = 40.0
-    result = steps.analyze(fake_profile(step_events={0: fake_steps(host, [9.5] * 20)}), TH)
+    result = run_analyzer(steps, fake_profile(step_events={0: fake_steps(host, [9.5] * 20)}), TH)
     finding = ids(result)["steps.outliers"]
     assert finding.severity == Severity.INFO and finding.subjects[0].figures["step"] == 12
     assert finding.cost_share == pytest.approx(30 / sum(host[3:]))
@@ -82,7 +83,7 @@ def test_single_outlier_in_steady_run_is_info():
 
 def test_gpu_only_user_timings_use_gpu_time():
     profile = fake_profile(step_events={0: fake_steps([float("nan")] * 6, [20, 20, 20, 20, 21, 19])})
-    result = steps.analyze(profile, TH)
+    result = run_analyzer(steps, profile, TH)
     assert result.summary["step_time_median_ms"] == 20.0
     assert "step_host_over_gpu_ratio" not in result.summary
     assert result.findings == []
@@ -90,18 +91,18 @@ def test_gpu_only_user_timings_use_gpu_time():
 
 def test_warmup_never_more_than_half_and_threshold_override():
     short = fake_profile(step_events={0: fake_steps([30, 30, 30, 30], [10, 10, 10, 10])})
-    assert steps.analyze(short, TH).summary["step_warmup_excluded"] == 2
+    assert run_analyzer(steps, short, TH).summary["step_warmup_excluded"] == 2
     th = dataclasses.replace(
         TH, steps=dataclasses.replace(TH.steps, warmup_steps=0, host_bound_ratio=5.0, host_bound_critical_ratio=9.0)
     )
-    result = steps.analyze(fake_profile(step_events={0: fake_steps([30] * 6, [10] * 6)}), th)
+    result = run_analyzer(steps, fake_profile(step_events={0: fake_steps([30] * 6, [10] * 6)}), th)
     assert result.summary["step_warmup_excluded"] == 0 and result.findings == []
 
 
 def test_two_ranks_each_a_subject_and_regions_table():
     events = {0: fake_steps([30] * 6, [10] * 6, rank=0), 1: fake_steps([12] * 6, [10] * 6, rank=1)}
     events[1] = pd.concat([events[1], fake_steps([4] * 6, [4] * 6, rank=1, name="forward")], ignore_index=True)
-    result = steps.analyze(fake_profile(step_events=events), TH)
+    result = run_analyzer(steps, fake_profile(step_events=events), TH)
     finding = ids(result)["steps.host_bound"]
     severities = {s.name: s.severity for s in finding.subjects}
     assert severities == {"rank 0": Severity.CRITICAL, "rank 1": Severity.INFO}
@@ -114,7 +115,7 @@ def test_two_ranks_each_a_subject_and_regions_table():
 
 def test_chart_rows_are_bounded():
     n = 10_000
-    result = steps.analyze(fake_profile(step_events={0: fake_steps([10.0] * n, [10.0] * n)}), TH)
+    result = run_analyzer(steps, fake_profile(step_events={0: fake_steps([10.0] * n, [10.0] * n)}), TH)
     assert len(result.tables["steps"]) <= TH.steps.max_chart_steps + 3
     assert result.meta["chart_stride"] == 4
 
@@ -124,7 +125,7 @@ def test_sampled_gpu_time_is_counted_drawn_and_said():
     chart keeps enough of them to draw the GPU line, and the report says one step in 9."""
     n = 9_000
     gpu = [1.0 if step % 9 == 0 else float("nan") for step in range(n)]
-    result = steps.analyze(fake_profile(step_events={0: fake_steps([3.0] * n, gpu)}), TH)
+    result = run_analyzer(steps, fake_profile(step_events={0: fake_steps([3.0] * n, gpu)}), TH)
     assert result.summary["step_gpu_timed_count"] == 1_000 - 1  # step 0 is a warm-up step
     assert result.summary["step_gpu_time_median_ms"] == 1.0 and result.meta["gpu_time_every"] == 9
     assert "steps.host_bound" in ids(result)
@@ -134,7 +135,7 @@ def test_sampled_gpu_time_is_counted_drawn_and_said():
 
     html = render(result)
     assert "GPU time was measured on one step in 9 (999 of 8,997 measured steps)" in html
-    every = steps.analyze(fake_profile(step_events={0: fake_steps([3.0] * 20, [1.0] * 20)}), TH)
+    every = run_analyzer(steps, fake_profile(step_events={0: fake_steps([3.0] * 20, [1.0] * 20)}), TH)
     assert every.meta["gpu_time_every"] == 1 and "one step in" not in render(every)
 
 
@@ -143,14 +144,14 @@ def test_the_report_says_what_ended_the_steps():
     import diagnose
     from tests.paths import FIXTURES
 
-    result = steps.analyze(diagnose.load(FIXTURES / "runs" / "input_bound"), TH)
+    result = run_analyzer(steps, diagnose.load(FIXTURES / "runs" / "input_bound"), TH)
     assert result.meta["step_sources"] == {"optimizer": 59}
     assert result.meta["step_source_sentence"] == "Steps were ended by optimizer steps."
 
 
 def test_time_slices_are_never_read_as_iterations():
     frame = fake_steps([30] * 12, [10] * 12).assign(source="time")
-    result = steps.analyze(fake_profile(step_events={0: frame}), TH)
+    result = run_analyzer(steps, fake_profile(step_events={0: frame}), TH)
     assert result.meta["step_sources"] == {"time": 12}
     assert "not per iteration" in result.meta["step_source_sentence"]
     (bound,) = result.findings

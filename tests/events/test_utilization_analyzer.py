@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import utilization
 from diagnose.findings import Severity
 from diagnose.thresholds import Thresholds
@@ -41,12 +42,12 @@ def by_id(result):
 
 
 def test_no_samples_say_not_measured():
-    result = utilization.analyze(fake_profile(nvml=NVML_SCHEMA.empty()), TH)
+    result = run_analyzer(utilization, fake_profile(nvml=NVML_SCHEMA.empty()), TH)
     assert [f.id for f in result.findings] == ["utilization.not_measured"]
 
 
 def test_real_capture_low_util_and_no_swing():
-    result = utilization.analyze(fake_profile(nvml=read_nvml(NVML_CAPTURE)), TH)
+    result = run_analyzer(utilization, fake_profile(nvml=read_nvml(NVML_CAPTURE)), TH)
     s = result.summary
     assert s["nvml_sample_count"] == 239
     assert s["nvml_gpu_util_mean_pct"] == pytest.approx(244 / 239)
@@ -62,7 +63,7 @@ def test_real_capture_low_util_and_no_swing():
 
 def test_bursty_memory_under_half_is_flagged():
     mem = [5, 40, 8, 45, 2, 38] * 10
-    result = utilization.analyze(fake_profile(nvml=fake_samples([90] * 60, mem)), TH)
+    result = run_analyzer(utilization, fake_profile(nvml=fake_samples([90] * 60, mem)), TH)
     found = by_id(result)
     assert set(found) == {"utilization.mem_util_swing"}
     row = result.tables["per_gpu"].iloc[0]
@@ -72,8 +73,8 @@ def test_bursty_memory_under_half_is_flagged():
 
 
 def test_swing_that_reaches_over_half_or_steady_is_not_flagged():
-    wide_high = utilization.analyze(fake_profile(nvml=fake_samples([90] * 60, [5, 80] * 30)), TH)
-    steady_low = utilization.analyze(fake_profile(nvml=fake_samples([90] * 60, [30, 32] * 30)), TH)
+    wide_high = run_analyzer(utilization, fake_profile(nvml=fake_samples([90] * 60, [5, 80] * 30)), TH)
+    steady_low = run_analyzer(utilization, fake_profile(nvml=fake_samples([90] * 60, [30, 32] * 30)), TH)
     assert by_id(wide_high) == {} and by_id(steady_low) == {}
 
 
@@ -82,7 +83,7 @@ def test_window_follows_measured_steps_and_idle_gpus_are_left_out():
     util = [0] * 20 + [95] * 20 + [0] * 10
     samples = pd.concat([fake_samples(util, [50] * 50, gpu=0), fake_samples([0] * 50, [0] * 50, gpu=1)])
     steps = fake_steps([100.0] * 23, [95.0] * 23, t0_ns=1.7e18 + 1.7e9)  # 3 warm-up steps from 1.7 s
-    result = utilization.analyze(fake_profile(nvml=samples, step_events={0: steps}), TH)
+    result = run_analyzer(utilization, fake_profile(nvml=samples, step_events={0: steps}), TH)
     assert result.meta["window"] == "training steps"
     assert result.meta["window_start_s"] == pytest.approx(2.0) and result.meta["window_end_s"] == pytest.approx(4.0)
     assert result.meta["gpus_judged"] == [0] and result.meta["gpus_sampled"] == [0, 1]
@@ -96,7 +97,7 @@ def test_window_follows_measured_steps_and_idle_gpus_are_left_out():
 
 def test_two_busy_gpus_merge_into_one_finding():
     samples = pd.concat([fake_samples([20] * 30, [10] * 30, gpu=0), fake_samples([50] * 30, [10] * 30, gpu=1)])
-    finding = by_id(utilization.analyze(fake_profile(nvml=samples), TH))["utilization.low_gpu_util"]
+    finding = by_id(run_analyzer(utilization, fake_profile(nvml=samples), TH))["utilization.low_gpu_util"]
     assert finding.severity == Severity.CRITICAL and "worst of 2 GPUs" in finding.title
     assert [(s.name, s.severity) for s in finding.subjects] == [
         ("GPU 0", Severity.CRITICAL),
@@ -107,12 +108,12 @@ def test_two_busy_gpus_merge_into_one_finding():
 def test_timeline_is_bounded():
     n = 20_000
     samples = fake_samples([90] * n, [50] * n, interval_ms=10)
-    result = utilization.analyze(fake_profile(nvml=samples), TH)
+    result = run_analyzer(utilization, fake_profile(nvml=samples), TH)
     assert len(result.tables["timeline"]) <= TH.utilization.max_timeline_points
     assert result.meta["timeline_stride"] == 7
     assert result.summary["nvml_sample_count"] == n  # judged on every sample, drawn on a few
 
 
 def test_too_few_samples_give_no_finding():
-    result = utilization.analyze(fake_profile(nvml=fake_samples([1] * 5, [1] * 5)), TH)
+    result = run_analyzer(utilization, fake_profile(nvml=fake_samples([1] * 5, [1] * 5)), TH)
     assert result.findings == [] and result.summary["nvml_gpu_util_mean_pct"] == 1.0

@@ -6,7 +6,7 @@ another exception, a result that breaks its schema, running past the time limit,
 on the reader's behalf (seen by an audit hook: os.system, subprocess, exec of a code object that
 is not a module's, the stock unpickler's find_class). An input that loads into a Profile (the
 ``load`` and ``run_folder`` readers) is also analysed, and its analysis must hold the report
-invariants (diagnose/invariants.py, docs/report-invariants.md): else ``broken_invariant``.
+invariants (diagnose/checks/report_invariants.py, docs/report-invariants.md): else ``broken_invariant``.
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def analyse_and_check(profile, limit_s: float | None = 20.0) -> Outcome | None:
     """Analyse a loaded Profile and check the report invariants; None when it holds them, else the failure
     (an exception or a hang in the analysis, code run on its behalf, or the broken invariants)."""
     import diagnose
-    from diagnose.invariants import check_analysis
+    from diagnose.checks.report_invariants import check_analysis
 
     t0 = time.perf_counter()
     violations, hung = [], None
@@ -420,7 +420,7 @@ def check_manifest(m) -> list[str]:
 
 
 def check_profile(p) -> list[str]:
-    from diagnose.profile_data import Profile
+    from diagnose.ingest.profile_data import Profile
     from parsers.memory_stats import MEMORY_STATS_SCHEMA
     from parsers.ncu_kernels import KERNELS_SCHEMA
     from parsers.nvml import NVML_SCHEMA

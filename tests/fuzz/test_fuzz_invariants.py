@@ -1,10 +1,10 @@
 """The fuzz oracle analyses every input that loads into a Profile and checks the report invariants on it
-(tests/fuzz/oracle.py, diagnose/invariants.py): the wiring, with a fake invariant that always breaks."""
+(tests/fuzz/oracle.py, diagnose/checks/report_invariants.py): the wiring, with a fake invariant that always breaks."""
 
 from __future__ import annotations
 
 import parsers.trace  # noqa: F401 - its import looks up malloc_trim (ctypes): here, not under the oracle's audit
-from diagnose import invariants
+from diagnose.checks import report_invariants as invariants
 from tests.fuzz.oracle import BROKEN_INVARIANT, OK_KINDS, run_reader
 from tests.paths import FIXTURES
 

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from diagnose.load import load
+from diagnose.ingest.loading import load
 from tests.cli_run import gpudiag
 from tests.paths import FIXTURES
 

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from diagnose.analysis import analyze
-from diagnose.load import load
+from diagnose.ingest.loading import load
 from parsers.errors import InputError
 from reports.terminal import note_lines, render_terminal
 from tests.cli_run import gpudiag

@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diagnose import parallel_ingest
-from diagnose.analysis import analyze
+from diagnose.analysis import analyze, run_analyzer
 from diagnose.analyzers import comm
-from diagnose.load import load
+from diagnose.ingest import parallel as parallel_ingest
+from diagnose.ingest.loading import load
 from tests.cli_run import gpudiag
 from tests.paths import FIXTURES, shared
 
@@ -86,7 +86,7 @@ def test_parallel_ingest_gives_the_serial_tables_and_analysis(name, tmp_path):
 
 def test_gloo_straggler_numbers_read_in_workers():
     _, parallel = serial_and_parallel(GLOO)
-    r = comm.analyze(parallel)
+    r = run_analyzer(comm, parallel)
     assert sorted(parallel.traces) == [0, 1]
     assert r.summary["comm_collectives_matched"] == 10
     assert r.summary["rank0.comm_wait_ms_per_step"] == pytest.approx(71.7933638)
@@ -97,7 +97,7 @@ def test_gloo_straggler_numbers_read_in_workers():
 def test_a_folder_of_rank_traces_is_read_as_the_ranks(tmp_path):
     """HTA's overlap on its own sampled traces (tests/comm/test_comm_hta.py), from a folder without a manifest."""
     _, parallel = serial_and_parallel(sampled_folder(tmp_path))
-    r = comm.analyze(parallel)
+    r = run_analyzer(comm, parallel)
     assert r.summary["rank0.comm_overlap_pct"] == pytest.approx(11.81, abs=0.01)
     assert r.summary["rank1.comm_overlap_pct"] == pytest.approx(20.05, abs=0.01)
     assert parallel.warnings == []
@@ -129,7 +129,7 @@ def test_a_corrupt_rank_is_the_same_note_serial_or_parallel(tmp_path):
     assert sorted(parallel.traces) == [0]
     (note,) = parallel.warnings
     assert note.startswith(f"{run / 'trace' / 'rank1.json.gz'}: ") and "gzip" in note
-    findings = {f.id for f in comm.analyze(parallel).findings}
+    findings = {f.id for f in run_analyzer(comm, parallel).findings}
     assert findings == {"comm.single_rank"}
 
 

@@ -9,7 +9,7 @@ import re
 import select
 import time
 
-from diagnose.progress import Progress
+from diagnose.ingest.read_progress import Progress
 from tests.cli_run import gpudiag
 from tests.paths import FIXTURES
 
@@ -174,7 +174,7 @@ def test_one_file_shows_the_bytes_read_so_far(monkeypatch):
 
     from parsers import limits
 
-    load_module = importlib.import_module("diagnose.load")
+    load_module = importlib.import_module("diagnose.ingest.loading")
     trace = FIXTURES / "trace" / "hta" / "trace_filter_sampled_rank-0.json.gz"
     size = os.path.getsize(trace)
     shown, progresses = [], []

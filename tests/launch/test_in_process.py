@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import diagnose  # noqa: E402
+from diagnose.analysis import run_analyzer  # noqa: E402
 from diagnose.launch.runtime import lifecycle  # noqa: E402
 from tests.launch.launch_helpers import manifest, records  # noqa: E402
 
@@ -85,7 +86,7 @@ def test_own_time_per_step_is_recorded_in_the_step_it_was_spent_in(tmp_path, mon
     import time
 
     from diagnose.analyzers import steps as steps_analyzer
-    from diagnose.load import load
+    from diagnose.ingest.loading import load
     from diagnose.thresholds import Thresholds
 
     torch.manual_seed(0)
@@ -113,7 +114,7 @@ def test_own_time_per_step_is_recorded_in_the_step_it_was_spent_in(tmp_path, mon
     assert all(s["overhead_us"] < 50_000 for s in steps[1:6]), [s["overhead_us"] for s in steps]
     assert all(s["overhead_us"] >= 50_000 and s["host_ms"] >= 50.0 for s in steps[6:]), steps[6:]
 
-    result = steps_analyzer.analyze(load(run.path))
+    result = run_analyzer(steps_analyzer, load(run.path))
     measured = steps[3:]  # the first 3 are warm-up
     own = statistics.fmean(s["overhead_us"] for s in measured)
     host = statistics.median(s["host_ms"] for s in measured)
@@ -122,7 +123,7 @@ def test_own_time_per_step_is_recorded_in_the_step_it_was_spent_in(tmp_path, mon
     finding = next(f for f in result.findings if f.id == "steps.own_overhead")
     assert result.summary["gpudiag_overhead_pct"] > 50 and finding.cost_share > 0.5
     high = Thresholds().with_overrides({"steps": {"own_overhead_pct": 100.0}})
-    assert "steps.own_overhead" not in {f.id for f in steps_analyzer.analyze(load(run.path), high).findings}
+    assert "steps.own_overhead" not in {f.id for f in run_analyzer(steps_analyzer, load(run.path), high).findings}
 
 
 def test_a_forked_child_records_nothing(tmp_path):

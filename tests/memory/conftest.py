@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from diagnose.load import add_artifact
-from diagnose.profile_data import Profile
+from diagnose.analysis import run_analyzer
+from diagnose.ingest.loading import add_artifact
+from diagnose.ingest.profile_data import Profile
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY = ROOT / "fixtures" / "memory"
@@ -42,4 +43,4 @@ def scenario_profile(scenario: str, with_stats: bool = True) -> Profile:
 def scenario_result(scenario: str, with_stats: bool = True):
     from diagnose.analyzers import fragmentation
 
-    return fragmentation.analyze(scenario_profile(scenario, with_stats))
+    return run_analyzer(fragmentation, scenario_profile(scenario, with_stats))

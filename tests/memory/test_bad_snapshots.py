@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import fragmentation
 from parsers.errors import InputError
 from parsers.restricted_pickle import loads_plain
@@ -114,7 +115,7 @@ def test_snapshot_without_trace_warns_and_analyzer_says_not_measured():
     assert any("no allocator history" in w for w in snap.warnings)
     profile = fake_profile()
     profile.snapshots[0] = snap
-    result = fragmentation.analyze(profile)
+    result = run_analyzer(fragmentation, profile)
     ids = [f.id for f in result.findings]
     assert "fragmentation.not_measured" in ids
     assert result.summary["snapshot_reserved_bytes"] == 2097152
@@ -127,7 +128,7 @@ def test_empty_trace_warns():
     assert any("history is empty" in w for w in snap.warnings)
     profile = fake_profile()
     profile.snapshots[0] = snap
-    assert "fragmentation.not_measured" in [f.id for f in fragmentation.analyze(profile).findings]
+    assert "fragmentation.not_measured" in [f.id for f in run_analyzer(fragmentation, profile).findings]
 
 
 def test_unknown_action_is_kept_with_a_warning_and_replay_goes_on():
@@ -137,7 +138,7 @@ def test_unknown_action_is_kept_with_a_warning_and_replay_goes_on():
     assert snap.trace["location"].tolist()[2] == "/home/u/fake_train.py:7"
     profile = fake_profile()
     profile.snapshots[0] = snap
-    result = fragmentation.analyze(profile)
+    result = run_analyzer(fragmentation, profile)
     assert result.summary["snapshot_agreement_pct"] == 100.0
     assert result.meta["replay_mismatches"] == 0
     assert any("defragment" in w for w in result.meta["warnings"])
@@ -197,8 +198,8 @@ def test_cli_exits_2_without_traceback(tmp_path, name):
 def test_fake_corrupt_history_is_replayed_with_mismatches_not_a_crash():
     """The real churn history with two entries moved by 512 bytes and two dropped (found by mutating it):
     the free-block maps of the replay fell out of step and `gpudiag report` ended in a KeyError."""
-    from diagnose.memory_replay import replay
-    from diagnose.profile_data import Profile
+    from diagnose.derive.memory_replay import replay
+    from diagnose.ingest.profile_data import Profile
     from parsers.snapshot import snapshot_from_dict
     from tests.memory.conftest import snapshot_path
 
@@ -213,5 +214,5 @@ def test_fake_corrupt_history_is_replayed_with_mismatches_not_a_crash():
     snapshot = snapshot_from_dict(raw, "fake_corrupt_churn")
     replayed = replay(snapshot, 0)
     assert replayed.meta["mismatches"] >= 2
-    result = fragmentation.analyze(Profile(snapshots={0: snapshot}))
+    result = run_analyzer(fragmentation, Profile(snapshots={0: snapshot}))
     assert any(f.id.startswith("fragmentation.") for f in result.findings)

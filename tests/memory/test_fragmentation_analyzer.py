@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import fragmentation
 from diagnose.findings import Severity
-from diagnose.load import add_artifact
+from diagnose.ingest.loading import add_artifact
 from diagnose.thresholds import Thresholds
 from tests.memory.conftest import MEMORY, fake_profile, scenario_profile, scenario_result, stats_path
 
@@ -56,7 +57,7 @@ def test_expandable_segments_run_is_not_flagged():
 
 def test_lower_threshold_flags_it_and_drops_the_expandable_advice():
     th = Thresholds().with_overrides({"memory": {"frag_warning_share": 0.1}})
-    result = fragmentation.analyze(scenario_profile("expandable"), th)
+    result = run_analyzer(fragmentation, scenario_profile("expandable"), th)
     f = _one(result, "fragmentation.at_peak")
     assert "set PYTORCH_CUDA_ALLOC_CONF" not in f.recommendation.lower()
     assert "Bucket or pad" in f.recommendation
@@ -122,7 +123,7 @@ def test_churn_finding_on_a_trace_that_frees_segments_every_step():
         }
     )
     th = Thresholds().with_overrides({"memory": {"min_reserved_bytes": 0}})
-    result = fragmentation.analyze(profile, th)
+    result = run_analyzer(fragmentation, profile, th)
     f = _one(result, "fragmentation.churn")
     assert {e.metric: e.value for e in f.evidence}["segment_ops_per_step_median"] == 2
     assert result.tables["per_step"]["segment_ops"].tolist()[:8] == [2] * 8
@@ -131,7 +132,7 @@ def test_churn_finding_on_a_trace_that_frees_segments_every_step():
 def test_stats_only_torch():
     profile = fake_profile()
     add_artifact(profile, stats_path("churn"), rank=0)
-    result = fragmentation.analyze(profile)
+    result = run_analyzer(fragmentation, profile)
     assert _ids(result) == ["fragmentation.at_peak", "fragmentation.not_measured"]
     assert result.summary["peak_reserved_bytes"] == 8264876032
 
@@ -139,7 +140,7 @@ def test_stats_only_torch():
 def test_jax_stats_statement():
     profile = fake_profile()
     add_artifact(profile, MEMORY / "jax" / "stats.jsonl.gz", rank=0)
-    result = fragmentation.analyze(profile)
+    result = run_analyzer(fragmentation, profile)
     assert _ids(result) == ["fragmentation.jax_unreported"]
     statement = result.meta["jax_statement"]
     assert "bytes_reserved is 0" in statement and "100 % of the 105 GiB limit" in statement
@@ -151,7 +152,7 @@ def test_jax_stats_statement():
 
 
 def test_nothing_captured():
-    result = fragmentation.analyze(fake_profile())
+    result = run_analyzer(fragmentation, fake_profile())
     assert _ids(result) == ["fragmentation.not_measured"]
 
 
@@ -167,7 +168,7 @@ def test_heatmap_and_curves_are_bounded():
     assert len(result.tables["timeline"]) <= th.memory.max_timeline_bins
     assert result.tables["timeline"]["reserved_bytes"].max() == 8264876032
     small = Thresholds().with_overrides({"memory": {"max_heatmap_segment_rows": 8, "max_heatmap_time_bins": 10}})
-    r = fragmentation.analyze(scenario_profile("churn", with_stats=False), small)
+    r = run_analyzer(fragmentation, scenario_profile("churn", with_stats=False), small)
     assert len(r.tables["heatmap_rows"]) == 8 and r.tables["heatmap_rows"]["segments"].sum() == 42
     # no step timings: buckets of one round width (0.1 s: the 0.686 s history in at most 10), the last one
     # ending with the last entry

@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diagnose.allocator_timeline import allocator_timeline, hit_after_new_segment
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import fragmentation
-from diagnose.load import load_run_folder
+from diagnose.derive.allocator_timeline import allocator_timeline, hit_after_new_segment
+from diagnose.ingest.loading import load_run_folder
 from diagnose.thresholds import Thresholds
 from reports.chart_budget import MAX_MARKS, figure_marks, figures_in_page
 from reports.sections import fragmentation as section
@@ -38,7 +39,7 @@ def values(array) -> np.ndarray:
 
 @cache
 def run_result(name: str):
-    return fragmentation.analyze(load_run_folder(RUNS / name))
+    return run_analyzer(fragmentation, load_run_folder(RUNS / name))
 
 
 # (run, first and last covered step, steps in the run, recorded seconds since the run's start, run seconds)
@@ -139,7 +140,7 @@ def test_a_history_that_covers_every_step_draws_no_step_band():
 
 def test_heatmap_keeps_the_mark_budget_by_grouping_steps():
     th = Thresholds().with_overrides({"memory": {"max_heatmap_time_bins": 12}})
-    result = fragmentation.analyze(scenario_profile("churn"), th)
+    result = run_analyzer(fragmentation, scenario_profile("churn"), th)
     bins = result.tables["heatmap_bins"]
     assert result.meta["heatmap_steps_per_column"] == 3  # 30 steps in 10 columns, beside "before step 0"
     assert bins["label"].tolist() == ["before step 0"] + [f"steps {s}–{s + 2}" for s in range(0, 30, 3)]
@@ -149,7 +150,7 @@ def test_heatmap_keeps_the_mark_budget_by_grouping_steps():
     assert "binned: 1 column per 3 steps, 11 bins" in heat["layout"]["title"]["text"]
     # never more cells than the budget allows, whatever the thresholds ask
     wide = Thresholds().with_overrides({"memory": {"max_heatmap_time_bins": 10_000}})
-    r = fragmentation.analyze(scenario_profile("churn", with_stats=False), wide)
+    r = run_analyzer(fragmentation, scenario_profile("churn", with_stats=False), wide)
     assert len(r.tables["heatmap"]) <= fragmentation.HEATMAP_MAX_CELLS
     assert r.meta["heatmap_bin_s"] == 0.01  # 42 rows: at most 118 columns; the 0.686 s history in 10 ms ones
     assert len(r.tables["heatmap_bins"]) == 69 <= fragmentation.HEATMAP_MAX_CELLS // 42

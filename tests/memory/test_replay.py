@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from diagnose.memory_replay import agreement, external_fragmentation_pct, replay, round_size
+from diagnose.derive.memory_replay import agreement, external_fragmentation_pct, replay, round_size
 from parsers.snapshot import read_snapshot, snapshot_from_dict
 from tests.memory.conftest import SCENARIOS, scenario_result, snapshot_path
 from tests.paths import shared

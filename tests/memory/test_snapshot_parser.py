@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from diagnose.memory_replay import agreement, replay
+from diagnose.derive.memory_replay import agreement, replay
 from parsers.restricted_pickle import loads_plain
 from parsers.schema import missing_columns
 from parsers.snapshot import (

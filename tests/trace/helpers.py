@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from diagnose.profile_data import Profile
+from diagnose.ingest.profile_data import Profile
 from parsers.trace import read_trace
 from tests.paths import FIXTURES
 

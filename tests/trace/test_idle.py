@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import idle
 from tests.paths import shared
 from tests.trace.helpers import BAD, EVENT_SYNC, SAMPLED_RANK0, TRACE, profile_of
@@ -58,7 +59,7 @@ def _path(name):
 
 @pytest.mark.parametrize("name", sorted(HTA_TEMPORAL))
 def test_temporal_and_stream_breakdown_agree_with_hta(name):
-    result = idle.analyze(profile_of(_path(name)))
+    result = run_analyzer(idle, profile_of(_path(name)))
     s = result.summary
     hta_idle, hta_compute, hta_non = HTA_TEMPORAL[name]
     assert s["gpu_idle_pct"] == pytest.approx(hta_idle, abs=2.0)
@@ -74,7 +75,7 @@ def test_temporal_and_stream_breakdown_agree_with_hta(name):
 
 
 def test_exact_numbers_on_sampled_trace():
-    result = idle.analyze(profile_of(SAMPLED_RANK0))
+    result = run_analyzer(idle, profile_of(SAMPLED_RANK0))
     s = result.summary
     assert s["gpu_span_ns"] == 600_058_000  # HTA: kernel_time 600058 µs (last step left out)
     assert s["gpu_idle_pct"] == pytest.approx(100 * 321_378 / 600_058, abs=0.01)
@@ -89,29 +90,29 @@ def test_exact_numbers_on_sampled_trace():
 
 def test_multi_rank_keys():
     p = profile_of(SAMPLED_RANK0, shared("hta", "trace_filter_sampled_rank-1.json.gz"))
-    s = idle.analyze(p).summary
+    s = run_analyzer(idle, p).summary
     assert s["gpu_idle_pct"] == pytest.approx(53.56, abs=0.01)
     assert s["rank1.gpu_idle_pct"] == pytest.approx(54.72, abs=0.01)
 
 
 def test_sync_free_capture_is_busy():
-    s = idle.analyze(profile_of(TRACE / "sync_free" / "trace.json.gz")).summary
+    s = run_analyzer(idle, profile_of(TRACE / "sync_free" / "trace.json.gz")).summary
     assert s["gpu_idle_pct"] < 2.0 and s["gpu_compute_pct"] > 98.0
 
 
 def test_jax_perfetto_capture():
-    result = idle.analyze(profile_of(TRACE / "jax" / "perfetto_trace.json.gz"))
+    result = run_analyzer(idle, profile_of(TRACE / "jax" / "perfetto_trace.json.gz"))
     assert result.summary["gpu_idle_pct"] == pytest.approx(84.62, abs=0.01)
 
 
 def test_cpu_only_trace_says_no_gpu_activity():
-    result = idle.analyze(profile_of(BAD / "trace_fake_cpu_only.json"))
+    result = run_analyzer(idle, profile_of(BAD / "trace_fake_cpu_only.json"))
     assert [f.id for f in result.findings] == ["idle.no_gpu_activity"]
     assert result.findings[0].severity.label == "info" and not result.summary
 
 
 def test_trace_warnings_become_info_findings():
-    result = idle.analyze(profile_of(BAD / "trace_fake_unknown_categories.json"))
+    result = run_analyzer(idle, profile_of(BAD / "trace_fake_unknown_categories.json"))
     warnings = [f for f in result.findings if f.id == "idle.trace_warning"]
     assert any("quantum_flux" in f.title for f in warnings)
     assert result.summary["gpu_idle_pct"] == pytest.approx(100 * 20 / 40)  # kernels 20–30 and 50–60 µs
@@ -123,7 +124,7 @@ def test_jax_idle_is_said_plainly_to_be_unattributable_with_what_the_trace_shows
     import diagnose
     from tests.paths import FIXTURES
 
-    result = idle.analyze(diagnose.load(FIXTURES / "runs" / "jax_train"))
+    result = run_analyzer(idle, diagnose.load(FIXTURES / "runs" / "jax_train"))
     (f,) = [f for f in result.findings if f.id == "idle.gpu_idle"]
     assert f.title == (
         "GPU idle 98.1 % of the time on rank 0; the trace links no kernel to its launch, so 97.9 % of the span "
@@ -138,5 +139,5 @@ def test_jax_idle_is_said_plainly_to_be_unattributable_with_what_the_trace_shows
 
 def test_torch_traces_link_their_launches():
     """A Kineto trace links every kernel to its launch: nothing is left unattributed."""
-    row = idle.analyze(profile_of(EVENT_SYNC)).tables["breakdown"].iloc[0]
+    row = run_analyzer(idle, profile_of(EVENT_SYNC)).tables["breakdown"].iloc[0]
     assert row["idle_unlinked_ns"] == 0

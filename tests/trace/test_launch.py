@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import launch
 from diagnose.findings import Severity
 from tests.paths import shared
@@ -11,7 +12,7 @@ from tests.trace.helpers import BAD, EVENT_SYNC, SAMPLED_RANK0, SYNC_PLANTED, TR
 
 
 def test_event_sync_trace_exact():
-    result = launch.analyze(profile_of(EVENT_SYNC))
+    result = run_analyzer(launch, profile_of(EVENT_SYNC))
     s = result.summary
     assert s["launch_kernels_per_step"] == 4.0
     assert s["launch_shorter_than_launch_pct"] == 50.0  # fill (1 µs vs 36 µs launch) and gt (1 vs 12)
@@ -24,7 +25,7 @@ def test_event_sync_trace_exact():
 
 
 def test_convnet_is_launch_bound_and_names_ops():
-    result = launch.analyze(profile_of(shared("torch", "convnet.trace.json.gz")))
+    result = run_analyzer(launch, profile_of(shared("torch", "convnet.trace.json.gz")))
     assert result.summary["launch_kernels_per_step"] == pytest.approx(498 / 12)
     assert result.summary["launch_shorter_than_launch_pct"] == pytest.approx(57.2, abs=0.1)
     f = next(f for f in result.findings if f.id == "launch.launch_bound")
@@ -34,7 +35,7 @@ def test_convnet_is_launch_bound_and_names_ops():
 
 
 def test_sampled_trace_not_launch_bound():
-    result = launch.analyze(profile_of(SAMPLED_RANK0))
+    result = run_analyzer(launch, profile_of(SAMPLED_RANK0))
     assert result.summary["launch_kernels_per_step"] == 577.0
     f = next(f for f in result.findings if f.id == "launch.launch_bound")
     assert f.severity == Severity.INFO  # 21 % short kernels: under the 50 % threshold
@@ -43,15 +44,15 @@ def test_sampled_trace_not_launch_bound():
 
 
 def test_sync_planted_capture():
-    s = launch.analyze(profile_of(SYNC_PLANTED)).summary
+    s = run_analyzer(launch, profile_of(SYNC_PLANTED)).summary
     assert s["launch_kernels_per_step"] == 31.0
 
 
 def test_no_launch_links_or_no_gpu():
-    assert [f.id for f in launch.analyze(profile_of(BAD / "trace_fake_cpu_only.json")).findings] == [
+    assert [f.id for f in run_analyzer(launch, profile_of(BAD / "trace_fake_cpu_only.json")).findings] == [
         "launch.not_measured"
     ]
-    assert [f.id for f in launch.analyze(profile_of(TRACE / "jax" / "perfetto_trace.json.gz")).findings] == [
+    assert [f.id for f in run_analyzer(launch, profile_of(TRACE / "jax" / "perfetto_trace.json.gz")).findings] == [
         "launch.not_measured"
     ]
 
@@ -61,10 +62,10 @@ def test_a_trace_without_steps_is_launch_bound_as_a_whole():
     counted over the span, and the finding says it of the GPU work, never "the step" nor a per-step figure
     (issue 28, per_step_needs_steps)."""
     import diagnose
-    from diagnose.invariants import check_analysis
+    from diagnose.checks.report_invariants import check_analysis
 
     profile = diagnose.load(TRACE / "nsys" / "nsight-2025.5.2.sqlite", quiet=True)
-    result = launch.analyze(profile)
+    result = run_analyzer(launch, profile)
     assert result.tables["stats"]["steps"].tolist() == [0]
     f = next(f for f in result.findings if f.id == "launch.launch_bound")
     assert f.severity == Severity.WARNING

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import diagnose.trace_timeline as tl
+import diagnose.derive.trace_timeline as tl
 from parsers.trace import read_trace
 from tests.paths import FIXTURES
 

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from diagnose import trace_timeline
+from diagnose.derive import trace_timeline
 from parsers import nsys_sqlite, registry
 from parsers.errors import InputError
 from parsers.nsys_sqlite import is_sqlite, read_nsys_sqlite

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import sync
 from diagnose.derive import sync_calls
 from diagnose.derive.sync_sites import where_words
@@ -25,7 +26,7 @@ PLANTED = {
 
 
 def test_every_planted_sync_is_found_at_its_function():
-    result = sync.analyze(profile_of(SYNC_PLANTED))
+    result = run_analyzer(sync, profile_of(SYNC_PLANTED))
     loc = result.tables["locations"].set_index("location")
     assert set(loc.index) == set(PLANTED)
     for where, (function, op, _) in PLANTED.items():
@@ -50,7 +51,7 @@ def test_every_planted_sync_is_found_at_its_function():
 
 
 def test_sync_free_capture_flags_nothing():
-    result = sync.analyze(profile_of(SYNC_FREE))
+    result = run_analyzer(sync, profile_of(SYNC_FREE))
     assert [f.id for f in result.findings] == ["sync.none"]
     assert result.findings[0].severity == Severity.INFO
     assert result.summary["sync_count_per_step"] == 0.0
@@ -88,7 +89,7 @@ def fake_sync_records(trace_path, offset_ns: int = 300_000) -> pd.DataFrame:
 
 def test_sync_records_give_exact_lines():
     records = fake_sync_records(SYNC_PLANTED)
-    result = sync.analyze(profile_of(SYNC_PLANTED, sync_records={0: records}))
+    result = run_analyzer(sync, profile_of(SYNC_PLANTED, sync_records={0: records}))
     loc = result.tables["locations"].set_index("location")
     assert set(loc.index) == {f"/abs/examples/sync_planted.py:{v[2]}" for v in PLANTED.values()}
     assert loc["line_exact"].all()
@@ -101,7 +102,7 @@ def test_records_without_trace_list_blocked_time():
     records = fake_sync_records(SYNC_PLANTED)
     p = profile_of()
     p.sync_records = {0: records}
-    result = sync.analyze(p)
+    result = run_analyzer(sync, p)
     loc = result.tables["locations"].set_index("location")
     assert len(loc) == 4 and loc["gpu_idle_ms"].isna().all()
     assert loc.loc["/abs/examples/sync_planted.py:38", "blocked_ms"] == pytest.approx(
@@ -110,7 +111,7 @@ def test_records_without_trace_list_blocked_time():
 
 
 def test_event_sync_trace_ops_and_kinds():
-    result = sync.analyze(profile_of(EVENT_SYNC))
+    result = run_analyzer(sync, profile_of(EVENT_SYNC))
     calls = result.tables["calls"]
     assert calls["op"].tolist() == ["aten::is_nonzero", "cudaEventSynchronize", "cudaDeviceSynchronize"]
     assert calls["call"].iloc[0] == "cudaMemcpyAsync + cudaStreamSynchronize"
@@ -123,7 +124,7 @@ def test_convnet_item_each_step():
     """The convnet loop is module-level code: Kineto names its frame `starter_torch.py(13): <module>`, 13 being the
     line the module was at when profiling began (the loss.item() is at line 19). No line is shown for it (issue 28:
     "aten::item at main.py:0")."""
-    result = sync.analyze(profile_of(shared("torch", "convnet.trace.json.gz")))
+    result = run_analyzer(sync, profile_of(shared("torch", "convnet.trace.json.gz")))
     loc = result.tables["locations"]
     assert loc["location"].tolist() == ["starter_torch.py (module level)"] and loc["op"].tolist() == ["aten::item"]
     assert loc["line"].tolist() == [-1] and not loc["line_exact"].any()
@@ -134,8 +135,10 @@ def test_convnet_item_each_step():
 
 
 def test_cpu_only_and_missing_inputs():
-    assert [f.id for f in sync.analyze(profile_of(BAD / "trace_fake_cpu_only.json")).findings] == ["sync.not_measured"]
-    assert [f.id for f in sync.analyze(profile_of()).findings] == ["sync.not_measured"]
+    assert [f.id for f in run_analyzer(sync, profile_of(BAD / "trace_fake_cpu_only.json")).findings] == [
+        "sync.not_measured"
+    ]
+    assert [f.id for f in run_analyzer(sync, profile_of()).findings] == ["sync.not_measured"]
 
 
 def test_syncs_per_step_count_only_the_steps_they_were_captured_in(tmp_path):
@@ -160,7 +163,7 @@ RUNS = FIXTURES / "runs"
 def _run_sync(name):
     import diagnose
 
-    return sync.analyze(diagnose.load(RUNS / name))
+    return run_analyzer(sync, diagnose.load(RUNS / name))
 
 
 def test_a_long_wait_keeps_the_line_light_mode_recorded():
@@ -203,7 +206,7 @@ def test_a_function_the_records_saw_at_one_line_gives_that_line():
     """The records of fixtures/runs/sync_planted by place: main's syncs were all at line 52, so its .item() takes
     it; accuracy (21 and 22) and train_step (36 and 38) hold two lines each and give none."""
     import diagnose
-    from diagnose import trace_timeline as tl
+    from diagnose.derive import trace_timeline as tl
 
     profile = diagnose.load(RUNS / "sync_planted")
     calls, _, _ = sync_calls.trace_syncs(tl.analysed(profile.traces[0]), Thresholds())
@@ -232,7 +235,7 @@ def test_traces_whose_kernels_have_no_launch_are_not_given_a_clean_bill(path):
     could not judge, never "the host never waited" (issue 28 item 12)."""
     import diagnose
 
-    result = sync.analyze(diagnose.load(path))
+    result = run_analyzer(sync, diagnose.load(path))
     assert [f.id for f in result.findings] == ["sync.not_measured"]
     (f,) = result.findings
     assert f.title == (

@@ -9,7 +9,9 @@ import re
 import pytest
 
 import diagnose
+from diagnose.analysis import run_analyzer
 from diagnose.analyzers import step_budget, sync
+from diagnose.derive.derived import Derived
 from diagnose.derive.step_table import step_table
 from diagnose.derive.trace_window import window_of
 from diagnose.thresholds import Thresholds
@@ -74,8 +76,8 @@ def test_the_budget_counts_a_sync_as_the_sync_analyzer_does():
     profile = diagnose.load(FIXTURES / "runs" / "input_generator_h200")
     steps = step_table(profile, Thresholds())
     rows = steps[steps["rank"] == 0].reset_index(drop=True)
-    *_, calls = step_budget.rank_budget(profile, 0, rows, window_of(profile.manifest), Thresholds())
+    *_, calls = step_budget.rank_budget(profile, Derived(profile), 0, rows, window_of(profile.manifest), Thresholds())
     assert calls["gpu_idle_ns"].sum() == pytest.approx(374_916)
-    ours = sync.analyze(profile).tables["calls"]
+    ours = run_analyzer(sync, profile).tables["calls"]
     assert calls["gpu_idle_ns"].tolist() == ours["gpu_idle_ns"].tolist()
     assert calls["location"].tolist() == ours["location"].tolist() == ["/tmp/t/examples/input_generator.py:55"]

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import parsers.trace as trace_module
-from diagnose import trace_timeline as tl
+from diagnose.derive import trace_timeline as tl
 from parsers import trace_stream
 from parsers.errors import InputError
 from parsers.trace import first_row_of, read_trace

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import diagnose.trace_timeline as tl
+import diagnose.derive.trace_timeline as tl
+from diagnose.analysis import run_analyzer
 from parsers.trace import read_trace
 from tests.paths import FIXTURES, shared
 
@@ -51,7 +52,7 @@ def test_nothing_repeats_means_no_steps():
 
 
 def test_depths_are_vectorised_and_exact():
-    from diagnose.trace_iterations import _depths
+    from diagnose.derive.trace_iterations import _depths
 
     parent = np.array([-1, 0, 1, 1, -1, 4, 2])
     assert _depths(parent).tolist() == [0, 1, 2, 2, 0, 1, 3]
@@ -61,7 +62,7 @@ def test_depths_are_vectorised_and_exact():
 def test_starts_based_sources_need_three_calls(n):
     import pandas as pd
 
-    from diagnose.trace_iterations import MIN_REPEATS, _starts_based
+    from diagnose.derive.trace_iterations import MIN_REPEATS, _starts_based
 
     events = pd.DataFrame({"ts_ns": np.arange(n) * 100, "end_ns": np.arange(n) * 100 + 10})
     found = _starts_based(events, "x")
@@ -155,11 +156,11 @@ def test_the_idle_section_says_what_the_steps_of_a_trace_are():
     from diagnose.analyzers import idle
     from reports.sections import idle as idle_section
 
-    result = idle.analyze(diagnose.load(NO_PROFILERSTEP / "sgd_nostacks.json.gz"))
+    result = run_analyzer(idle, diagnose.load(NO_PROFILERSTEP / "sgd_nostacks.json.gz"))
     html = idle_section.render(result)
     assert "Steps of the trace: backward passes of the autograd engine (no ProfilerStep" in html
     profilerstep = idle_section.render(
-        idle.analyze(diagnose.load(FIXTURES / "trace" / "sync_planted" / "trace.json.gz"))
+        run_analyzer(idle, diagnose.load(FIXTURES / "trace" / "sync_planted" / "trace.json.gz"))
     )
     assert "Steps of the trace" not in profilerstep  # ProfilerStep ranges need no word
 
@@ -202,7 +203,7 @@ def test_word_lm_with_hand_written_sgd_gets_one_step_per_backward_pass(name, sou
 def test_backward_passes_from_sequence_numbers_alone(path, passes):
     """A pass begins at an engine op numbered above every one before it: no thread layout, no interrupting op
     needed, on the CPU (engine on the main thread) as on the H200 (engine on its own thread)."""
-    from diagnose.trace_iterations import _engine_passes_by_sequence, _top_engine_ops
+    from diagnose.derive.trace_iterations import _engine_passes_by_sequence, _top_engine_ops
 
     trace = read_trace(path)
     assert (trace.cpu_ops["sequence_number"] >= 0).sum() > 0
@@ -219,7 +220,7 @@ def test_python_frames_missing_passes_yield_to_the_engine():
 
     trace = read_trace(WORDLM / "wordlm_stacks.json.gz")
     py = trace.python
-    from diagnose.trace_iterations import _BACKWARD_FILES
+    from diagnose.derive.trace_iterations import _BACKWARD_FILES
 
     is_backward = (py["function"].astype(str) == "backward") & py["file"].astype(str).str.endswith(_BACKWARD_FILES)
     cut = int(py.loc[is_backward, "ts_ns"].sort_values().iloc[8])

@@ -8,7 +8,7 @@ call it hands the batch to ``on_batch`` when given (new_shapes: its tensors' sha
 step boundary reads ``total_ns`` and records the difference since the previous boundary as the
 step's ``input_ms``: how long the step waited for its input. A step that asked no DataLoader for a batch
 (a loop over a generator or any other iterable) gets no ``input_ms``: its wait is not measured here, not 0
-(the trace window's steps measure it from their Python frames, diagnose/trace_input_wait.py).
+(the trace window's steps measure it from their Python frames, diagnose/derive/trace_input_wait.py).
 """
 
 from __future__ import annotations

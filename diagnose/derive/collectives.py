@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from diagnose import trace_timeline as tl
+from diagnose.derive import trace_timeline as tl
 
 P2P_OPS = frozenset({"sendrecv", "send", "recv"})
 _KERNEL_OP = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z0-9]+)", re.I)

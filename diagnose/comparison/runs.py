@@ -14,7 +14,7 @@ declaration (``Analysis.metrics``, :mod:`diagnose.metrics`), never from the key'
 undeclared key is neutral and the diff says so, and a change smaller than the declared resolution
 (the granularity of the source: two exports of one capture differ by rounding) is "unchanged".
 Runs from different GPUs, drivers, CUDA or framework versions are compared with a warning on top
-(:mod:`diagnose.environment`).
+(:mod:`diagnose.ingest.recorded_environment`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import numpy as np
 import pandas as pd
 
 from diagnose.analysis import Analysis, analyze, declared_metrics
-from diagnose.environment import environment_of, mismatches
 from diagnose.findings import jsonable
+from diagnose.ingest.profile_data import Profile
+from diagnose.ingest.recorded_environment import environment_of, mismatches
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric, describe
-from diagnose.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 SCHEMA = "gpudiag.diff/1"
@@ -373,7 +373,7 @@ def compare(
 
 def diff_paths(path_a, path_b, thresholds: Thresholds | None = None, options: DiffOptions | None = None) -> Diff:
     """Load and compare two run folders or artifacts (anything ``diagnose.load`` reads)."""
-    from diagnose.load import load
+    from diagnose.ingest.loading import load
 
     return compare(load(path_a), load(path_b), thresholds=thresholds, options=options)
 

@@ -2,9 +2,9 @@
 
 The formats and their detection are :mod:`parsers.registry`'s; the run folder's layout is
 :mod:`parsers.run_folder`'s; reading many files at once (a run's ranks) in worker processes is
-:mod:`diagnose.parallel_ingest`'s. This module only puts what the readers return into a Profile,
+:mod:`diagnose.ingest.parallel`'s. This module only puts what the readers return into a Profile,
 and turns readers' warnings (a cut last line) and unreadable artifacts into the report's notes.
-Reading that lasts over 2 s shows its progress on stderr (:mod:`diagnose.progress`) unless ``quiet``.
+Reading that lasts over 2 s shows its progress on stderr (:mod:`diagnose.ingest.read_progress`) unless ``quiet``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from diagnose import parallel_ingest as ingest
-from diagnose.profile_data import Profile
-from diagnose.progress import Progress
+from diagnose.ingest import parallel as ingest
+from diagnose.ingest.profile_data import Profile
+from diagnose.ingest.read_progress import Progress
 from parsers import folder_tree, registry, run_folder
 from parsers.errors import InputError
 from parsers.limits import bytes_read_on_disk, track_reads, untrack_reads
@@ -29,7 +29,7 @@ def load(path: str | os.PathLike, *, workers: int | None = None, quiet: bool = F
 
     ``workers``: processes reading a folder's files (1: in this process); by default ``$GPUDIAG_WORKERS``,
     else as many as the files, cores and memory allow when there is enough to read
-    (:func:`diagnose.parallel_ingest.worker_count`).
+    (:func:`diagnose.ingest.parallel.worker_count`).
     """
     if Path(path).is_dir() and not run_folder.is_run_folder(path):
         return load_folder(path, workers=workers, quiet=quiet)

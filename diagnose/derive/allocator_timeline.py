@@ -8,7 +8,7 @@ backwards from the segments at the dump) and, per launch, whether a segment was 
 previous launch. Under kernel replay the application waits while ncu profiles each launch, so the
 times give the order of launches and allocations, not their unprofiled durations.
 
-The history covers its first to its last entry only (``diagnose.history_coverage``): a launch outside that
+The history covers its first to its last entry only (``diagnose.derive.history_coverage``): a launch outside that
 span has ``in_history`` False, and whether a segment was created before it is unknown, so it is counted
 in neither group of :func:`hit_after_new_segment`.
 """

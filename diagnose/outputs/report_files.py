@@ -3,8 +3,8 @@ or not at all."""
 
 from __future__ import annotations
 
-from diagnose._io import atomic_write_text
 from diagnose.analysis import Analysis
+from diagnose.outputs.atomic_write import atomic_write_text
 
 
 def write_html(analysis: Analysis, path) -> str:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from diagnose.derive.table_values import TableValues, values_of
 from diagnose.findings import Severity
-from diagnose.table_memo import memo
 
 KEY_COLUMNS = ["kernel", "kernel_short", "kernel_name", "launches", "gpu_time_ns", "mean_dur_ns", "share"]
 
@@ -47,9 +47,9 @@ def weighted_mean_of_arrays(v: np.ndarray, w: np.ndarray) -> float:
     return float(np.average(v[ok], weights=w[ok]))
 
 
-def kernel_key(kernels: pd.DataFrame) -> pd.Series:
+def kernel_key(kernels: pd.DataFrame, memo: TableValues | None = None) -> pd.Series:
     """The grouping key of each launch: the full name, else the short name, else a placeholder (object str)."""
-    key = memo(kernels, "kernel_key", ("kernel_name", "kernel_short"), lambda: _kernel_key(kernels))
+    key = values_of(memo, kernels, "kernel_key", ("kernel_name", "kernel_short"), lambda: _kernel_key(kernels))
     return pd.Series(key, index=kernels.index, dtype=object, copy=True)
 
 
@@ -62,17 +62,19 @@ def _kernel_key(kernels: pd.DataFrame) -> np.ndarray:
     return key
 
 
-def kernel_groups(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def kernel_groups(kernels: pd.DataFrame, memo: TableValues | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(each launch's group code, the kernel keys in sorted order): ``keys[codes]`` is :func:`kernel_key`.
 
     Every ncu analyzer groups launches by kernel; grouping by these int codes gives pandas' results in the
     same sorted order without hashing the 100,000 key strings again per groupby (1.3 s of a report).
     """
-    return memo(kernels, "kernel_groups", ("kernel_name", "kernel_short"), lambda: _kernel_groups(kernels))
+    return values_of(
+        memo, kernels, "kernel_groups", ("kernel_name", "kernel_short"), lambda: _kernel_groups(kernels, memo)
+    )
 
 
-def _kernel_groups(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    codes, keys = pd.factorize(kernel_key(kernels).to_numpy(), sort=True)
+def _kernel_groups(kernels: pd.DataFrame, memo: TableValues | None) -> tuple[np.ndarray, np.ndarray]:
+    codes, keys = pd.factorize(kernel_key(kernels, memo).to_numpy(), sort=True)
     return codes, np.asarray(keys, dtype=object)
 
 
@@ -81,17 +83,19 @@ def by_kernel(grouped: pd.Series | pd.DataFrame, keys: np.ndarray):
     return grouped.set_axis(pd.Index(keys[grouped.index.to_numpy()], dtype=object), axis=0)
 
 
-def short_names(kernels: pd.DataFrame) -> pd.Series:
+def short_names(kernels: pd.DataFrame, memo: TableValues | None = None) -> pd.Series:
     """kernel_short of each launch, falling back to the key when the parser had none."""
-    short = memo(kernels, "short_names", ("kernel_name", "kernel_short"), lambda: _short_names(kernels))
+    short = values_of(
+        memo, kernels, "short_names", ("kernel_name", "kernel_short"), lambda: _short_names(kernels, memo)
+    )
     return pd.Series(short, index=kernels.index, dtype=object, copy=True)
 
 
-def _short_names(kernels: pd.DataFrame) -> np.ndarray:
+def _short_names(kernels: pd.DataFrame, memo: TableValues | None) -> np.ndarray:
     short = _text_where_present(kernels["kernel_short"])
     missing = pd.isna(short)
     if missing.any():
-        short[missing] = kernel_key(kernels).to_numpy()[missing]
+        short[missing] = kernel_key(kernels, memo).to_numpy()[missing]
     return short
 
 
@@ -110,7 +114,7 @@ def slim(kernels: pd.DataFrame, *columns: str) -> pd.DataFrame:
     return kernels[list(dict.fromkeys(keep))]
 
 
-def per_kernel(kernels: pd.DataFrame, metrics: list[str] = ()) -> pd.DataFrame:
+def per_kernel(kernels: pd.DataFrame, metrics: list[str] = (), memo: TableValues | None = None) -> pd.DataFrame:
     """One row per kernel: KEY_COLUMNS, then each metric's duration-weighted mean.
 
     ``share`` is the kernel's share of all profiled GPU time in ``kernels``. Sorted by
@@ -122,9 +126,9 @@ def per_kernel(kernels: pd.DataFrame, metrics: list[str] = ()) -> pd.DataFrame:
         return pd.DataFrame(
             {c: pd.Series([], dtype=object if c in ("kernel", "kernel_short", "kernel_name") else float) for c in cols}
         )
-    codes, keys = kernel_groups(kernels)
+    codes, keys = kernel_groups(kernels, memo)
     dur = pd.to_numeric(kernels["dur_ns"], errors="coerce").astype(float)
-    frame = pd.DataFrame({"key": codes, "short": short_names(kernels).to_numpy(), "dur": dur.to_numpy()})
+    frame = pd.DataFrame({"key": codes, "short": short_names(kernels, memo).to_numpy(), "dur": dur.to_numpy()})
     g = frame.groupby("key")
     out = pd.DataFrame(
         {
@@ -166,26 +170,28 @@ def unique_labels(short: pd.Series) -> list[str]:
     return labels
 
 
-def label_of_launch(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.Series:
+def label_of_launch(kernels: pd.DataFrame, stats: pd.DataFrame, memo: TableValues | None = None) -> pd.Series:
     """Each launch's kernel label (``stats["kernel"]``), matched through its full-name key."""
-    codes, keys = kernel_groups(kernels)
+    codes, keys = kernel_groups(kernels, memo)
     label_of_key = dict(zip(stats["kernel_name"], stats["kernel"]))
     labels = np.array([label_of_key.get(k, np.nan) for k in keys] + [np.nan], dtype=object)
     return pd.Series(labels[codes], index=kernels.index, dtype=object)
 
 
-def per_kernel_sum(kernels: pd.DataFrame, values: pd.Series, stats: pd.DataFrame) -> pd.Series:
+def per_kernel_sum(
+    kernels: pd.DataFrame, values: pd.Series, stats: pd.DataFrame, memo: TableValues | None = None
+) -> pd.Series:
     """A per-launch quantity (e.g. ns lost) summed per kernel, aligned with ``stats`` rows."""
-    codes, keys = kernel_groups(kernels)
+    codes, keys = kernel_groups(kernels, memo)
     summed = by_kernel(pd.Series(values.to_numpy(dtype=float)).groupby(codes).sum(min_count=1), keys)
     return stats["kernel_name"].map(summed).astype(float)
 
 
-def most_common(kernels: pd.DataFrame, column: str, stats: pd.DataFrame) -> pd.Series:
+def most_common(kernels: pd.DataFrame, column: str, stats: pd.DataFrame, memo: TableValues | None = None) -> pd.Series:
     """The value of ``column`` that carries the most GPU time per kernel (its typical grid, block …)."""
     if column not in kernels.columns:
         return pd.Series(np.nan, index=stats.index)
-    codes, keys = kernel_groups(kernels)
+    codes, keys = kernel_groups(kernels, memo)
     frame = pd.DataFrame(
         {
             "key": codes,

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose.kernel_stats import by_kernel, kernel_groups
-from diagnose.table_memo import memo
+from diagnose.derive.kernel_stats import by_kernel, kernel_groups
+from diagnose.derive.table_values import TableValues, values_of
 
 SUFFIX = ".avg.pct_of_peak_sustained_elapsed"
 
@@ -270,17 +270,18 @@ def launch_limiters(kernels: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def kernel_limiters(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
+def kernel_limiters(kernels: pd.DataFrame, stats: pd.DataFrame, memo: TableValues | None = None) -> pd.DataFrame:
     """The limiter of each kernel of ``stats`` (kernel_stats.per_kernel rows, same order): the breakdown's
     duration-weighted means over its launches, then their highest."""
     members = _members(kernels)
     if members:
         depends_on = ("kernel_name", "kernel_short", "dur_ns", "sol_breakdown_sm", "sol_breakdown_memory")
-        means = memo(
+        means = values_of(
+            memo,
             kernels,
             "kernel_limiter_means",
             depends_on + tuple(column_of(m) for m in members),
-            lambda: _breakdown_means(kernels, members),
+            lambda: _breakdown_means(kernels, members, memo),
         )
         values = means.reindex(stats["kernel_name"]).to_numpy(dtype=float)
     else:
@@ -290,9 +291,9 @@ def kernel_limiters(kernels: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _breakdown_means(kernels: pd.DataFrame, members: list[str]) -> pd.DataFrame:
+def _breakdown_means(kernels: pd.DataFrame, members: list[str], memo: TableValues | None) -> pd.DataFrame:
     """Per kernel key (rows) × member (columns): the duration-weighted mean of each listed breakdown metric."""
-    codes, keys = kernel_groups(kernels)
+    codes, keys = kernel_groups(kernels, memo)
     w = pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0).to_numpy()
     raw = np.column_stack(
         [pd.to_numeric(kernels[column_of(m)], errors="coerce").to_numpy(dtype=float) for m in members]

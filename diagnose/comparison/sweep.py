@@ -238,7 +238,7 @@ _STATS_ALLOCATED = re.compile(r"allocated_bytes\.all\.peak|peak_allocated|alloca
 def measure_run(run_dir: Path) -> dict:
     """Step time, peak memory and step count of one finished run folder (diagnose.load + analyze)."""
     from diagnose.analysis import analyze
-    from diagnose.load import load
+    from diagnose.ingest.loading import load
 
     profile = load(run_dir)
     summary = analyze(profile).summary
@@ -486,7 +486,7 @@ def pareto_front(table: pd.DataFrame, memory: str = "peak_reserved_bytes", speed
 
 def write_tables(sweep: Sweep) -> tuple[Path, Path]:
     """sweep.csv and sweep.json in the sweep folder (strict JSON: non-finite numbers are null)."""
-    from diagnose._io import atomic_write_text
+    from diagnose.outputs.atomic_write import atomic_write_text
 
     csv_path, json_path = sweep.folder / "sweep.csv", sweep.folder / "sweep.json"
     atomic_write_text(csv_path, sweep.rows.to_csv(index=False))

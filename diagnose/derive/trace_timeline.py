@@ -24,7 +24,8 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from diagnose.trace_iterations import infer_iterations
+from diagnose.derive.trace_iterations import infer_iterations
+from diagnose.derive.trace_view import TraceView, once_per_trace
 
 HOST_BLOCKING_SYNCS = ("stream", "event", "device", "memcpy")
 GAP_CAUSES = ("sync", "host", "short", "other", "unlinked")
@@ -36,11 +37,21 @@ def analysed(trace):
 
     HTA does the same (``include_last_profiler_step=False``): Kineto's last step usually ends
     while the profiler stops and flushes. Only GPU work launched before the last step's start
-    is kept (work with no launch call is dropped then, as HTA drops it). Cached on the trace.
+    is kept (work with no launch call is dropped then, as HTA drops it). A :class:`TraceView` makes its
+    analysed view once and keeps it; a trace already cut (its metadata says so) is returned as it is.
     """
-    cached = getattr(trace, "_gpudiag_analysed", None)
-    if cached is not None:
-        return cached
+    if isinstance(trace, TraceView):
+        if trace.is_analysed:
+            return trace
+        return trace.once(
+            "analysed", None, lambda: TraceView(_without_last_step(trace.trace), is_analysed=True, root=trace)
+        )
+    if "left_out_from_ns" in trace.metadata:
+        return trace
+    return _without_last_step(trace)
+
+
+def _without_last_step(trace):
     out = trace
     ann = trace.annotations
     prof = ann[ann["step"].notna() & (ann["cat"].astype(str) == "user_annotation")] if len(ann) else ann
@@ -63,11 +74,6 @@ def analysed(trace):
         ].reset_index(drop=True)
         out = dataclasses.replace(trace, gpu=trace.gpu[keep].reset_index(drop=True), runtime=rt, annotations=steps_kept)
         out.metadata = {**trace.metadata, "left_out_from_ns": cut, "left_out": "the last profiler step, as HTA does"}
-    try:
-        object.__setattr__(trace, "_gpudiag_analysed", out)
-        object.__setattr__(out, "_gpudiag_analysed", out)
-    except AttributeError:
-        pass
     return out
 
 
@@ -263,29 +269,15 @@ def host_sync_covering(trace, t_ns: np.ndarray, slack_ns: int = 2000) -> np.ndar
     return out
 
 
-_TRACE_TABLES = ("gpu", "runtime", "cpu_ops", "python", "annotations")  # what the memoized results read
-
-
-def per_trace(trace, name: str, key, compute):
-    """``compute()`` once per trace, ``name`` and ``key`` while the trace's tables are the same objects: sync,
-    idle, launch and the step budget each ask for the gaps (0.4 s each on a 1 GB trace), the steps and their GPU
+def per_trace(trace, name: str, key, compute, *, shared: bool = False):
+    """``compute()`` once per :class:`TraceView`, ``name`` and ``key`` (diagnose.derive.trace_view): sync, idle,
+    launch and the step budget each ask for the gaps (0.4 s each on a 1 GB trace), the steps and their GPU
     windows, ~10 times a report (3-10 ms each on a small trace)."""
-    tables = tuple(getattr(trace, t, None) for t in _TRACE_TABLES)
-    memo = getattr(trace, "_gpudiag_per_trace", None)
-    if memo is None or any(a is not b for a, b in zip(memo[0], tables)):
-        memo = (tables, {})
-        try:
-            object.__setattr__(trace, "_gpudiag_per_trace", memo)
-        except AttributeError:
-            pass
-    full_key = (name, key)
-    if full_key not in memo[1]:
-        memo[1][full_key] = compute()
-    return memo[1][full_key]
+    return once_per_trace(trace, name, key, compute, shared=shared)
 
 
 def steps(trace) -> pd.DataFrame:
-    """Step windows on the host: ProfilerStep#N, else what repeats once per iteration (diagnose.trace_iterations),
+    """Step windows on the host: ProfilerStep#N, else what repeats once per iteration (diagnose.derive.trace_iterations),
     else none: ``attrs["source"]`` is then "whole trace" and figures are over the span, not per step.
 
     Worked out once per trace; each caller gets its own copy."""

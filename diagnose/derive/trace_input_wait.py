@@ -29,8 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from diagnose.table_memo import memo
-from diagnose.trace_timeline import clip_sums, merge, name_mask, names_at, per_trace
+from diagnose.derive.trace_timeline import clip_sums, merge, name_mask, names_at, per_trace
 
 DATALOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#.+\.__next__$")
 
@@ -111,10 +110,7 @@ def iterator_fetches(trace, steps: pd.DataFrame, source_dirs=()) -> pd.DataFrame
     starts = steps["cpu_start_ns"].to_numpy(np.int64) if len(steps) else np.zeros(0, dtype=np.int64)
     span = (int(starts.min()), int(starts.max())) if len(starts) else ()
     name = f"iterator_fetches {dirs} {len(starts)} {span}"
-    return memo(trace.python, name, PYTHON_COLUMNS, lambda: _iterator_fetches(trace, steps, dirs))
-
-
-PYTHON_COLUMNS = ("ts_ns", "end_ns", "parent_index", "line")  # the frame table's arrays a memo entry holds for
+    return per_trace(trace, name, None, lambda: _iterator_fetches(trace, steps, dirs), shared=True)
 
 
 def _iterator_fetches(trace, steps: pd.DataFrame, dirs: tuple[str, ...]) -> pd.DataFrame:

@@ -1,0 +1,90 @@
+"""``Derived``: every table two or more analyzers read, worked out once per Profile (DESIGN.md's data flow).
+
+``analyze()`` makes one for the Profile and hands it to each analyzer with the Profile and the thresholds;
+an analyzer reads a shared table from it and never from another analyzer. Each table is computed on first use
+(an ncu-only report never works out gaps, a trace-only one never groups kernels), and lives as long as the
+Derived: there is no global memo and nothing is attached to the parser's objects.
+
+What it holds:
+- ``traces``: one :class:`~diagnose.derive.trace_view.TraceView` per rank, which keeps what the timeline
+  functions (diagnose.derive.trace_timeline, trace_input_wait) work out from that trace: its analysed form,
+  gaps, host syncs, steps and their GPU windows, input fetches;
+- ``kernel_memo``: the kernels table's groupings and limiter means (diagnose.derive.table_values), passed as
+  ``memo=`` to the kernel_stats / kernel_limiter functions;
+- the profile-level tables below (``step_table``, ``trace_window``, ``source_dirs``, ``kernel_access``,
+  ``rank_calls``), each a method whose result is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pandas as pd
+
+from diagnose.derive.table_values import TableValues
+from diagnose.derive.trace_view import TraceView
+from diagnose.ingest.profile_data import Profile
+from diagnose.thresholds import Thresholds
+
+T = TypeVar("T")
+
+
+class Derived:
+    """The shared tables of one Profile under one set of thresholds, each computed once on first use."""
+
+    def __init__(self, profile: Profile, thresholds: Thresholds | None = None):
+        self.profile = profile
+        self.thresholds = thresholds or Thresholds()
+        self.traces: dict[int, TraceView] = {rank: TraceView(t) for rank, t in profile.traces.items()}
+        self.kernel_memo = TableValues()
+        self._tables: dict[Any, Any] = {}
+
+    def once(self, key: Any, compute: Callable[[], T]) -> T:
+        """``compute()`` the first time ``key`` is asked for; what it returned after that (do not change it)."""
+        if key not in self._tables:
+            self._tables[key] = compute()
+        return self._tables[key]
+
+    def analysed(self, rank: int) -> TraceView:
+        """Rank ``rank``'s trace as analysed (the last profiler step left out, as HTA does)."""
+        from diagnose.derive.trace_timeline import analysed
+
+        return analysed(self.traces[rank])
+
+    def step_table(self) -> pd.DataFrame:
+        """The run's whole-step rows (diagnose.derive.step_table): a copy each caller may change."""
+        from diagnose.derive.step_table import step_table
+
+        return self.once("step_table", lambda: step_table(self.profile, self.thresholds)).copy()
+
+    def trace_window(self) -> range | None:
+        """The steps gpudiag's profiler trace window covered (diagnose.derive.trace_window)."""
+        from diagnose.derive.trace_window import window_of
+
+        return self.once("trace_window", lambda: window_of(self.profile.manifest))
+
+    def source_dirs(self) -> list[str]:
+        """Folders a trace's relative frame file names may be under (diagnose.derive.trace_input_wait)."""
+        from diagnose.derive.trace_input_wait import source_dirs_of
+
+        return list(self.once("source_dirs", lambda: source_dirs_of(self.profile)))
+
+    def kernel_access(self) -> pd.DataFrame:
+        """Per kernel, its global-memory sectors against the ideal (diagnose.derive.kernel_access): a copy."""
+        from diagnose.derive.kernel_access import kernel_access
+
+        table = self.once(
+            "kernel_access", lambda: kernel_access(self.profile.kernels, self.thresholds, self.kernel_memo)
+        )
+        return table.copy()
+
+    def rank_calls(self, rank: int) -> tuple[pd.DataFrame, float, int]:
+        """One rank's sync calls with their costs and lines (diagnose.derive.sync_calls): sync and the step budget
+        count the same calls. (a copy of the calls, mean step ns, steps)."""
+        from diagnose.derive.sync_calls import rank_calls
+
+        calls, step_ns, n_steps = self.once(
+            ("rank_calls", rank), lambda: rank_calls(self.profile, rank, self.analysed(rank), self.thresholds)
+        )
+        return calls.copy(), step_ns, n_steps
