@@ -10,7 +10,7 @@ engineer would name, so a capture of them under Nsight Compute says whether gpud
   (one useful float in eight): uncoalesced, excess sectors per request.
 - ``transpose_naive``: reads coalesced, writes strided by the matrix width: uncoalesced stores.
 
-Each kernel is launched twice (the first a warm-up). Run under ncu (tools/gpu_session_issue16.sh)::
+Each kernel is launched twice (the first a warm-up). Run under ncu (part `kinds` of tools/gpu_capture_fixtures.sh)::
 
     ncu --clock-control none --set full --import-source yes -f -o kinds python3 examples/ncu_kernel_kinds.py
 """

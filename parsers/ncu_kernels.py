@@ -1,8 +1,8 @@
 """The kernels table every Nsight Compute reader fills: its schema, its standard columns, and the
 common end of each reader (derived columns, invalid hit rates, schema order and dtypes).
 
-:mod:`parsers.ncu_csv` and :mod:`parsers.ncu_rep` read the forms; :mod:`parsers.ncu` picks between
-them. Formats: docs/ncu-formats.md.
+:mod:`parsers.ncu_csv` and :mod:`parsers.ncu_rep` read the forms; :mod:`parsers.registry` picks between
+them from the content. Formats: docs/ncu-formats.md.
 """
 
 from __future__ import annotations

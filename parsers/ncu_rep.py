@@ -45,30 +45,6 @@ def is_ncu_rep(head: bytes) -> bool:
     return head[:4] == MAGIC
 
 
-def read_ncu_rep(path: str | os.PathLike) -> pd.DataFrame:
-    ncu_report = _ncu_report(path)
-    with _plain_file(path) as plain:
-        rows = []
-        for launch_id, action in _actions(ncu_report, path, plain):
-            row = _action_row(ncu_report, action)
-            row["launch_id"] = float(launch_id)
-            rows.append(row)
-    if not rows:
-        raise InputError(path, "is an Nsight Compute report with no profiled kernel launches")
-    df = pd.DataFrame(rows)
-    return finish(df, path)
-
-
-def read_ncu_rep_rules(path: str | os.PathLike) -> pd.DataFrame:
-    """The rule results ncu stored with each launch, as the details page prints them."""
-    ncu_report = _ncu_report(path)
-    rows = []
-    with _plain_file(path) as plain:
-        for launch_id, action in _actions(ncu_report, path, plain):
-            rows.extend(_action_rules(ncu_report, launch_id, action))
-    return pd.DataFrame(rows)
-
-
 def read_ncu_rep_tables(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The registry's read: (kernels table, rules table :data:`RULES_SCHEMA`) from one pass over the report."""
     ncu_report = _ncu_report(path)

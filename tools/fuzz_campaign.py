@@ -309,7 +309,8 @@ def atheris_worker(args, argv) -> None:
         import diagnose.ingest.loading  # noqa: F401
         import parsers.events  # noqa: E401,F401
         import parsers.memory_stats
-        import parsers.ncu
+        import parsers.ncu_csv
+        import parsers.ncu_rep
         import parsers.nvml
         import parsers.run_folder
         import parsers.snapshot  # noqa: E401,F401

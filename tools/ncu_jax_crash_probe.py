@@ -2,12 +2,12 @@
 
 On the H200 (2026-12-04) ncu's wrapper printed "Segmentation fault" and exited 139 in 11 of 16
 ``gpudiag profile --ncu`` runs of examples/jax_unchanged.py. This runs ncu's exact command line
-(ncu.build_command) on the same script in variants, each ``--repeats`` times, and prints one line per
+(ncu_command.build_command) on the same script in variants, each ``--repeats`` times, and prints one line per
 run (exit code, wall seconds, whether ncu said "Segmentation fault", launches profiled):
 
     bare-step    ncu with gpudiag's step window, the script without gpudiag's bootstrap: no NVTX range
                  is ever pushed, so ncu profiles nothing; only ncu's interception of the script is left
-    no-filter    bare-step as gpudiag ran it before ncu.HELPER_PROCESSES: ncu follows ptxas and nvlink too
+    no-filter    bare-step as gpudiag ran it before ncu_command.HELPER_PROCESSES: ncu follows ptxas and nvlink too
     bare-launch  ncu with a launch window (skip 300, 20 launches), no bootstrap: ncu profiles JAX's
                  kernels with gpudiag absent
     gpudiag      gpudiag profile --ncu (the bootstrap, NVTX step ranges, step 5), as tests/gpu does
@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from diagnose.launch import ncu as ncu_mode  # noqa: E402
+from diagnose.launch import ncu_command  # noqa: E402
 
 SCRIPT = [sys.executable, str(REPO / "examples" / "jax_unchanged.py"), "--epochs", "1", "--batches", "20"]
 # variant: (ncu options beyond gpudiag's, extra environment, drop gpudiag's helper-process exclusion) for the bare runs
@@ -69,13 +69,13 @@ def command_of(variant: str, out: Path) -> tuple[list[str], dict]:
         command = [sys.executable, "-m", "diagnose", "profile", "--ncu", "--ncu-timeout", "120", "-o", str(out), "--"]
         return [*command, *SCRIPT], {}
     if variant == "bare-launch":
-        options, (more, env, unfiltered) = ncu_mode.NcuOptions(launch_skip=300, launch_count=20), ([], {}, False)
+        options, (more, env, unfiltered) = ncu_command.NcuOptions(launch_skip=300, launch_count=20), ([], {}, False)
     else:
-        options, (more, env, unfiltered) = ncu_mode.NcuOptions(), BARE[variant]
+        options, (more, env, unfiltered) = ncu_command.NcuOptions(), BARE[variant]
     if unfiltered:  # ncu follows every child process, as gpudiag's command did before HELPER_PROCESSES
         options = replace(options, exclude_processes=())
     (out / "ncu").mkdir(parents=True, exist_ok=True)
-    command = ncu_mode.build_command(ncu_mode.find_ncu(), options, out, SCRIPT)
+    command = ncu_command.build_command(ncu_command.find_ncu(), options, out, SCRIPT)
     if more:  # replaces gpudiag's own --target-processes all
         at = command.index(more[0])
         command[at : at + len(more)] = more

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from diagnose.launch.supervisor import end_process_group
 from parsers.errors import InputError
 
 SCHEMA = "gpudiag.sweep/1"
@@ -204,16 +205,8 @@ def run_logged(
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGTERM the run's process group, SIGKILL it when the run has not ended 10 s later."""
+    end_process_group(proc.pid, ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)), ended=lambda: proc.poll() is not None)
 
 
 def _env_with_gpudiag() -> dict:
@@ -492,27 +485,3 @@ def write_tables(sweep: Sweep) -> tuple[Path, Path]:
     atomic_write_text(csv_path, sweep.rows.to_csv(index=False))
     atomic_write_text(json_path, json.dumps(sweep.to_dict(), indent=2, allow_nan=False, default=str) + "\n")
     return csv_path, json_path
-
-
-def read_sweep(path) -> Sweep:
-    """A sweep.json (or the folder holding it) back as a Sweep, e.g. to re-render its HTML."""
-    p = Path(path)
-    p = p / "sweep.json" if p.is_dir() else p
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InputError(p, f"cannot read as a gpudiag sweep JSON: {e}") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("rows"), list):
-        raise InputError(p, f"expected schema {SCHEMA} with a rows list")
-    grid = [(g["name"], list(g["values"])) for g in data.get("grid", [])]
-    rows = pd.DataFrame(data["rows"])
-    for c in ("samples_per_s", "steps_per_s", "peak_reserved_bytes", "peak_allocated_bytes", "step_time_median_ms"):
-        if c in rows:
-            rows[c] = pd.to_numeric(rows[c], errors="coerce")
-    return Sweep(
-        folder=p.parent,
-        grid=grid,
-        template=list(data.get("command", [])),
-        rows=rows,
-        warnings=list(data.get("warnings", [])),
-    )

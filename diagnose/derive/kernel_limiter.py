@@ -255,21 +255,6 @@ def _next_off_path(values: np.ndarray, members: list[str], has: np.ndarray, out:
         out["next_unit"][hit] = units[columns[best]]
 
 
-def launch_limiters(kernels: pd.DataFrame) -> pd.DataFrame:
-    """One row per launch (the kernels table's index): :data:`LIMITER_COLUMNS`."""
-    members = _members(kernels)
-    if members:
-        values = np.column_stack(
-            [pd.to_numeric(kernels[column_of(m)], errors="coerce").to_numpy(dtype=float) for m in members]
-        )
-        values = np.where(_listed_mask(kernels, members), values, np.nan)
-    else:
-        values = np.empty((len(kernels), 0))
-    frame = limiter_frame(values, members, kernels)
-    frame.index = kernels.index
-    return frame
-
-
 def kernel_limiters(kernels: pd.DataFrame, stats: pd.DataFrame, memo: TableValues | None = None) -> pd.DataFrame:
     """The limiter of each kernel of ``stats`` (kernel_stats.per_kernel rows, same order): the breakdown's
     duration-weighted means over its launches, then their highest."""

@@ -19,7 +19,7 @@ from diagnose.ingest.read_progress import Progress
 from parsers import folder_tree, registry, run_folder
 from parsers.errors import InputError
 from parsers.limits import bytes_read_on_disk, track_reads, untrack_reads
-from parsers.reader import TRACES, Reader
+from parsers.reader import TRACES
 
 WORKERS_ENV = "GPUDIAG_WORKERS"  # processes reading a folder's files when the caller does not say; 1: in-process
 
@@ -40,14 +40,6 @@ def load(path: str | os.PathLike, *, workers: int | None = None, quiet: bool = F
     (read,), profile.ingest = _read_many([path], [reader.kind], 1, quiet, what=f"reading {Path(path).name}")
     _put(profile, read)
     return profile
-
-
-def add_artifact(
-    profile: Profile, path: str | os.PathLike, reader: Reader | None = None, rank: int | None = None
-) -> None:
-    """Read one artifact into the matching table of ``profile``; a reader's warning (a cut last line)
-    becomes one of ``profile.warnings``, which the report shows."""
-    _put(profile, ingest.read_artifact(path, reader.kind if reader else None), rank)
 
 
 def load_run_folder(folder: str | os.PathLike, *, workers: int | None = None, quiet: bool = False) -> Profile:
@@ -156,11 +148,11 @@ def _read_many(
     }
 
 
-def _put(profile: Profile, read: ingest.ArtifactRead, rank: int | None = None) -> None:
+def _put(profile: Profile, read: ingest.ArtifactRead) -> None:
     """One read into ``profile``'s table, its warnings into the report's notes; its error raised as InputError."""
     if read.error is not None:
         raise InputError(read.path, read.error)
-    profile.add(read.table, read.value, run_folder.rank_of(read.path) if rank is None else rank)
+    profile.add(read.table, read.value, run_folder.rank_of(read.path))
     profile.warnings.extend(read.warnings)
     if read.path not in profile.sources:
         profile.sources.append(read.path)

@@ -17,20 +17,21 @@ import shlex
 import sys
 import time
 
-from diagnose.launch import ncu as ncu_mode
 from diagnose.launch import run_dir, run_manifest
-from diagnose.launch.light import ProfileOptions, Run, run_profiled
+from diagnose.launch.capture_mode import ProfileOptions
+from diagnose.launch.launcher import Run, run_profiled
+from diagnose.launch.ncu_command import NcuOptions
 from diagnose.launch.nvml_sampler import NvmlSampler
 from parsers import run_folder
 from parsers.errors import InputError
 
 
-def profile(command=None, *, out=None, ncu: bool | ncu_mode.NcuOptions = False, quiet: bool = False, **options):
+def profile(command=None, *, out=None, ncu: bool | NcuOptions = False, quiet: bool = False, **options):
     """Profile ``command`` (a list or a shell-like string) and return its :class:`Run`; without a command,
     a context manager that profiles the ``with`` block in this process. ``options`` are ProfileOptions fields
     (trace_start, trace_steps, snapshot_at, history_max_entries, memory_stats_interval_ms, gpu_time_every,
     sync_debug, nvtx, nvml, nvml_hz)."""
-    ncu_options = ncu if isinstance(ncu, ncu_mode.NcuOptions) else (ncu_mode.NcuOptions() if ncu else None)
+    ncu_options = ncu if isinstance(ncu, NcuOptions) else (NcuOptions() if ncu else None)
     try:
         settings = ProfileOptions(out=None if out is None else str(out), ncu=ncu_options, quiet=quiet, **options)
     except TypeError as e:

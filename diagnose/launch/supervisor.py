@@ -5,16 +5,20 @@ that group is handed the terminal (as a shell does for a job), so Ctrl-C reaches
 child and its workers directly, exactly once, and the script can still read the tty.
 SIGINT, SIGTERM and SIGHUP sent to gpudiag itself are forwarded to the child. On Linux
 the child also gets SIGTERM should gpudiag die first. Exit status: the child's code, or
-128+N when a signal N killed it.
+128+N when a signal N killed it. Ending what is left of a process group, with a grace period
+per signal, is :func:`end_process_group` (the --ncu stop, its orphans, and a sweep's timed-out run).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
@@ -22,6 +26,14 @@ _PR_SET_PDEATHSIG = 1
 
 def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15; ``signal N`` for a number with no name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -143,3 +155,41 @@ def group_members(pgid: int) -> list[int]:
         if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
             members.append(int(entry))
     return members
+
+
+# SIGTERM, then SIGKILL to what is still there 5 s later
+TERM_THEN_KILL = ((signal.SIGTERM, 5.0), (signal.SIGKILL, 1.0))
+POLL_S = 0.05
+
+
+def end_process_group(
+    pgid: int, signals: tuple[tuple[int, float], ...] = TERM_THEN_KILL, ended: Callable[[], bool] | None = None
+) -> None:
+    """Send each ``(signal, wait_s)`` of ``signals`` in turn to process group ``pgid``, going on to the next
+    only while the group has not ended ``wait_s`` seconds after the last.
+
+    ``ended()`` says whether it has; by default, when no live process of the group is left (a caller that
+    holds the leader may pass ``lambda: popen.poll() is not None`` to wait on it alone). Returns at once when
+    the group is gone or not ours to signal.
+    """
+    ended = ended or functools.partial(_group_gone, pgid)
+    for signum, wait_s in signals:
+        try:
+            os.killpg(pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if ended():
+                return
+            time.sleep(POLL_S)
+
+
+def _group_gone(pgid: int) -> bool:
+    """No live process is left in the group. A zombie is not live: in a container whose first process does not
+    reap orphans, an orphan the signal ended stays a zombie, and the group would seem alive for the whole wait."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return True
+    return os.path.isdir("/proc") and not group_members(pgid)

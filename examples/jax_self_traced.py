@@ -1,9 +1,10 @@
-"""A small JAX MLP training loop: a perfetto trace of a few steps and per-step memory_stats.
+"""A small JAX MLP training loop that records itself, without gpudiag: a jax.profiler perfetto trace of a few
+steps and per-step memory_stats (fixtures/trace/jax and fixtures/memory/jax were captured with it).
 
 Each step ends with a `float(loss)` (a host sync: `block_until_ready` under the
 hood) for logging, which the sync analyzer should see in the trace.
 
-    python examples/jax_train.py OUT_DIR
+    python examples/jax_self_traced.py OUT_DIR
 """
 
 import json

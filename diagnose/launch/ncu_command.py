@@ -1,4 +1,5 @@
-"""Nsight Compute mode: the ncu command line, its progress, its errors, and the CSV export.
+"""The ncu command that --ncu runs: its options, its command line, its log (progress and errors), the CSV
+export, and what to say when a window matched nothing. The mode that runs it is :mod:`diagnose.launch.ncu_mode`.
 
 Defaults are chosen so a training job finishes in minutes: five sections (speed of
 light, memory workload incl. L2, occupancy, launch statistics, source counters) and six

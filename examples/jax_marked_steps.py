@@ -4,7 +4,7 @@ Planted: ``float(loss)`` every step (a host-device sync per step), and a small b
 kernels). JAX has no optimizer hook, so the one-line marker ``diagnose.step()`` tells
 gpudiag where steps end; outside `gpudiag profile` it does nothing.
 
-    gpudiag profile -- python examples/train_jax.py --steps 30
+    gpudiag profile -- python examples/jax_marked_steps.py --steps 30
 """
 
 from __future__ import annotations
