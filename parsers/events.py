@@ -3,7 +3,8 @@
 Two sources (docs/step-timings.md describes both):
 
 * ``events/rank<N>.jsonl`` written by ``gpudiag profile``: one JSON object a line,
-  ``"kind"`` = ``step`` | ``sync`` | ``work`` | ``run``; other kinds are skipped so newer
+  ``"kind"`` = ``step`` | ``sync`` | ``work`` | ``run`` (each kind and its fields are declared in
+  :mod:`parsers.run_records`, which the runtime writes them with); other kinds are skipped so newer
   writers stay readable. A ``work`` record (a checkpoint save, an evaluation span, a compile, with the
   user's line, or the first batch of a new input shape) that cannot be read is dropped with a warning: it only names what ran in a slow
   step, and the step timings stay usable without it. Of the ``run`` records only the ``gpu-time-every`` ones are
@@ -34,6 +35,18 @@ import pandas as pd
 from parsers.errors import InputError
 from parsers.limits import read_input
 from parsers.reader import EVENTS, JSON, TEXT, Reader, compact_json, first_line
+from parsers.run_records import (
+    GPU_TIME_EVERY,
+    INPUT_FROM_LOOP,
+    RUN,
+    STEP,
+    STEP_NAME,
+    STEP_SOURCES,
+    SYNC,
+    WORK,
+    WORK_WHATS,
+    kind_mark,
+)
 from parsers.schema import BOOL, F64, I64, STR, Schema, conform
 from parsers.trace_stream import JSONDecodeError
 from parsers.trace_stream import _loads as json_loads
@@ -154,15 +167,7 @@ class GpuTimeChoice:
     t_ns: float
 
 
-GPU_TIME_EVERY_EVENT = "gpu-time-every"
-STEP_NAME = "step"  # the name of a whole-step record
-_RUN_KINDS = ("step", "sync", "run")
-
-
-def read_events(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Read a gpudiag event log or a user step-timing CSV/JSON into ``(steps, syncs)``."""
-    tables = read_event_tables(path)
-    return tables.steps, tables.syncs
+INPUT_FROM_DATALOADER = "dataloader"  # input_from of a step whose input_ms is a DataLoader's __next__
 
 
 def read_event_tables(path: str | os.PathLike) -> EventTables:
@@ -227,24 +232,26 @@ def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str], list[Gpu
         if not isinstance(record, dict):
             raise InputError(path, f"line {number}: expected a JSON object, found {type(record).__name__}")
         kind = record.get("kind")
-        if kind == "work":
+        if kind == WORK.kind:
             try:
                 work.append(_work_record(record))
             except ValueError as e:
                 dropped.append(f"{os.fspath(path)}: line {number}: work record not read ({e}); ignored")
             continue
         try:
-            if kind == "step":
+            if kind == STEP.kind:
                 steps.append(_step_record(record))
-            elif kind == "sync":
+            elif kind == SYNC.kind:
                 syncs.append(_sync_record(record))
-            elif kind == "run" and record.get("event") == GPU_TIME_EVERY_EVENT:
+            elif GPU_TIME_EVERY.is_kind_of(record):
                 choices.append(_gpu_time_choice(record))
             # other "run" records and kinds newer than this reader are skipped
         except ValueError as e:
             raise InputError(path, f"line {number}: {e}") from None
     if not steps and not syncs and not any(_is_record_line(line) for line in lines):
-        raise InputError(path, 'has no complete event record; expected JSON lines with "kind": "step" or "sync"')
+        raise InputError(
+            path, f'has no complete event record; expected JSON lines with "kind": "{STEP.kind}" or "{SYNC.kind}"'
+        )
     return steps, syncs, dropped, choices, work
 
 
@@ -277,14 +284,11 @@ def _step_record(r: dict) -> dict:
     }
 
 
-STEP_SOURCES = ("marker", "optimizer", "backward", "jit", "time")
-
-
 def _input_from(r: dict) -> str:
     """'loop' as written, else 'dataloader' where input_ms was measured (records before 'input_from' existed)."""
     if r.get("input_ms") is None:
         return ""
-    return "loop" if r.get("input_from") == "loop" else "dataloader"
+    return INPUT_FROM_LOOP if r.get("input_from") == INPUT_FROM_LOOP else INPUT_FROM_DATALOADER
 
 
 def _source(r: dict) -> str:
@@ -310,7 +314,7 @@ def _gpu_time_choice(r: dict) -> GpuTimeChoice:
 def _work_record(r: dict) -> dict:
     what, location = r.get("what"), r.get("location")
     if not isinstance(what, str) or not what:
-        raise ValueError(f"needs what (checkpoint, evaluation, compilation, new-shape), found {str(what)[:40]!r}")
+        raise ValueError(f"needs what ({', '.join(WORK_WHATS)}), found {str(what)[:40]!r}")
     if location is not None and not isinstance(location, str):
         raise ValueError(f"location should be 'file:line', found {str(location)[:40]!r}")
     name = r.get("name")
@@ -552,7 +556,7 @@ def is_events(head: bytes) -> bool:
     if compact is None:
         line = first_line(head)
         return line.startswith("name,") or line.startswith("step,")
-    if '"kind":"step"' in compact or '"kind":"sync"' in compact or '"kind":"run"' in compact:
+    if STEP.mark in compact or SYNC.mark in compact or kind_mark(RUN) in compact:
         return True
     return compact.startswith("[{") and '"step":' in compact and ('"elapsed_ms":' in compact or '"end_ms":' in compact)
 

@@ -29,6 +29,7 @@ from parsers.errors import InputError
 from parsers.limits import read_input
 from parsers.reader import JSON, MEMORY_STATS, Reader, compact_json
 from parsers.run_folder import rank_of
+from parsers.run_records import MEMORY_STATS_RECORD
 from parsers.schema import F64, I64, STR, Schema, conform
 
 # output column → key in torch.cuda.memory_stats()
@@ -124,7 +125,7 @@ def read_memory_stats(path: str | os.PathLike) -> pd.DataFrame:
             raise InputError(path, f"line {number}: expected a JSON object, found {line[:60]!r} ({e})") from None
         if not isinstance(record, dict):
             raise InputError(path, f"line {number}: expected a JSON object, found {type(record).__name__}")
-        if record.get("kind", "memory_stats") != "memory_stats":
+        if record.get("kind", MEMORY_STATS_RECORD.kind) != MEMORY_STATS_RECORD.kind:
             continue
         if "stats" not in record and "kind" not in record and _has_stats_keys(_flat(record)):
             record = {"step": len(rows), "stats": _flat(record)}  # a bare memory_stats() dict a line
@@ -246,7 +247,7 @@ def is_memory_stats(head: bytes) -> bool:
     """A memory-stats log: torch's ``memory_stats()`` or JAX's ``memory_stats()`` per line."""
     compact = compact_json(head)
     return compact is not None and (
-        '"kind":"memory_stats"' in compact
+        MEMORY_STATS_RECORD.mark in compact
         or '"allocated_bytes.all.current"' in compact
         or '"allocated_bytes":{"all":{' in compact  # torch.cuda.memory_stats_as_nested_dict()
         or '"bytes_in_use"' in compact

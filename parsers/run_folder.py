@@ -1,9 +1,10 @@
-"""The run folder `gpudiag profile` writes: its layout, its manifest and what the loader reads from it.
+"""The run folder `gpudiag profile` writes: its manifest and what the loader reads from it.
 
-Layout (DESIGN.md, docs/run-folder.md)::
+Its layout (DESIGN.md, docs/run-folder.md) and its records are defined once, in :mod:`parsers.run_records`, which the
+runtime inside the training process loads too; this module re-exports the layout's names the launcher uses::
 
     manifest.json                      schema gpudiag.run/1: command, exit, host, GPUs, artifacts, faults
-    events/rank<N>.jsonl               step, sync and run records
+    events/rank<N>.jsonl               step, sync, work and run records
     memory/rank<N>.stats.jsonl         allocator stats now and then
     memory/rank<N>.snapshot.json.gz    allocator history
     trace/rank<N>.json.gz              profiler trace window
@@ -27,32 +28,30 @@ from pathlib import Path
 
 from parsers.errors import InputError
 from parsers.limits import read_input
+from parsers.run_records import (  # noqa: F401  (the layout's names the launcher and the loader take from here)
+    ARTIFACT_PATTERNS,
+    EVENTS,
+    MANIFEST,
+    MANIFEST_SCHEMA,
+    MANIFEST_SCHEMA_PREFIX,
+    MEMORY_STATS,
+    NCU_FOLDER,
+    NCU_LAUNCH_STARTS,
+    NCU_LOG,
+    NCU_PARTIAL_REPORT,
+    NCU_RAW_CSV,
+    NCU_REPORT,
+    NVML_CSV,
+    RANK_PATTERNS,
+    RUN,
+    RUN_EXPECT,
+    RUN_START,
+    SNAPSHOT,
+    TRACE,
+    kind_mark,
+)
 from parsers.unicode_text import without_lone_surrogates
 
-MANIFEST = "manifest.json"
-NVML_CSV = "nvml.csv"
-NCU_REPORT = "ncu/report.ncu-rep"
-NCU_RAW_CSV = "ncu/raw.csv"
-NCU_LOG = "ncu/ncu.log"
-NCU_LAUNCH_STARTS = (
-    "ncu/launch_starts.csv"  # when each launch's profiling started, from ncu's log (parsers.ncu_launch_starts)
-)
-NCU_PARTIAL_REPORT = "ncu/report.partial.ncu-rep"  # what a killed ncu left: kept, never read as the report
-ARTIFACT_PATTERNS = (
-    "events/rank*.jsonl",
-    "memory/rank*.stats.jsonl",
-    "memory/rank*.snapshot.json.gz",
-    "trace/rank*.json.gz",
-    NVML_CSV,
-    NCU_REPORT,
-    NCU_RAW_CSV,
-    NCU_LAUNCH_STARTS,
-)
-# what the loader reads, per rank, in this order (a trace may also be a plain .json someone put there)
-RANK_PATTERNS = ("trace/rank*.json*", "memory/rank*.snapshot.*", "memory/rank*.stats.jsonl", "events/rank*.jsonl")
-
-MANIFEST_SCHEMA = "gpudiag.run/1"
-SCHEMA_PREFIX = "gpudiag.run/"
 SUPPORTED_MAJOR = 1
 _LISTS = ("gpus", "ranks", "missing", "notes", "command", "faults")
 _DICTS = ("artifacts", "unavailable", "versions", "host", "options", "missing_reasons", "incomplete")
@@ -122,11 +121,11 @@ def _ncu_report_available() -> bool:
 def read_child_records(folder: str | os.PathLike) -> list[dict]:
     """The children's ``{"kind": "run"}`` records (start, expect, end), from every events file."""
     records = []
-    for path in sorted(Path(folder).glob("events/rank*.jsonl")):
+    for path in sorted(Path(folder).glob(EVENTS.pattern)):
         try:
             with open(path, encoding="utf-8") as f:
                 for line in f:
-                    if '"kind":"run"' not in line:
+                    if kind_mark(RUN) not in line:
                         continue
                     try:
                         records.append(json.loads(line))
@@ -141,17 +140,19 @@ def expected_artifacts(child_records: list[dict], parent_expected: list[str]) ->
     """What should be there: rank 0's (and every rank's of the world size) events, what children announced,
     and what the parent itself meant to write."""
     expected = set(parent_expected)
-    expected.add("events/rank0.jsonl")
+    expected.add(EVENTS.path(0))
     for record in child_records:
-        if record.get("event") == "start" and isinstance(record.get("world_size"), int):
-            expected.update(f"events/rank{r}.jsonl" for r in range(record["world_size"]))
-        if record.get("event") == "expect" and record.get("artifact"):
+        if record.get("event") == RUN_START.event and isinstance(record.get("world_size"), int):
+            expected.update(EVENTS.path(r) for r in range(record["world_size"]))
+        if record.get("event") == RUN_EXPECT.event and record.get("artifact"):
             expected.add(str(record["artifact"]))
     return sorted(expected)
 
 
 def ranks(child_records: list[dict], present: dict[str, int]) -> list[int]:
-    found = {int(r["rank"]) for r in child_records if r.get("event") == "start" and isinstance(r.get("rank"), int)}
+    found = {
+        int(r["rank"]) for r in child_records if r.get("event") == RUN_START.event and isinstance(r.get("rank"), int)
+    }
     for path in present:
         m = _RANK.search(path)
         if m:
@@ -184,17 +185,17 @@ def read_manifest(path: str | os.PathLike) -> dict:
     if b"\\ud" in raw or b"\\uD" in raw:
         data = _without_lone_surrogates(data)
     schema = data.get("schema")
-    if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
-        raise InputError(path, f"expected schema {SCHEMA_PREFIX}{SUPPORTED_MAJOR}, found {schema!r}")
+    if not isinstance(schema, str) or not schema.startswith(MANIFEST_SCHEMA_PREFIX):
+        raise InputError(path, f"expected schema {MANIFEST_SCHEMA_PREFIX}{SUPPORTED_MAJOR}, found {schema!r}")
     try:
-        major = int(schema[len(SCHEMA_PREFIX) :].split(".")[0])
+        major = int(schema[len(MANIFEST_SCHEMA_PREFIX) :].split(".")[0])
     except ValueError:
         raise InputError(path, f"unreadable schema version {schema!r}") from None
     if major != SUPPORTED_MAJOR:
         raise InputError(
             path,
             f"schema {schema} is not supported by this gpudiag (reads "
-            f"{SCHEMA_PREFIX}{SUPPORTED_MAJOR}); upgrade gpudiag",
+            f"{MANIFEST_SCHEMA_PREFIX}{SUPPORTED_MAJOR}); upgrade gpudiag",
         )
     for key in _LISTS:
         value = data.get(key)
@@ -261,17 +262,17 @@ def report_notes(manifest: dict) -> list[str]:
 # what a report lacks when an artifact the manifest lists is gone, by the artifact's path (first match)
 _LOST_WITHOUT = (
     (
-        "trace/*",
+        f"{TRACE.prefix}*",
         "no profiler trace for rank {rank}: its kernels, GPU idle time, host syncs and launches are not in this report",
     ),
     (
-        "memory/*.snapshot*",
+        SNAPSHOT.read_pattern,
         "no allocator history for rank {rank}: which lines allocate the memory is not in this report",
     ),
-    ("memory/*", "no per-step allocator stats for rank {rank}"),
-    ("events/*", "no per-step timings for rank {rank}"),
+    (f"{MEMORY_STATS.prefix}*", "no per-step allocator stats for rank {rank}"),
+    (f"{EVENTS.prefix}*", "no per-step timings for rank {rank}"),
     (NVML_CSV, "no NVML samples: GPU utilisation, clocks and power are not in this report"),
-    ("ncu/*", "no Nsight Compute kernel metrics"),
+    (f"{NCU_FOLDER}/*", "no Nsight Compute kernel metrics"),
 )
 # an artifact whose content another file of the run also holds: read that one instead
 _READ_INSTEAD = {NCU_REPORT: (NCU_RAW_CSV, "ncu's raw CSV export of the same capture")}

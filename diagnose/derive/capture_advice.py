@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-RUN_SCHEMA_PREFIX = "gpudiag.run"  # a run folder's manifest.json (docs/run-folder.md)
+from parsers.run_records import RunOptions, is_run_manifest, run_options
+
 # why a run folder can lack step timings, and what gives it some
 STEP_RECORDS = (
     "Light mode writes a step record at each optimizer.step(), at the end of each backward pass, at each dispatch of "
@@ -21,14 +22,13 @@ STEP_RECORDS = (
 
 def from_run_folder(profile: Any) -> bool:
     """True when the input is a run folder ``gpudiag profile`` wrote (it has a run manifest)."""
-    manifest = getattr(profile, "manifest", None) or {}
-    return str(manifest.get("schema", "")).startswith(RUN_SCHEMA_PREFIX)
+    return is_run_manifest(getattr(profile, "manifest", None))
 
 
-def run_option(profile: Any, key: str) -> Any:
-    """An option the run folder's child ran with (``trace_steps``, ``mode``, ...), or None."""
-    options = (profile.manifest.get("options") or {}) if from_run_folder(profile) else {}
-    return (options.get("child") or {}).get(key)
+def options_of(profile: Any) -> RunOptions:
+    """The options the run folder ran with (``trace_steps``, ``mode``, ...: parsers.run_records.RunOptions); every
+    one None for an input captured elsewhere."""
+    return run_options(profile.manifest) if from_run_folder(profile) else RunOptions()
 
 
 def why_absent(profile: Any, artifact: str) -> str | None:

@@ -1,7 +1,7 @@
 """The launcher's side of the run folder: its default name, its creation, and the clean-up at the end.
 
-The layout itself (file names, what counts as an artifact, the manifest) is :mod:`parsers.run_folder`,
-shared with the loader.
+The layout itself (file names, what counts as an artifact) is :mod:`parsers.run_records`, shared with the
+runtime and the readers; the manifest's reading is :mod:`parsers.run_folder`.
 """
 
 from __future__ import annotations

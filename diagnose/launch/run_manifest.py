@@ -14,16 +14,25 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import time
 from pathlib import Path
 
-from diagnose.launch import host_environment as environment
+from diagnose.launch import host_environment
 from diagnose.outputs.atomic_write import atomic_write_text
 from parsers import run_folder
+from parsers.run_records import (
+    MANIFEST,
+    MANIFEST_SCHEMA,
+    NCU_RAW_CSV,
+    NCU_REPORT,
+    RUN_END,
+    RUN_START,
+    is_appended,
+    rank_in_path,
+)
 
-SCHEMA = run_folder.MANIFEST_SCHEMA
+SCHEMA = MANIFEST_SCHEMA
 
 
 def iso(t_ns: int) -> str:
@@ -49,7 +58,7 @@ def status_of(exit_code: int | None) -> tuple[str, str | None]:
 
 
 def start_manifest(command: list[str], mode: str, options: dict, start_ns: int) -> dict:
-    gpus, driver, nvml_reason = environment.gpu_info()
+    gpus, driver, nvml_reason = host_environment.gpu_info()
     manifest = {
         "schema": SCHEMA,
         "mode": mode,
@@ -63,12 +72,12 @@ def start_manifest(command: list[str], mode: str, options: dict, start_ns: int) 
         "end": None,
         "end_ns": None,
         "duration_s": None,
-        "host": environment.host_info(),
+        "host": host_environment.host_info(),
         "gpus": gpus,
         "driver_version": driver.get("driver_version"),
         "cuda_driver_version": driver.get("cuda_driver_version"),
-        "versions": environment.versions(),
-        "gpudiag_version": environment.versions()["gpudiag"],
+        "versions": host_environment.versions(),
+        "gpudiag_version": host_environment.versions()["gpudiag"],
         "options": options,
         "ranks": [],
         "artifacts": {},
@@ -113,15 +122,15 @@ def finish_manifest(
         }
     )
     for record in records:
-        if record.get("event") == "start" and record.get("versions"):
+        if record.get("event") == RUN_START.event and record.get("versions"):
             for key, value in record["versions"].items():
                 if value is not None:
                     manifest["versions"][key] = value
-        if record.get("event") == "start" and record.get("framework"):
+        if record.get("event") == RUN_START.event and record.get("framework"):
             manifest.setdefault("frameworks", {})[str(record.get("rank"))] = record["framework"]
     manifest["faults"] = list(manifest.get("faults") or []) + list(faults or [])
-    ended = {r.get("rank") for r in records if r.get("event") == "end"}
-    started = {r.get("rank") for r in records if r.get("event") == "start"}
+    ended = {r.get("rank") for r in records if r.get("event") == RUN_END.event}
+    started = {r.get("rank") for r in records if r.get("event") == RUN_START.event}
     disk_full = {f.get("rank"): f for f in manifest["faults"] if f.get("kind") == "disk-full" and "rank" in f}
     for rank in sorted(started - ended, key=lambda r: (r is None, r)):
         if rank in disk_full:
@@ -136,12 +145,7 @@ def finish_manifest(
 
 
 def _of_rank(path: str, rank) -> bool:
-    return re.search(rf"rank{rank}\.", path) is not None
-
-
-def _rank_of(path: str) -> int | None:
-    m = re.search(r"rank(\d+)\.", path)
-    return int(m.group(1)) if m else None
+    return rank is not None and rank_in_path(path) == rank
 
 
 def _seconds(manifest: dict, t_ns) -> float | None:
@@ -159,8 +163,8 @@ def explain(manifest: dict, records: list[dict]) -> tuple[dict[str, str], dict[s
     for fault in manifest.get("faults") or []:
         _explain_fault(manifest, fault, missing, present, why_missing, incomplete)
     status, signal_name = manifest.get("status"), manifest.get("signal")
-    started = {r.get("rank") for r in records if r.get("event") == "start"}
-    ended = {r.get("rank") for r in records if r.get("event") == "end"}
+    started = {r.get("rank") for r in records if r.get("event") == RUN_START.event}
+    ended = {r.get("rank") for r in records if r.get("event") == RUN_END.event}
     for rank in sorted(started - ended, key=lambda r: (r is None, r)):
         cause = (
             f"rank {rank} was killed ({signal_name})"
@@ -171,7 +175,7 @@ def explain(manifest: dict, records: list[dict]) -> tuple[dict[str, str], dict[s
             if _of_rank(path, rank):
                 why_missing.setdefault(path, f"not written: {cause} before it wrote it")
         for path in present:
-            if _of_rank(path, rank) and path.endswith(".jsonl"):
+            if _of_rank(path, rank) and is_appended(path):
                 incomplete.setdefault(
                     path,
                     f"no end record: {cause}; every whole line is kept (a cut last line is dropped by the readers)",
@@ -179,7 +183,7 @@ def explain(manifest: dict, records: list[dict]) -> tuple[dict[str, str], dict[s
     for path in missing:
         if path in why_missing:
             continue
-        rank = _rank_of(path)
+        rank = rank_in_path(path)
         if rank is not None and rank not in started:
             if status == "signal":
                 why_missing[path] = f"the job was killed ({signal_name}) before rank {rank} reached its first step"
@@ -213,7 +217,7 @@ def _explain_fault(manifest, fault: dict, missing, present, why_missing: dict, i
                     else f"not written: gpudiag stopped writing for rank {rank} after {error} on {artifact}{step}",
                 )
         for path in present:
-            if _of_rank(path, rank) and path.endswith(".jsonl"):
+            if _of_rank(path, rank) and is_appended(path):
                 where = "" if path == artifact else f" on {artifact}"
                 incomplete.setdefault(
                     path, f"cut short{step}: {error}{where}; every line before is whole, nothing after was written"
@@ -238,7 +242,7 @@ def _explain_fault(manifest, fault: dict, missing, present, why_missing: dict, i
         by = f"ncu was killed ({fault.get('signal')}) after profiling {fault.get('launches', 0)} kernel launches"
         for path, text in (
             (
-                run_folder.NCU_REPORT,
+                NCU_REPORT,
                 by
                 + (
                     f"; what it had written is kept as {partial}, not read as a report"
@@ -246,13 +250,13 @@ def _explain_fault(manifest, fault: dict, missing, present, why_missing: dict, i
                     else "; it left no report"
                 ),
             ),
-            (run_folder.NCU_RAW_CSV, f"not exported: {by}"),
+            (NCU_RAW_CSV, f"not exported: {by}"),
         ):
             if path in missing:
                 why_missing.setdefault(path, text)
 
 
 def write_manifest(folder: str | os.PathLike, manifest: dict) -> Path:
-    path = Path(folder) / run_folder.MANIFEST
+    path = Path(folder) / MANIFEST
     atomic_write_text(path, json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
     return path

@@ -1,6 +1,6 @@
 """Progress of a profiled run, read from the events files the children append to.
 
-A thread tails events/rank*.jsonl and, at most every ``interval_s``, prints one line
+A thread tails every rank's events file (parsers.run_records.EVENTS) and, at most every ``interval_s``, prints one line
 to stderr ("gpudiag: 120 steps (rank 0), median 8.10 ms/step") when something changed.
 The same reader gives the numbers the end of the run needs: steps per rank and step times.
 """
@@ -13,9 +13,12 @@ import sys
 import threading
 from pathlib import Path
 
+from parsers.run_records import EVENTS, STEP, SYNC
+
 
 class EventsTail:
-    """Incremental reader of every events/rank*.jsonl: only whole new lines are parsed."""
+    """Incremental reader of every rank's events file: only whole new lines are parsed; of the records, the step and
+    sync ones count (their kinds and fields are parsers.run_records')."""
 
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
@@ -25,7 +28,7 @@ class EventsTail:
         self.sync_count = 0
 
     def poll(self) -> None:
-        for path in sorted(self.run_dir.glob("events/rank*.jsonl")):
+        for path in sorted(self.run_dir.glob(EVENTS.pattern)):
             offset = self._offsets.get(path, 0)
             try:
                 with open(path, "rb") as f:
@@ -42,12 +45,13 @@ class EventsTail:
                     record = json.loads(line)
                 except ValueError:
                     continue
-                if record.get("kind") == "step" and isinstance(record.get("host_ms"), (int, float)):
+                kind = record.get("kind")
+                if kind == STEP.kind and isinstance(record.get("host_ms"), (int, float)):
                     rank = int(record.get("rank", 0))
                     self.steps.setdefault(rank, {})[int(record.get("step", 0))] = float(record["host_ms"])
                     if not record.get("instrumented"):
                         self.step_host_ms.setdefault(rank, []).append(float(record["host_ms"]))
-                elif record.get("kind") == "sync":
+                elif kind == SYNC.kind:
                     self.sync_count += 1
 
     def step_count(self, rank: int = 0) -> int:

@@ -19,7 +19,8 @@ import sys
 
 import pytest
 
-from diagnose.launch import event_log, light, run_manifest
+from diagnose.launch import event_log, launcher, run_manifest
+from diagnose.launch.capture_mode import ProfileOptions
 from diagnose.launch.event_log import JsonlAppender
 from diagnose.launch.nvml_sampler import HEADER, NvmlSampler
 from parsers import run_folder
@@ -156,8 +157,8 @@ def test_unwritable_final_manifest_keeps_the_exit_code_and_says_so(tmp_path, mon
 
     real = run_manifest.write_manifest
     monkeypatch.setattr(run_manifest, "write_manifest", write_manifest)
-    result = light.run_profiled(
-        [sys.executable, "-c", "raise SystemExit(4)"], light.ProfileOptions(out=str(tmp_path / "r"), nvml=False)
+    result = launcher.run_profiled(
+        [sys.executable, "-c", "raise SystemExit(4)"], ProfileOptions(out=str(tmp_path / "r"), nvml=False)
     )
     assert result.exit_code == 4
     err = capsys.readouterr().err
@@ -176,8 +177,8 @@ def test_unwritable_start_manifest_is_refused_before_the_script_runs(tmp_path, m
     monkeypatch.setattr(run_manifest, "write_manifest", full)
     marker = tmp_path / "ran"
     with pytest.raises(InputError, match=r"manifest.json: cannot be written \(disk full \(ENOSPC"):
-        light.run_profiled(
+        launcher.run_profiled(
             [sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
-            light.ProfileOptions(out=str(tmp_path / "r"), nvml=False),
+            ProfileOptions(out=str(tmp_path / "r"), nvml=False),
         )
     assert not marker.exists()

@@ -16,8 +16,8 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter  # noqa: E402
 
 import diagnose  # noqa: E402
 from diagnose.launch.runtime.input_wait import InputWait  # noqa: E402
-from diagnose.launch.runtime.steps import step_line  # noqa: E402
-from parsers.events import read_events  # noqa: E402
+from parsers.events import read_event_tables  # noqa: E402
+from parsers.run_records import step_line  # noqa: E402
 from tests.launch.launch_helpers import EXAMPLES, gpudiag  # noqa: E402
 
 ORIGINAL_NEXT = _BaseDataLoaderIter.__next__
@@ -116,7 +116,7 @@ def test_in_process_steps_record_the_loader_wait_and_unhook(tmp_path):
             model(x).sum().backward()
             opt.step()
     assert _BaseDataLoaderIter.__next__ is ORIGINAL_NEXT
-    steps, _ = read_events(run.path / "events" / "rank0.jsonl")
+    steps = read_event_tables(run.path / "events" / "rank0.jsonl").steps
     assert len(steps) == 5  # 6 boundaries; each later step fetched one batch: ≥ 10 ms of input wait
     assert (steps["input_ms"] >= 10).all() and (steps["input_ms"] <= steps["host_ms"]).all()
 
@@ -125,7 +125,7 @@ def _light_run(tmp_path, script, *args):
     out = tmp_path / "run"
     r = gpudiag("profile", "-q", "-o", out, "--trace-steps", "0", "--", "python", EXAMPLES / script, *args, timeout=300)
     assert r.returncode == 0, r.stderr
-    steps, _ = read_events(out / "events" / "rank0.jsonl")
+    steps = read_event_tables(out / "events" / "rank0.jsonl").steps
     return steps
 
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from diagnose.launch import ncu
-from diagnose.launch.ncu import NcuOptions, build_command, supports_process_filter
+from diagnose.launch import ncu_command as ncu
+from diagnose.launch.ncu_command import NcuOptions, build_command, supports_process_filter
 from parsers.errors import InputError
 from tests.launch.launch_helpers import SCRIPTS, base_env, gpudiag, manifest
 

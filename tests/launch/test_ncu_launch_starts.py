@@ -1,10 +1,10 @@
-"""When each launch's profiling began, read from ncu's log while it is written (diagnose.launch.ncu)."""
+"""When each launch's profiling began, read from ncu's log while it is written (diagnose.launch.ncu_command)."""
 
 from __future__ import annotations
 
 import time
 
-from diagnose.launch.ncu import LogFollower, NcuLog
+from diagnose.launch.ncu_command import LogFollower, NcuLog
 from parsers.ncu_launch_starts import format_launch_starts, read_launch_starts
 from parsers.registry import detect
 

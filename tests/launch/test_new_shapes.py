@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -70,8 +71,8 @@ class FakeRuntime:
         self.writes_off = False
         self.errors: list = []
 
-    def append(self, record):
-        self.appended.append(record)
+    def append_line(self, line: bytes):
+        self.appended.append(json.loads(line))
 
     def internal_error(self, where, error):
         self.errors.append((where, error))

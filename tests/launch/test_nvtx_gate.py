@@ -80,7 +80,7 @@ def test_with_a_tool_or_when_asked_the_ranges_are_pushed(tmp_path, monkeypatch, 
 
 
 def test_profile_options_take_always(tmp_path):
-    from diagnose.launch.light import ProfileOptions
+    from diagnose.launch.capture_mode import ProfileOptions
 
     assert ProfileOptions(nvtx="always").child_config(str(tmp_path)).nvtx_always is True
     assert ProfileOptions().child_config(str(tmp_path)).nvtx_always is False

@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from diagnose.launch import ncu as ncu_mode
+from diagnose.launch import ncu_command
 from diagnose.launch.runtime import profilers
 
 
@@ -53,5 +53,5 @@ def test_users_own_teardown_setting_wins(monkeypatch):
 
 
 def test_ncu_child_env_turns_off_jax_preallocation_unless_set():
-    assert ncu_mode.child_env_additions({}) == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    assert ncu_mode.child_env_additions({"XLA_PYTHON_CLIENT_PREALLOCATE": "true"}) == {}
+    assert ncu_command.child_env_additions({}) == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    assert ncu_command.child_env_additions({"XLA_PYTHON_CLIENT_PREALLOCATE": "true"}) == {}

@@ -105,8 +105,9 @@ def test_non_python_command_runs_too(tmp_path):
 
 
 def test_runtime_never_imports_the_diagnose_package_or_pandas_while_stepping(tmp_path):
-    """Past the first step and the trace window the child holds diagnose.launch.runtime's modules only:
-    neither the diagnose package (its __init__ imports pandas) nor pandas."""
+    """Past the first step and the trace window the child holds diagnose.launch.runtime's modules and
+    parsers/run_records.py (loaded by its file) only: not the diagnose package (its __init__ imports pandas),
+    not the parsers package (its other modules import numpy and pandas), not pandas."""
     r = gpudiag(
         "profile",
         "-q",
@@ -119,7 +120,13 @@ def test_runtime_never_imports_the_diagnose_package_or_pandas_while_stepping(tmp
     )
     assert r.returncode == 0, r.stderr
     line = next(line for line in r.stdout.splitlines() if line.startswith("GPUDIAG-MODULES "))
-    assert json.loads(line.removeprefix("GPUDIAG-MODULES ")) == {"pandas": False, "diagnose": False, "active": True}
+    assert json.loads(line.removeprefix("GPUDIAG-MODULES ")) == {
+        "pandas": False,
+        "diagnose": False,
+        "parsers": False,
+        "run_records": True,
+        "active": True,
+    }
     steps = [
         json.loads(line)
         for line in (tmp_path / "r" / "events" / "rank0.jsonl").read_text().splitlines()

@@ -132,8 +132,7 @@ def test_jsonl_appender_writes_whole_lines_and_refuses_a_second_writer(tmp_path)
 def test_step_line_is_the_record_rounded_to_ns(host_ms, gpu_ms, source, instrumented, overhead_us):
     """One JSON line that parses to the step record with ms to 6 decimals and µs to 3 (what the run folder's
     contract says), whichever way it was formatted."""
-    from diagnose.launch.event_log import _clean
-    from diagnose.launch.runtime.steps import step_line
+    from parsers.run_records import _clean, step_line
 
     def rounded(value, digits):
         return round(value, digits) if value is not None and math.isfinite(value) else value

@@ -26,10 +26,11 @@ any internal error logs one line and switches the runtime off.
 
 Loading. The child must never import the ``diagnose`` package's ``__init__`` (it imports
 pandas). The sitecustomize registers this package from its file under its dotted name;
-importing it registers, the same way, the modules of diagnose/launch/ it shares with the
-parent (SHARED_WITH_PARENT). After that, ``from diagnose.launch.<module> import name`` and
-``from diagnose.launch.runtime.<module> import name`` inside this package find their module
-(or its package) in ``sys.modules``. The form ``from <package> import <module>`` must not be
+importing it registers, the same way, the modules it shares with the parent (SHARED_WITH_PARENT):
+parsers/run_records.py (the run folder's names and every record's fields, which the readers use
+too) and four of diagnose/launch/. After that, ``from parsers.run_records import name``, ``from diagnose.launch.<module> import
+name`` and ``from diagnose.launch.runtime.<module> import name`` inside this package find their
+module (or its package) in ``sys.modules``. The form ``from <package> import <module>`` must not be
 written here: for a module not yet loaded, Python imports it through ``__import__``, which
 then imports the top package, ``diagnose``. Where ``diagnose.launch`` is already imported
 (the parent, ``with diagnose.profile()``), every import is a plain one.
@@ -41,19 +42,24 @@ import importlib.util
 import os
 import sys
 
-# the modules of diagnose/launch/ the runtime uses, in the order they import each other (standard library only)
-SHARED_WITH_PARENT = ("fault_injection", "fault_reports", "child_config", "event_log")
+# the modules outside this package the runtime uses, in the order they import each other (standard library only)
+SHARED_WITH_PARENT = (
+    "parsers.run_records",
+    "diagnose.launch.fault_injection",
+    "diagnose.launch.fault_reports",
+    "diagnose.launch.child_config",
+    "diagnose.launch.event_log",
+)
 
 
 def _register_shared_modules() -> None:
     if getattr(sys.modules.get("diagnose.launch"), "__path__", None):
         return  # the package is imported: plain imports work
-    launch_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for name in SHARED_WITH_PARENT:
-        full = f"diagnose.launch.{name}"
+    source_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    for full in SHARED_WITH_PARENT:
         if full in sys.modules:
             continue
-        spec = importlib.util.spec_from_file_location(full, os.path.join(launch_dir, f"{name}.py"))
+        spec = importlib.util.spec_from_file_location(full, os.path.join(source_root, *full.split(".")) + ".py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[full] = module
         try:

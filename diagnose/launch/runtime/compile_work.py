@@ -28,8 +28,8 @@ import threading
 import time
 
 from diagnose.launch.runtime.periodic_work import caller_location, write_work
+from parsers.run_records import WORK_COMPILATION
 
-COMPILATION = "compilation"
 JAX_PHASES = (
     "/jax/core/compile/jaxpr_trace_duration",
     "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -176,7 +176,7 @@ class CompileWork:
 
     # ---- writing
     def _write(self, step, t_ns: int, elapsed_ns: int, location: str | None, name) -> None:
-        write_work(self._runtime, COMPILATION, step, t_ns, elapsed_ns, location, name=str(name) if name else None)
+        write_work(self._runtime, WORK_COMPILATION, step, t_ns, elapsed_ns, location, name=str(name) if name else None)
 
 
 def compiled_function(frame, args) -> str:

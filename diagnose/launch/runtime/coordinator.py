@@ -22,13 +22,7 @@ from diagnose.launch.child_config import rank_from_env, world_size_from_env
 from diagnose.launch.event_log import JsonlAppender
 from diagnose.launch.runtime.faults import Faults
 from diagnose.launch.runtime.steps import Steps
-
-_ARTIFACTS = {
-    "events": "events/rank{rank}.jsonl",
-    "stats": "memory/rank{rank}.stats.jsonl",
-    "snapshot": "memory/rank{rank}.snapshot.json.gz",
-    "trace": "trace/rank{rank}.json.gz",
-}
+from parsers.run_records import EVENTS, RUN_END, RUN_EXPECT, RUN_START, SNAPSHOT, RankFile, format_record
 
 
 class Runtime:
@@ -55,9 +49,10 @@ class Runtime:
         self._torch_hooked = False
 
     # ---- the run folder
-    def artifact(self, kind: str) -> str:
-        """This rank's path of ``kind`` (events, stats, snapshot, trace), relative to the run folder."""
-        return _ARTIFACTS[kind].format(rank=self.rank)
+    def artifact(self, kind: RankFile) -> str:
+        """This rank's file of ``kind`` (parsers.run_records: EVENTS, MEMORY_STATS, SNAPSHOT, TRACE), relative to the
+        run folder."""
+        return kind.path(self.rank)
 
     def in_run_dir(self, relative: str) -> str:
         return os.path.join(self.config.run_dir, relative)
@@ -67,8 +62,8 @@ class Runtime:
         if relative not in self.expected:
             self.expected.add(relative)
             if self.events is not None and self.events.opened:
-                self.events.append(
-                    {"kind": "run", "event": "expect", "rank": self.rank, "artifact": relative, "t_ns": time.time_ns()}
+                self.events.append_line(
+                    format_record(RUN_EXPECT, rank=self.rank, artifact=relative, t_ns=time.time_ns())
                 )
 
     # ---- the start
@@ -161,21 +156,20 @@ class Runtime:
             except Exception:
                 pass
         self.rank = 0 if self.rank is None else self.rank
-        self.events = JsonlAppender(self.in_run_dir(self.artifact("events")))
+        self.events = JsonlAppender(self.in_run_dir(self.artifact(EVENTS)))
         try:
-            self.events.append(
-                {
-                    "kind": "run",
-                    "event": "start",
-                    "rank": self.rank,
-                    "world_size": self.world_size,
-                    "pid": self.pid,
-                    "framework": self.framework,
-                    "mode": self.config.mode,
-                    "cuda": self.cuda,
-                    "versions": _framework_versions(torch, jax),
-                    "t_ns": time.time_ns(),
-                }
+            self.events.append_line(
+                format_record(
+                    RUN_START,
+                    rank=self.rank,
+                    world_size=self.world_size,
+                    pid=self.pid,
+                    framework=self.framework,
+                    mode=self.config.mode,
+                    cuda=self.cuda,
+                    versions=_framework_versions(torch, jax),
+                    t_ns=time.time_ns(),
+                )
             )
         except FileExistsError:
             self.faults.log_once(
@@ -185,8 +179,8 @@ class Runtime:
             )
             self.disabled = True
             return False
-        self.expect(self.artifact("events"))
-        self.written.add(self.artifact("events"))
+        self.expect(self.artifact(EVENTS))
+        self.written.add(self.artifact(EVENTS))
         self._wire_parts(torch, jax)
         from diagnose.launch.runtime.exit_hooks import install as flush_at_exit
 
@@ -207,7 +201,7 @@ class Runtime:
         else:
             memory.open_stats()
         if memory.history_on:
-            self.expect(self.artifact("snapshot"))
+            self.expect(self.artifact(SNAPSHOT))
         if self.cuda:
             from diagnose.launch.runtime.gpu_time import GpuTime
 
@@ -257,16 +251,15 @@ class Runtime:
                 if memory is not None and memory.history_on and not memory.snapshot_written:
                     memory.take_snapshot()
                 steps.drain(block_s=2.0 if reason == "exit" else 0.0)
-                self.events.append(
-                    {
-                        "kind": "run",
-                        "event": "end",
-                        "rank": self.rank,
-                        "reason": reason,
-                        "steps": steps.recorded,
-                        "written": sorted(self.written),
-                        "t_ns": time.time_ns(),
-                    }
+                self.events.append_line(
+                    format_record(
+                        RUN_END,
+                        rank=self.rank,
+                        reason=reason,
+                        steps=steps.recorded,
+                        written=sorted(self.written),
+                        t_ns=time.time_ns(),
+                    )
                 )
             except Exception as e:
                 self.faults.internal_error("flush", e)

@@ -17,6 +17,8 @@ import math
 import sys
 import time
 
+from parsers.run_records import GPU_TIME_EVERY, format_record
+
 GPU_TIME_BUDGET_PCT = 0.5
 GPU_TIME_FIRST_CHECK_STEP = 8  # the first choice of k, from the steps before (step 0 and window steps excluded)
 GPU_TIME_MIN_STEPS = 6  # uninstrumented steps needed for a choice; until then every step is timed
@@ -58,18 +60,17 @@ class GpuTime:
             return
         event_ns, host_ns = _median(self.event_ns), _median(self.host_ns)
         self.every = every
-        self._events.append(
-            {
-                "kind": "run",
-                "event": "gpu-time-every",
-                "rank": self._rank,
-                "from_step": step + 1,
-                "every": self.every,
-                "event_us": round(event_ns / 1e3, 3),
-                "step_host_ms": round(host_ns / 1e6, 6),
-                "budget_pct": GPU_TIME_BUDGET_PCT,
-                "t_ns": time.time_ns(),
-            }
+        self._events.append_line(
+            format_record(
+                GPU_TIME_EVERY,
+                rank=self._rank,
+                from_step=step + 1,
+                every=self.every,
+                event_us=round(event_ns / 1e3, 3),
+                step_host_ms=round(host_ns / 1e6, 6),
+                budget_pct=GPU_TIME_BUDGET_PCT,
+                t_ns=time.time_ns(),
+            )
         )
 
 

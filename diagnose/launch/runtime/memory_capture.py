@@ -21,6 +21,7 @@ import time
 from diagnose.launch.event_log import JsonlAppender
 from diagnose.launch.fault_injection import due as _fault_due
 from diagnose.launch.fault_injection import write_half_and_die as _die_mid_write
+from parsers.run_records import MEMORY_STATS, MEMORY_STATS_RECORD, SNAPSHOT, record
 
 SNAPSHOT_SCHEMA = "gpudiag.snapshot/1"
 
@@ -61,8 +62,8 @@ class MemoryCapture:
 
     def open_stats(self) -> None:
         runtime = self._runtime
-        self.stats = JsonlAppender(runtime.in_run_dir(runtime.artifact("stats")))
-        runtime.expect(runtime.artifact("stats"))
+        self.stats = JsonlAppender(runtime.in_run_dir(runtime.artifact(MEMORY_STATS)))
+        runtime.expect(runtime.artifact(MEMORY_STATS))
 
     def maybe_stats(self, step: int, perf_ns: int) -> float:
         """A memory_stats record, when the interval since the last one has passed. Returns the perf_counter_ns
@@ -75,12 +76,12 @@ class MemoryCapture:
         self._last_stats_perf_ns = perf_ns
         runtime = self._runtime
         if runtime.framework == "torch":
-            record = torch_memory_stats_record(sys.modules["torch"], runtime.rank, step)
+            stats = torch_memory_stats_record(sys.modules["torch"], runtime.rank, step)
         else:
-            record = jax_memory_stats_record(sys.modules["jax"], runtime.rank, step)
-        if record is not None:
-            self.stats.append(record)
-            runtime.written.add(runtime.artifact("stats"))
+            stats = jax_memory_stats_record(sys.modules["jax"], runtime.rank, step)
+        if stats is not None:
+            self.stats.append(stats)
+            runtime.written.add(runtime.artifact(MEMORY_STATS))
         return perf_ns + self._interval_ns
 
     def snapshot_due(self, finished: int) -> bool:
@@ -96,7 +97,7 @@ class MemoryCapture:
         """Write the snapshot and stop the history (a failed write is the runtime's fault to report)."""
         runtime = self._runtime
         torch = sys.modules["torch"]
-        relative = runtime.artifact("snapshot")
+        relative = runtime.artifact(SNAPSHOT)
         self.snapshot_written = True
         try:
             write_snapshot(torch, runtime.in_run_dir(relative))
@@ -123,15 +124,15 @@ class MemoryCapture:
 
 
 def torch_memory_stats_record(torch, rank: int, step: int) -> dict:
-    return {
-        "kind": "memory_stats",
-        "rank": rank,
-        "step": step,
-        "t_ns": time.time_ns(),
-        "framework": "torch",
-        "device": torch.cuda.current_device(),
-        "stats": torch.cuda.memory_stats(),
-    }
+    return record(
+        MEMORY_STATS_RECORD,
+        rank=rank,
+        step=step,
+        t_ns=time.time_ns(),
+        framework="torch",
+        device=torch.cuda.current_device(),
+        stats=torch.cuda.memory_stats(),
+    )
 
 
 def jax_memory_stats_record(jax, rank: int, step: int) -> dict | None:
@@ -141,15 +142,15 @@ def jax_memory_stats_record(jax, rank: int, step: int) -> dict | None:
     stats = devices[0].memory_stats()
     if stats is None:  # CPU devices report nothing
         return None
-    return {
-        "kind": "memory_stats",
-        "rank": rank,
-        "step": step,
-        "t_ns": time.time_ns(),
-        "framework": "jax",
-        "device": devices[0].id,
-        "stats": dict(stats),
-    }
+    return record(
+        MEMORY_STATS_RECORD,
+        rank=rank,
+        step=step,
+        t_ns=time.time_ns(),
+        framework="jax",
+        device=devices[0].id,
+        stats=dict(stats),
+    )
 
 
 def start_allocator_history(torch, max_entries: int) -> None:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import time
 
 from diagnose.launch.runtime.periodic_work import write_work
+from parsers.run_records import WORK_NEW_SHAPE
 
-NEW_SHAPE = "new-shape"
 MAX_SHAPES = 64  # distinct signatures remembered; past them nothing more is recorded
 MAX_DEPTH = 2  # containers looked into: the batch's tuple/list/dict and the ones directly inside it
 MAX_ITEMS = 32  # items looked at per container (a list of 10,000 tensors is not walked)
@@ -101,7 +101,7 @@ class NewShapes:
         step = self._runtime.steps.current_step
         write_work(
             self._runtime,
-            NEW_SHAPE,
+            WORK_NEW_SHAPE,
             step,
             time.time_ns(),
             0,

@@ -23,6 +23,8 @@ import os
 import sys
 import time
 
+from parsers.run_records import NVTX, format_record
+
 # How an NVTX tool gets into a process: the NVTX library loads the one NVTX_INJECTION64_PATH (32 on 32-bit)
 # names at its first call, as Nsight Systems and Nsight Compute set it for what they launch; or a preloaded
 # library provides the injection symbol (LD_PRELOAD); newer NVTX also asks the CUDA driver, which a tool
@@ -64,16 +66,15 @@ def open_for_steps(config, events, rank: int, log_once):
         if backend is None
         else None
     )
-    events.append(
-        {
-            "kind": "run",
-            "event": "nvtx",
-            "rank": rank,
-            "ranges": backend is not None,
-            "backend": getattr(backend, "name", None),
-            "why_not": why,
-            "t_ns": time.time_ns(),
-        }
+    events.append_line(
+        format_record(
+            NVTX,
+            rank=rank,
+            ranges=backend is not None,
+            backend=getattr(backend, "name", None),
+            why_not=why,
+            t_ns=time.time_ns(),
+        )
     )
     return backend
 

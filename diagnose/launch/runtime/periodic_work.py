@@ -25,30 +25,31 @@ import threading
 import time
 
 from diagnose.launch.runtime.sync_capture import user_stack
-
-CHECKPOINT = "checkpoint"
-EVALUATION = "evaluation"
-
-
-def work_record(rank: int, what: str, step: int, t_ns: int, ms: float, location: str | None) -> dict:
-    """A ``{"kind": "work"}`` record as docs/run-folder.md defines it."""
-    return {"kind": "work", "what": what, "rank": rank, "step": step, "t_ns": t_ns, "ms": ms, "location": location}
+from parsers.run_records import WORK, WORK_CHECKPOINT, WORK_EVALUATION, format_record
 
 
 def write_work(runtime, what: str, step, t_ns: int, elapsed_ns: int, location: str | None, **extra) -> None:
     """Append one work record (checkpoint, evaluation, compilation, new shape) when this process records: after
     the first step boundary (a step to give it, the events file open) and while writes are on. One write under
-    the runtime's lock, as sync and run records are written, so it survives a crash. ``extra``: the kind's own
-    fields (``name``, ``cudnn_benchmark``)."""
+    the runtime's lock, as sync and run records are written, so it survives a crash. ``extra``: the optional fields
+    of parsers.run_records.WORK (``name``, ``cudnn_benchmark``)."""
     if step is None or runtime.disabled or runtime.faults.writes_off:
         return
     events = runtime.events
     if events is None or not events.opened:
         return
-    record = work_record(runtime.rank, what, step, t_ns, round(elapsed_ns / 1e6, 6), location)
-    record.update(extra)
+    line = format_record(
+        WORK,
+        what=what,
+        rank=runtime.rank,
+        step=step,
+        t_ns=t_ns,
+        ms=round(elapsed_ns / 1e6, 6),
+        location=location,
+        **extra,
+    )
     with runtime.lock:
-        events.append(record)
+        events.append_line(line)
 
 
 def caller_location(frame) -> str | None:
@@ -121,7 +122,7 @@ class PeriodicWork:
                 return original(*args, **kwargs)
             finally:
                 work._save_depth = 0
-                work._record(CHECKPOINT, step, t_ns, perf_ns() - started_ns, sys._getframe(1))
+                work._record(WORK_CHECKPOINT, step, t_ns, perf_ns() - started_ns, sys._getframe(1))
 
         return save
 
@@ -164,7 +165,7 @@ class PeriodicWork:
             span = self._open_evals.pop(key, None)
             if span is not None:
                 started_ns, t_ns, step, location = span
-                write_work(self._runtime, EVALUATION, step, t_ns, time.perf_counter_ns() - started_ns, location)
+                write_work(self._runtime, WORK_EVALUATION, step, t_ns, time.perf_counter_ns() - started_ns, location)
         except Exception as e:
             self._runtime.faults.internal_error("evaluation span", e)
 

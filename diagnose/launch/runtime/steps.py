@@ -20,14 +20,13 @@ from __future__ import annotations
 import collections
 import functools
 import importlib
-import math
 import sys
 import threading
 import time
 from time import perf_counter_ns
 
 from diagnose.launch.child_config import nvtx_range_name
-from diagnose.launch.event_log import encode_line
+from parsers.run_records import step_line  # the step record's one format (drain looks it up here at each call)
 
 # Step records are written at most this often (and before anything heavy, and at every exit through
 # Python): one write of many lines instead of one per step. Per-step writing cost 5 % of a 2.2 ms step
@@ -500,73 +499,3 @@ def wall_clock_offset_ns() -> int:
         if best_width_ns is None or after_ns - before_ns < best_width_ns:
             best_width_ns, best_offset_ns = after_ns - before_ns, wall_ns - (before_ns + after_ns) // 2
     return best_offset_ns
-
-
-_STEP_SOURCES = ("optimizer", "marker", "backward", "jit", "time")
-_STEP_FORMAT = (
-    '{"kind":"step","rank":%d,"step":%d,"t_start_ns":%d,"host_ms":%.6f,"gpu_ms":%s,"source":"%s",'
-    '"instrumented":%s,"overhead_us":%.3f%s}\n'
-)
-
-
-def step_line(
-    rank: int,
-    step: int,
-    t_start_ns: int,
-    host_ms: float,
-    gpu_ms: float | None,
-    source: str,
-    instrumented: bool,
-    overhead_us: float,
-    input_ms: float | None = None,
-    input_from: str | None = None,
-) -> bytes:
-    """A step record as one JSON line: ms to 6 decimals (the ns), µs to 3. One %-format instead of the JSON
-        encoder, because this runs for every training step: on the H200 host writing ~40 step records took
-        440 µs with the encoder-equivalent formatting (2026-12-03), about 10 µs a step. ``input_ms`` (the
-        DataLoader wait) is written only where it was measured (torch imported, and the step fetched a batch from
-    a DataLoader, or on Python 3.12+ from the training loop's own ``for``: ``input_from`` "loop")."""
-    if (
-        source in _STEP_SOURCES
-        and math.isfinite(host_ms)
-        and math.isfinite(overhead_us)
-        and (gpu_ms is None or math.isfinite(gpu_ms))
-        and (input_ms is None or math.isfinite(input_ms))
-    ):
-        return (
-            _STEP_FORMAT
-            % (
-                rank,
-                step,
-                t_start_ns,
-                host_ms,
-                "null" if gpu_ms is None else "%.6f" % gpu_ms,
-                source,
-                "true" if instrumented else "false",
-                overhead_us,
-                ""
-                if input_ms is None
-                else ',"input_ms":%.6f' % input_ms + (',"input_from":"loop"' if input_from == "loop" else ""),
-            )
-        ).encode()
-    # an unknown source (a string that may need escaping) or a value JSON cannot hold: the encoder
-    record = {
-        "kind": "step",
-        "rank": rank,
-        "step": step,
-        "t_start_ns": t_start_ns,
-        "host_ms": _rounded(host_ms, 6),
-        "gpu_ms": _rounded(gpu_ms, 6),
-        "source": source,
-        "instrumented": instrumented,
-        "overhead_us": _rounded(overhead_us, 3),
-    }
-    if input_ms is not None:
-        record["input_ms"] = _rounded(input_ms, 6)
-        if input_from == "loop":
-            record["input_from"] = "loop"
-    return encode_line(record)
-
-
-def _rounded(value: float | None, digits: int) -> float | None:
-    return round(value, digits) if value is not None and math.isfinite(value) else value

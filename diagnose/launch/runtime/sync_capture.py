@@ -19,6 +19,8 @@ import sysconfig
 import time
 import warnings
 
+from parsers.run_records import SYNC, format_record
+
 SYNC_WARNING = re.compile(r"synchroniz", re.IGNORECASE)
 MAX_STACK_FRAMES = 16
 
@@ -66,25 +68,25 @@ def user_stack(frame) -> list[tuple[str, int, str]]:
 
 def sync_record(
     rank: int, step: int, stack: list[tuple[str, int, str]], t_ns: int, op: str = "cuda_sync", dur_ns: int | None = None
-) -> dict:
-    """A ``{"kind": "sync"}`` record as docs/contracts.md defines it."""
+) -> bytes:
+    """A sync record's line (parsers.run_records.SYNC): the innermost user frame's file, line and function."""
     file, line, function = stack[0] if stack else (None, None, None)
-    return {
-        "kind": "sync",
-        "rank": rank,
-        "step": step,
-        "t_ns": t_ns,
-        "dur_ns": dur_ns,
-        "op": op,
-        "file": file,
-        "line": line,
-        "function": function,
-        "stack": [f"{f}:{n} {fn}" for f, n, fn in stack],
-    }
+    return format_record(
+        SYNC,
+        rank=rank,
+        step=step,
+        t_ns=t_ns,
+        dur_ns=dur_ns,
+        op=op,
+        file=file,
+        line=line,
+        function=function,
+        stack=[f"{f}:{n} {fn}" for f, n, fn in stack],
+    )
 
 
 def sync_records(rank: int, warned: list, profiler_syncs: list[dict], step_at):
-    """The window's sync records, one at a time. Each captured warning ``(t_ns, step, stack)`` gives one, with
+    """The window's sync records' lines, one at a time. Each captured warning ``(t_ns, step, stack)`` gives one, with
     the op and wait of the profiler's sync at the same place when both lists have the same length (else
     ``cuda_sync``, no wait); without warnings, each of the profiler's syncs gives one, at ``step_at(t_ns)``."""
     if warned:

@@ -10,10 +10,10 @@ the runtime's part that opens and closes it; the classes below it drive each pro
 
 from __future__ import annotations
 
-import os
 import sys
 
 from diagnose.launch.fault_reports import is_disk_full
+from parsers.run_records import JAX_TRACE, TRACE
 
 
 class StepWindow:
@@ -39,12 +39,10 @@ class StepWindow:
             if runtime.framework == "torch":
                 profiler = TorchTraceWindow(sys.modules["torch"], with_cuda=runtime.cuda)
             elif runtime.framework == "jax":
-                profiler = JaxTraceWindow(
-                    sys.modules["jax"], os.path.join(runtime.config.run_dir, "trace", f"jax-rank{runtime.rank}")
-                )
+                profiler = JaxTraceWindow(sys.modules["jax"], runtime.in_run_dir(runtime.artifact(JAX_TRACE)))
             else:
                 return
-            runtime.expect(runtime.artifact("trace"))
+            runtime.expect(runtime.artifact(TRACE))
             profiler.start()
         except Exception as e:
             runtime.faults.log_once("trace", f"no profiler trace ({type(e).__name__}: {e})")
@@ -75,7 +73,7 @@ class StepWindow:
         jax_capture, self._jax_sync = self._jax_sync, None
         if jax_capture is not None:
             jax_capture.stop()
-        relative = runtime.artifact("trace")
+        relative = runtime.artifact(TRACE)
         try:
             profiler.stop_and_export(runtime.in_run_dir(relative))
             runtime.written.add(relative)
@@ -101,7 +99,7 @@ class StepWindow:
         self._sync = self._jax_sync = None
         if self.profiler is not None:
             try:
-                self.profiler.stop_and_export(self._runtime.in_run_dir(self._runtime.artifact("trace")))
+                self.profiler.stop_and_export(self._runtime.in_run_dir(self._runtime.artifact(TRACE)))
             except Exception:
                 pass
             self.profiler = None
@@ -130,10 +128,10 @@ class StepWindow:
             # warnings' records (exact lines, no wait) and JAX's are still written
             runtime.faults.log_once("sync-events", f"the profiler's sync calls could not be read ({type(e).__name__})")
             found = []
-        for record in sync_records(runtime.rank, warned, found, self._step_at):
-            runtime.events.append(record)
+        for line in sync_records(runtime.rank, warned, found, self._step_at):
+            runtime.events.append_line(line)
         for t_ns, step, stack, op, dur_ns in jax_capture.captured if jax_capture is not None else []:
-            runtime.events.append(sync_record(runtime.rank, step, stack, t_ns, op=op, dur_ns=dur_ns))
+            runtime.events.append_line(sync_record(runtime.rank, step, stack, t_ns, op=op, dur_ns=dur_ns))
 
     def _step_at(self, t_ns: int) -> int:
         step = self.steps[0][0] if self.steps else (self._runtime.steps.current_step or 0)

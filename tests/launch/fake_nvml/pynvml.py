@@ -1,7 +1,7 @@
 """FAKE pynvml for gpudiag's fault tests: one made-up GPU that answers, then is lost. Not NVIDIA's module.
 
 tests/launch/test_faults_nvml.py puts this folder first on the PYTHONPATH of `gpudiag profile`,
-so the parent's NVML sampler and environment.gpu_info() import it instead of nvidia-ml-py.
+so the parent's NVML sampler and host_environment.gpu_info() import it instead of nvidia-ml-py.
 The GPU answers every reading for FAKE_NVML_OK_READS calls of nvmlDeviceGetUtilizationRates
 (one per sampling tick), or until the events file named by FAKE_NVML_EVENTS holds
 FAKE_NVML_LOSE_AT_STEP step records (so the loss falls inside the training however slow the

@@ -19,6 +19,8 @@ print(
         {
             "pandas": "pandas" in sys.modules,
             "diagnose": "diagnose" in sys.modules,
+            "parsers": "parsers" in sys.modules,  # run_records is loaded by its file, not through the package
+            "run_records": "parsers.run_records" in sys.modules,
             "active": bool(runtime and runtime.active()),
         }
     )

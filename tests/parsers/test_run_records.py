@@ -1,0 +1,295 @@
+"""parsers/run_records.py: every record kind the runtime writes is read back by its reader field for field, the step
+record's fast format writes what the general formatter writes, and a run's options come from its manifest in one
+place. Hand-made records and manifests (tiny unit inputs)."""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import json
+import math
+import sys
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import diagnose.launch.runtime  # noqa: F401  (registers the modules the runtime shares; a plain import in the parent)
+from diagnose.derive.trace_window import window_of
+from diagnose.launch.event_log import JsonlAppender
+from diagnose.launch.runtime.gpu_time import GpuTime
+from diagnose.launch.runtime.memory_capture import jax_memory_stats_record
+from diagnose.launch.runtime.nvtx_ranges import TOOL_ENV, open_for_steps
+from diagnose.launch.runtime.periodic_work import write_work
+from diagnose.launch.runtime.sync_capture import sync_record
+from parsers import run_folder
+from parsers import run_records as rr
+from parsers.events import read_event_tables
+from parsers.memory_stats import read_memory_stats
+
+T_NS = 1796239003581976984
+
+
+def _runtime(events) -> SimpleNamespace:
+    """What periodic_work.write_work reads of the runtime."""
+    return SimpleNamespace(
+        rank=2, disabled=False, faults=SimpleNamespace(writes_off=False), events=events, lock=threading.RLock()
+    )
+
+
+def _write_every_kind(folder, monkeypatch) -> list[bytes]:
+    """Rank 2's events file as the runtime's writers make it, one or more records of each kind; its lines."""
+    events = JsonlAppender(str(folder / rr.EVENTS.path(2)))
+    lines = [
+        rr.format_record(
+            rr.RUN_START,
+            rank=2,
+            world_size=4,
+            pid=4242,
+            framework="torch",
+            mode="light",
+            cuda=True,
+            versions={"torch": "2.13.0"},
+            t_ns=T_NS,
+        ),
+        rr.format_record(rr.RUN_EXPECT, rank=2, artifact=rr.TRACE.path(2), t_ns=T_NS + 1),
+        rr.step_line(2, 0, T_NS + 2, 12.5, 11.25, "optimizer", False, 21.437),
+        rr.step_line(2, 1, T_NS + 3, 50.25, None, "marker", True, 12.5, 41.1234567, rr.INPUT_FROM_LOOP),
+        rr.step_line(2, 2, T_NS + 4, 3.0, 2.0, 'odd "source"', False, 5.0, 1.5),  # the general formatter's way
+        rr.format_record(
+            rr.STEP,
+            rank=2,
+            step=3,
+            t_start_ns=T_NS + 5,
+            host_ms=4.5,
+            gpu_ms=4.25,
+            source="marker",
+            instrumented=False,
+            overhead_us=1.0,
+            input_ms=0.5,
+            input_from=rr.INPUT_FROM_LOOP,
+            name="forward",
+        ),
+        sync_record(
+            2, 1, [("/abs/train.py", 88, "train"), ("/abs/main.py", 3, "<module>")], T_NS + 6, "aten::item", 812
+        ),
+    ]
+    for line in lines:
+        events.append_line(line)
+    runtime = _runtime(events)
+    write_work(runtime, rr.WORK_CHECKPOINT, 1, T_NS + 7, 812_250_000, "/abs/train.py:90")
+    write_work(runtime, rr.WORK_NEW_SHAPE, 2, T_NS + 8, 0, None, name="(64, 3), (64,)", cudnn_benchmark=True)
+    gpu = GpuTime(0, events, 2)
+    gpu.event_ns.extend([100_000] * 16)  # 100 µs an event against 2 ms steps: one step in 20 is timed
+    gpu.host_ns.extend([2_000_000] * 32)
+    gpu.choose(8)
+    for name in TOOL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    config = SimpleNamespace(mode="light", nvtx_always=False)
+    open_for_steps(config, events, 2, lambda *a: None)
+    events.append_line(
+        rr.format_record(rr.RUN_END, rank=2, reason="exit", steps=4, written=[rr.EVENTS.path(2)], t_ns=T_NS + 9)
+    )
+    events.close()
+    return (folder / rr.EVENTS.path(2)).read_bytes().splitlines()
+
+
+def _same(read, written) -> bool:
+    if written is None:
+        return read is None or read == "" or (isinstance(read, float) and math.isnan(read))
+    if isinstance(written, list):
+        return tuple(read) == tuple(written)
+    if isinstance(written, float) or isinstance(read, float):
+        return float(read) == pytest.approx(float(written), abs=1e-9)
+    return read == written
+
+
+def test_every_record_the_runtime_writes_is_read_back_field_for_field(tmp_path, monkeypatch):
+    lines = _write_every_kind(tmp_path, monkeypatch)
+    written = [json.loads(line) for line in lines]
+    assert [list(r) for r in written] == [[k for k in kind_of(r).keys if k in r] for r in written]  # declared order
+    tables = read_event_tables(tmp_path / rr.EVENTS.path(2))
+    rows = {
+        rr.STEP: tables.steps.to_dict("records"),
+        rr.SYNC: tables.syncs.to_dict("records"),
+        rr.WORK: tables.work.to_dict("records"),
+        rr.GPU_TIME_EVERY: [vars(c) for c in tables.steps.attrs["gpu_time_choices"]],
+        # the run records' reader: the parent's (the manifest's ranks, artifacts, end of each rank)
+        **{k: run_folder.read_child_records(tmp_path) for k in (rr.RUN_START, rr.RUN_EXPECT, rr.RUN_END, rr.NVTX)},
+    }
+    seen = {kind: set() for kind in rows}
+    for record in written:
+        kind = kind_of(record)
+        fields = {k: v for k, v in record.items() if k not in ("kind", "event")}
+        matches = [
+            row for row in rows[kind] if all(_same(row.get(k), v) for k, v in fields.items() if k in ("rank", "step"))
+        ]
+        if kind in (rr.RUN_START, rr.RUN_EXPECT, rr.RUN_END, rr.NVTX):
+            assert record in rows[kind]
+        else:
+            assert len(matches) == 1, (record, rows[kind])
+            for key, value in fields.items():
+                if kind is rr.STEP and key == "source" and value not in rr.STEP_SOURCES:
+                    value = ""  # a source this reader does not know is read as none
+                assert _same(matches[0][key], value), (kind.kind, key, matches[0][key], value)
+        seen[kind] |= set(fields)
+    for kind, keys in seen.items():  # every field each kind declares was written and read here
+        assert keys == set(kind.fields) | set(kind.optional), kind
+    steps = tables.steps.set_index("step")
+    assert list(steps["name"]) == [rr.STEP_NAME] * 3 + ["forward"]
+    assert list(steps["source"]) == ["optimizer", "marker", "", "marker"]  # an unknown source is read as none
+    assert list(steps["input_from"]) == ["", "loop", "dataloader", "loop"]
+    assert tables.syncs.loc[0, "location"] == "/abs/train.py:88"
+    assert vars(tables.steps.attrs["gpu_time_choices"][0]) == {
+        "rank": 2,
+        "from_step": 9,
+        "every": 20,
+        "event_us": 100.0,
+        "step_host_ms": 2.0,
+        "budget_pct": 0.5,
+        "t_ns": pytest.approx(written[-2]["t_ns"]),
+    }
+
+
+def kind_of(record: dict) -> rr.RecordKind:
+    (kind,) = [k for k in rr.RECORD_KINDS if k.is_kind_of(record)]
+    return kind
+
+
+def test_the_memory_stats_record_is_read_back_field_for_field(tmp_path):
+    device = SimpleNamespace(id=1, memory_stats=lambda: {"bytes_in_use": 1024, "peak_bytes_in_use": 4096})
+    record = jax_memory_stats_record(SimpleNamespace(local_devices=lambda: [device]), 3, 17)
+    stats = JsonlAppender(str(tmp_path / rr.MEMORY_STATS.path(3)))
+    stats.append(record)
+    stats.close()
+    written = json.loads((tmp_path / rr.MEMORY_STATS.path(3)).read_bytes())
+    assert list(written) == list(rr.MEMORY_STATS_RECORD.keys)
+    row = read_memory_stats(tmp_path / rr.MEMORY_STATS.path(3)).iloc[0]
+    assert (row["rank"], row["step"], row["t_ns"], row["framework"], row["device"]) == (
+        3,
+        17,
+        pytest.approx(written["t_ns"]),
+        "jax",
+        1,
+    )
+    assert (row["allocated_bytes"], row["allocated_peak_bytes"]) == (1024, 4096)  # the "stats" field
+
+
+@pytest.mark.parametrize(
+    "host_ms, gpu_ms, source, instrumented, overhead_us, input_ms, input_from",
+    [
+        (1.7645124999, 1.7600006, "optimizer", False, 21.4374999, None, None),
+        (0.000001, None, "marker", True, 0.0, 41.1234567, None),
+        (12345.678901, 1e-06, "jit", False, 1234567.891, 3.5, rr.INPUT_FROM_LOOP),
+        (3.5, float("nan"), "backward", False, float("inf"), None, None),  # not finite: null
+        (2.0, 1.0, 'odd "source"\n', False, 5.0, 1.0, "dataloader"),
+    ],
+)
+def test_the_fast_step_format_writes_what_format_record_writes(
+    host_ms, gpu_ms, source, instrumented, overhead_us, input_ms, input_from
+):
+    fast = rr.step_line(3, 12345, T_NS, host_ms, gpu_ms, source, instrumented, overhead_us, input_ms, input_from)
+
+    def rounded(value, digits):
+        return round(value, digits) if value is not None and math.isfinite(value) else value
+
+    optional = {} if input_ms is None else {"input_ms": rounded(input_ms, 6)}
+    if input_ms is not None and input_from == rr.INPUT_FROM_LOOP:
+        optional["input_from"] = input_from
+    general = rr.format_record(
+        rr.STEP,
+        rank=3,
+        step=12345,
+        t_start_ns=T_NS,
+        host_ms=rounded(host_ms, 6),
+        gpu_ms=rounded(gpu_ms, 6),
+        source=source,
+        instrumented=instrumented,
+        overhead_us=rounded(overhead_us, 3),
+        **optional,
+    )
+    assert fast.endswith(b"}\n") and fast.count(b"\n") == 1
+    assert list(json.loads(fast).items()) == list(json.loads(general).items())
+
+
+def test_a_record_has_exactly_the_fields_its_kind_declares():
+    with pytest.raises(ValueError, match="needs artifact"):
+        rr.record(rr.RUN_EXPECT, rank=0, t_ns=1)
+    with pytest.raises(ValueError, match="has no field colour"):
+        rr.record(rr.RUN_EXPECT, rank=0, artifact="x", t_ns=1, colour="red")
+    assert rr.record(rr.WORK, what="checkpoint", rank=0, step=1, t_ns=2, ms=3.0, location=None, name=None) == {
+        "kind": "work",
+        "what": "checkpoint",
+        "rank": 0,
+        "step": 1,
+        "t_ns": 2,
+        "ms": 3.0,
+        "location": None,
+        "name": None,
+    }
+
+
+def test_the_layout_names_each_ranks_files_and_finds_their_rank():
+    assert [f.path(3) for f in (rr.EVENTS, rr.MEMORY_STATS, rr.SNAPSHOT, rr.TRACE, rr.JAX_TRACE)] == [
+        "events/rank3.jsonl",
+        "memory/rank3.stats.jsonl",
+        "memory/rank3.snapshot.json.gz",
+        "trace/rank3.json.gz",
+        "trace/jax-rank3",
+    ]
+    assert rr.RANK_PATTERNS == (
+        "trace/rank*.json*",
+        "memory/rank*.snapshot.*",
+        "memory/rank*.stats.jsonl",
+        rr.EVENTS.pattern,
+    )
+    assert [rr.rank_in_path(p) for p in ("events/rank12.jsonl", "trace/rank1.json.gz", "nvml.csv")] == [12, 1, None]
+    assert [rr.is_appended(p) for p in ("events/rank0.jsonl", "memory/rank0.stats.jsonl", "trace/rank0.json.gz")] == [
+        True,
+        True,
+        False,
+    ]
+    # what the runtime writes is what the parent lists as artifacts and the loader reads
+    for kind in (rr.EVENTS, rr.MEMORY_STATS, rr.SNAPSHOT, rr.TRACE):
+        assert [fnmatch.fnmatchcase(kind.path(5), p) for p in rr.ARTIFACT_PATTERNS].count(True) == 1
+        assert [fnmatch.fnmatchcase(kind.path(5), p) for p in rr.RANK_PATTERNS].count(True) == 1
+    assert not any(fnmatch.fnmatchcase(rr.JAX_TRACE.path(0), p) for p in rr.ARTIFACT_PATTERNS + rr.RANK_PATTERNS)
+
+
+def test_run_options_come_from_the_manifest_in_one_place():
+    manifest = {
+        "schema": rr.MANIFEST_SCHEMA,
+        "options": {"child": {"mode": "light", "trace_start": 10, "trace_steps": 3, "sync_debug": True}, "nvml_hz": 10},
+    }
+    options = rr.run_options(manifest)
+    assert (options.mode, options.trace_start, options.trace_steps, options.sync_debug, options.nvml_hz) == (
+        "light",
+        10,
+        3,
+        True,
+        10,
+    )
+    assert options.trace_window == range(10, 13) == window_of(manifest)
+    assert rr.run_options({"options": {"child": {"trace_start": 10, "trace_steps": 0}}}).trace_window is None
+    assert rr.run_options({"options": {"child": {"trace_start": "10", "trace_steps": 3}}}).trace_window is None
+    assert rr.run_options({"options": ["not", "an", "object"]}) == rr.RunOptions()
+    assert rr.run_options(None) == rr.RunOptions() and window_of({}) is None
+    assert rr.is_run_manifest(manifest) and not rr.is_run_manifest({"schema": "gpudiag.findings/1"})
+
+
+def test_run_records_imports_the_standard_library_only():
+    """The runtime loads it by its path inside the training process: no pandas, no other gpudiag module."""
+    tree = ast.parse(Path(rr.__file__).read_text(encoding="utf-8"))
+    imported = {
+        name.split(".")[0]
+        for node in ast.walk(tree)
+        for name in (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+    }
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
