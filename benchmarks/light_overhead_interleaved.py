@@ -169,7 +169,7 @@ def own_time(run_path: Path, first_step: int) -> dict:
 def light_share_intervals():
     """While light is on LIGHT_SHARE of the time, its clock-kept intervals divided by that share: the step
     log's here (a module constant the boundary reads), memory_stats' as the profile options yielded."""
-    from diagnose.launch.light import ProfileOptions
+    from diagnose.launch.capture_mode import ProfileOptions
     from diagnose.launch.runtime import steps
 
     record_interval_ns = steps.STEP_RECORD_INTERVAL_NS
@@ -199,7 +199,7 @@ def main(argv=None) -> int:
         "--trace-steps", type=int, default=None, help="light mode's --trace-steps (0: no trace window; issue 17)"
     )
     args = p.parse_args(argv)
-    from diagnose.launch.light import ProfileOptions
+    from diagnose.launch.capture_mode import ProfileOptions
 
     window_done = ProfileOptions.trace_start + ProfileOptions.trace_steps + 1  # the first step after the snapshot
     if args.run_steps < 2 or args.first_steps <= window_done:

@@ -165,9 +165,9 @@ def run_block(kind: str, step, n: int, skip: int, work: Path, index: int) -> tup
 def step_records(run_path: Path, first_step: int) -> dict[str, list]:
     """``overhead_us`` (gpudiag's own µs) and ``gpu_timed`` of the run's step records from ``first_step`` on
     (steps outside the window)."""
-    from parsers.events import read_events
+    from parsers.events import read_event_tables
 
-    steps, _ = read_events(Path(run_path) / "events" / "rank0.jsonl")
+    steps = read_event_tables(Path(run_path) / "events" / "rank0.jsonl").steps
     kept = steps[(steps["step"] >= first_step) & ~steps["instrumented"]]
     close = steps.loc[steps["step"] == TRACE_START + TRACE_STEPS, "overhead_us"].dropna()
     return {

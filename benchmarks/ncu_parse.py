@@ -5,8 +5,8 @@ real H200 capture by replicating its rows: the shared convnet capture
 (../shared/data/ncu/convnet_raw.csv: 40 different kernels, 567 columns, every metric of
 the SpeedOfLight, MemoryWorkloadAnalysis, Occupancy and LaunchStats sections) when it is
 there, else fixtures/ncu/tiny_kernels/raw.csv (48 launches, 569 columns). Lines end in
-"\n" as ncu writes them. Parses it with ``parsers.ncu.read_ncu`` and prints launches/s
-(target ≥ 50,000/s on the 2-core machine). The anchor: ncu_report's per-metric Python
+"\n" as ncu writes them. Parses it as gpudiag does (``parsers.ncu_csv.read_ncu_csv_tables``, the registry's
+reader) and prints launches/s (target ≥ 50,000/s on the 2-core machine). The anchor: ncu_report's per-metric Python
 API (metric_by_name, unit, value for every metric of every launch) on the real report of
 the same capture, timed in the same run; its per-launch cost is extrapolated to N
 launches (not replicated: a report cannot be made by copying rows).
@@ -38,7 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from parsers.ncu import read_ncu  # noqa: E402
+from parsers.ncu_csv import read_ncu_csv_tables  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data" / "ncu"
 TARGET_S, TARGET_RSS_BYTES = 5.0, 1e9  # issue 21: the whole report of 100,000 launches
@@ -128,14 +128,14 @@ def main() -> None:
     size_mb = path.stat().st_size / 1e6
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    df = read_ncu(path)
+    df, _ = read_ncu_csv_tables(path)
     dt = time.perf_counter() - t0
     assert len(df) == args.launches, len(df)
     rate = args.launches / dt
     reader = df.attrs.get("reader", "?")
     print(f"source: {src} (rows replicated), load average {load:.1f} on {os.cpu_count()} cores")
     print(
-        f"gpudiag read_ncu [{reader}]: {args.launches:,} launches × {df.shape[1]} columns ({size_mb:,.0f} MB CSV) "
+        f"gpudiag read_ncu_csv_tables [{reader}]: {args.launches:,} launches × {df.shape[1]} columns ({size_mb:,.0f} MB CSV) "
         f"in {dt:.2f} s = {rate:,.0f} launches/s (target ≥ 50,000/s: {'met' if rate >= 50_000 else 'NOT met'}); "
         f"this process's peak RSS so far {_peak_rss_bytes() / 1e9:.2f} GB"
     )

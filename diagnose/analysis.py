@@ -6,15 +6,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.derive.derived import Derived
-from diagnose.findings import Finding, Result, Severity, rank_findings
+from diagnose.findings import AnalyzerDescription, Finding, Result, Severity, rank_findings
 from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import Metric, describe, in_match_order
 from diagnose.thresholds import Thresholds
 
 
+def every_description() -> dict[str, AnalyzerDescription]:
+    from diagnose.analyzers import descriptions
+
+    return descriptions()
+
+
 @dataclass
 class Analysis:
-    """What reports render: per-analyzer results, findings ranked by cost, the summary, the source."""
+    """What reports render: per-analyzer results, findings ranked by cost, the summary, the source, and what each
+    analyzer says about itself (``analyzers``: section headings, what it judges, its findings' cost basis)."""
 
     results: dict[str, Result] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
@@ -23,6 +30,8 @@ class Analysis:
     warnings: list[str] = field(default_factory=list)
     metrics: dict[str, Metric] = field(default_factory=dict)  # summary key -> its declaration (diagnose.metrics)
     verdict: Any = None  # diagnose.verdict.Verdict: the one-sentence answer, decided at the end of analyze()
+    # name -> the analyzer's description (diagnose.analyzers.description_of); one built by hand describes every analyzer
+    analyzers: dict[str, AnalyzerDescription] = field(default_factory=every_description)
 
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.findings), default=None)
@@ -35,19 +44,25 @@ class Analysis:
 
 
 def analyze(profile: Profile, thresholds: Thresholds | None = None, only: list[str] | None = None) -> Analysis:
-    from diagnose.analyzers import discover
+    from diagnose.analyzers import description_of, discover
 
     th = thresholds or Thresholds()
-    analysis = Analysis(source=describe_source(profile), warnings=list(profile.warnings))
+    analysis = Analysis(source=describe_source(profile), warnings=list(profile.warnings), analyzers={})
     derived = Derived(profile, th)  # the tables two analyzers read, each worked out once for this report
     for mod in discover():
         if only and mod.NAME not in only:
             continue
         result = mod.analyze(profile, derived, th)
+        analysis.analyzers[mod.NAME] = description_of(mod)
         analysis.results[mod.NAME] = result
         analysis.findings.extend(result.findings)
         analysis.summary.update(result.summary)
-    analysis.findings = rank_findings(analysis.findings)
+    described = analysis.analyzers.values()
+    analysis.findings = rank_findings(
+        analysis.findings,
+        cause_ids=[i for d in described for i in d.cause_ids],
+        symptom_ids=[i for d in described for i in d.symptom_ids],
+    )
     declared = declared_metrics()
     for key in analysis.summary:
         metric = describe(key, declared)

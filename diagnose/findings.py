@@ -8,6 +8,7 @@ A :class:`Finding` is the unit of the report and of the findings JSON
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -131,6 +132,81 @@ class Result:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class AnalyzerDescription:
+    """What one analyzer module says about itself (its ``NAME``, ``TITLE``, ``JUDGES``, ``COST_BASIS``, ...), as
+    ``diagnose.analyze()`` puts it on the Analysis: the report's section headings, the verdict's "judged ..." and
+    the basis of each finding's cost are read from here, so adding an analyzer is adding its module."""
+
+    name: str
+    title: str  # its report section's heading
+    judges: str  # what "Nothing crossed a threshold: judged ..." names
+    cost_basis: str  # what its findings' cost_share is a share of, as the verdict says it ("the median step")
+    section: str  # the anchor of its report section
+    thresholds: tuple[str, ...] = ()  # the groups of diagnose.thresholds.Thresholds it reads
+    finding_ids: tuple[str, ...] = ()  # every id it can produce
+    cost_basis_by_id: tuple[tuple[str, str], ...] = ()  # (finding id, basis) where a finding's basis differs
+    cause_ids: tuple[str, ...] = ()  # its findings that name a cause the user can fix (rank_findings)
+    symptom_ids: tuple[str, ...] = ()  # its findings that say what the GPU or the step looks like, not why
+    shows_step_budget: bool = False  # its finding, leading the verdict, names a cause of the step: show the step's bar
+
+    def cost_of(self, finding_id: str) -> str:
+        """What the cost_share of the finding ``finding_id`` is a share of, in the verdict's words."""
+        return dict(self.cost_basis_by_id).get(finding_id, self.cost_basis)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Where time went: the GPU busy on one kind of work, or idle for one reason. The idle analyzer's gap causes,
+    the step budget's parts, the verdict's budget bar and words, and the report's colours (reports/figures.py
+    ``CAUSE_COLORS``) all name a cause by its ``id``, defined once in :data:`CAUSES`."""
+
+    id: str
+    label: str  # as a budget bar's legend says it: "GPU idle: held by host syncs"
+    busy: bool  # GPU busy (compute, copies, collectives), not idle for a reason
+    words: str = ""  # as the verdict says an idle cause after "mostly": "host syncs" (idle's gap causes only)
+    aliases: tuple[str, ...] = ()  # what a table calls it instead: the step budget's parts (its summary keys)
+
+
+CAUSES = (  # in the order a budget shows them
+    Cause("compute", "GPU busy: compute", True),
+    Cause("non_compute", "GPU busy: copies and memsets", True, aliases=("memcpy",)),
+    Cause("collective", "GPU busy: collectives", True),
+    Cause("input", "GPU idle: waiting for input (DataLoader or the loop's iterator)", False),
+    Cause("sync", "GPU idle: held by host syncs", False, "host syncs"),
+    Cause(
+        "host",
+        "GPU idle: waiting for the host to launch work",
+        False,
+        "waiting for the host to launch work",
+        aliases=("launch_bound",),
+    ),
+    Cause("short", "GPU idle: short gaps between kernels", False, "short gaps between kernels"),
+    Cause(
+        "other",
+        "GPU idle: waiting on other streams or events",
+        False,
+        "waiting on other streams or events",
+        aliases=("other_wait",),
+    ),
+    Cause(
+        "unlinked",
+        "GPU idle: cause not in the trace (no kernel linked to its launch)",
+        False,
+        "for a cause the trace cannot show",
+    ),
+    Cause("allocator", "GPU idle: allocator (cudaMalloc/cudaFree)", False),
+    Cause("trace_window", "gpudiag's own trace window", False),
+    Cause("unexplained", "unexplained", False),
+)
+_CAUSE_BY_NAME = {name: c for c in CAUSES for name in (c.id, *c.aliases)}
+
+
+def cause_of(name: str) -> Cause | None:
+    """The cause a name stands for, by its id or an alias (the step budget's ``launch_bound`` is ``host``)."""
+    return _CAUSE_BY_NAME.get(name)
+
+
 def within(subjects, severity: Severity) -> tuple[Subject, ...]:
     """``subjects`` with no severity above ``severity``, their finding's: a subject ranks within its finding, never
     above it (docs/findings-json.md). An info finding had read with a "critical" rank subject (issue 28)."""
@@ -153,37 +229,23 @@ def not_measured(analyzer: str, what: str, how: str, section: str | None = None,
     )
 
 
-# Findings that say what the GPU or the step time looks like, not why, and findings that name a cause
-# those cannot see (the loop waiting in the DataLoader, stalls every N steps, the allocator). On the H200 an
-# input-bound script read "GPU ran kernels only 1 % of the time" and "waiting for the host to launch work"
-# first, with the DataLoader wait that caused both third (issue 18). The step budget's launch-bound and sync
-# parts name the idle finding's causes on the median steady step, the basis the budget and the verdict share,
-# where the idle finding covers the whole traced span, first step included (issue 28: "~99 % of step time" beside
-# 79.0 % of the median step): they lead too.
-SYMPTOM_IDS = frozenset({"utilization.low_gpu_util", "idle.gpu_idle", "steps.unstable", "launch.launch_bound"})
-ROOT_CAUSE_IDS = frozenset(
-    {
-        "step_budget.input",
-        "step_budget.periodic",
-        "step_budget.allocator",
-        "step_budget.compilation",
-        "step_budget.new_shape",
-        "step_budget.launch_bound",
-        "step_budget.sync",
-    }
-)
-
-
-def rank_findings(findings: list[Finding]) -> list[Finding]:
+def rank_findings(
+    findings: list[Finding], cause_ids: Iterable[str] = (), symptom_ids: Iterable[str] = ()
+) -> list[Finding]:
     """Most costly first: severity, then estimated cost share, then id for determinism.
 
     Within a severity, a symptom ranks after the other findings when a root cause of at least that severity
-    is present: the cause is what the user can fix. Demotion never moves a finding across severities.
+    is present: the cause is what the user can fix. Demotion never moves a finding across severities. Which
+    findings are causes and which symptoms, each analyzer declares (``CAUSE_FINDING_IDS``,
+    ``SYMPTOM_FINDING_IDS``; :class:`AnalyzerDescription`): on the H200 an input-bound script read "GPU ran kernels
+    only 1 % of the time" and "waiting for the host to launch work" first, with the DataLoader wait that caused
+    both third (issue 18).
     """
-    cause_severity = max((int(f.severity) for f in findings if f.id in ROOT_CAUSE_IDS), default=None)
+    cause_ids, symptom_ids = frozenset(cause_ids), frozenset(symptom_ids)
+    cause_severity = max((int(f.severity) for f in findings if f.id in cause_ids), default=None)
 
     def key(f: Finding):
-        demoted = cause_severity is not None and f.id in SYMPTOM_IDS and int(f.severity) <= cause_severity
+        demoted = cause_severity is not None and f.id in symptom_ids and int(f.severity) <= cause_severity
         return (-int(f.severity), demoted, -(f.cost_share or 0.0), f.id)
 
     return sorted(findings, key=key)

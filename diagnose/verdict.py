@@ -14,87 +14,28 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from diagnose.findings import Finding, Severity, jsonable
+from diagnose.findings import AnalyzerDescription, Finding, Severity, cause_of, jsonable
 from diagnose.formatting import ms_human
 
 LIMITED, CLEAN, UNJUDGED = "limited", "clean", "unjudged"
 
-# what each analyzer judges, for "nothing crossed a threshold: judged ..."
-JUDGED = {
-    "kernels": "per-kernel metrics",
-    "l2": "L2 hit rates",
-    "occupancy": "occupancy",
-    "launch_config": "launch configurations",
-    "tiny_kernels": "kernel durations",
-    "speed_of_light": "throughput against peak",
-    "memory_access": "global-memory access",
-    "ncu_rules": "ncu's rule results",
-    "idle": "GPU idle time",
-    "sync": "host syncs",
-    "launch": "launch overhead",
-    "comm": "collectives",
-    "steps": "step times",
-    "step_budget": "the step-time budget",
-    "utilization": "NVML utilisation",
-    "fragmentation": "allocator memory",
-}
-# analyzers whose cost_share is a share of the profiled kernels' GPU time, not of the step
-KERNEL_ANALYZERS = frozenset(
-    {"kernels", "l2", "occupancy", "launch_config", "tiny_kernels", "speed_of_light", "memory_access", "ncu_rules"}
+# What each analyzer judges and what its findings' cost_share is a share of are its own declarations (its module's
+# JUDGES, COST_BASIS and COST_BASIS_BY_ID), read from ``analysis.analyzers``: the verdict's saving is the cited
+# finding's own figure on the finding's own basis, never one finding's share read against another's whole (issue 28:
+# "~99 % of step time" was the idle share of a whole trace, first step included, beside 79.0 % of the median step
+# in the step budget). The causes a budget's parts name, their labels and the verdict's words for them are
+# diagnose.findings.CAUSES.
+
+# the idle analyzer's breakdown columns, in bar order: (cause, column)
+IDLE_BREAKDOWN = (
+    ("compute", "compute_ns"),
+    ("non_compute", "non_compute_ns"),
+    ("sync", "idle_sync_ns"),
+    ("host", "idle_host_ns"),
+    ("short", "idle_short_ns"),
+    ("other", "idle_other_ns"),
+    ("unlinked", "idle_unlinked_ns"),
 )
-# What a finding's cost_share is a share of, in the words the verdict says it (by id, else by analyzer): the
-# verdict's saving is the cited finding's own figure on the finding's own basis, never one finding's share read
-# against another's whole (issue 28: "~99 % of step time" was the idle share of a whole trace, first step
-# included, beside 79.0 % of the median step in the step budget)
-COST_OF_BY_ID = {
-    "step_budget.periodic": "the steady steps' time",
-    "step_budget.compilation": "the time of the steps after warm-up",
-    "step_budget.new_shape": "the time of the steps after warm-up",
-    "steps.unstable": "the steady steps' time",
-    "steps.outliers": "the steady steps' time",
-    "steps.host_bound": "the median step's host time",
-    "steps.own_overhead": "the median step's host time",
-    "comm.low_overlap": "the traced time",
-}
-COST_OF_BY_ANALYZER = {
-    "step_budget": "the median step",
-    "idle": "the traced time",
-    "sync": "the traced time",
-    "launch": "the traced time",
-    "comm": "the step time",
-    "utilization": "the sampled time (NVML)",
-}
-# the idle analyzer's breakdown columns, in bar order: (cause, column, label)
-BUDGET_PARTS = (
-    ("compute", "compute_ns", "GPU busy: compute"),
-    ("non_compute", "non_compute_ns", "GPU busy: copies and memsets"),
-    ("sync", "idle_sync_ns", "GPU idle: held by host syncs"),
-    ("host", "idle_host_ns", "GPU idle: waiting for the host to launch work"),
-    ("short", "idle_short_ns", "GPU idle: short gaps between kernels"),
-    ("other", "idle_other_ns", "GPU idle: waiting on other streams or events"),
-    ("unlinked", "idle_unlinked_ns", "GPU idle: cause not in the trace (no kernel linked to its launch)"),
-)
-BUSY_CAUSES = ("compute", "non_compute", "collective")
-# the step-time budget's parts as bar causes (the bar's colours are per cause: reports/html.py)
-STEP_BUDGET_CAUSES = {
-    "compute": "compute",
-    "memcpy": "non_compute",
-    "collective": "collective",
-    "input": "input",
-    "sync": "sync",
-    "launch_bound": "host",
-    "allocator": "allocator",
-    "other_wait": "other",
-    "trace_window": "trace_window",
-    "unexplained": "unexplained",
-}
-IDLE_CAUSE_WORDS = {
-    "sync": "host syncs",
-    "host": "waiting for the host to launch work",
-    "short": "short gaps between kernels",
-    "other": "waiting on other streams or events",
-    "unlinked": "for a cause the trace cannot show",
-}
 # a cause of idle time is named when it holds at least this share of the idle time: the main
 # one always, a second one only when it is a real part of the story
 NAMED_IDLE_CAUSE_SHARE = 0.25
@@ -120,14 +61,15 @@ SYNC_OP_WORDS = {
 class BudgetPart:
     """One slice of the traced time: GPU busy on compute or copies, or GPU idle for one cause."""
 
-    cause: str  # compute | non_compute | collective | sync | host | short | other | unlinked | input | ... (BUSY_CAUSES busy)
+    cause: str  # a diagnose.findings.CAUSES id: compute | non_compute | collective | sync | host | input | ...
     label: str
     share: float  # of the traced span, 0..1; the parts of a budget add to 1
 
     @property
     def busy(self) -> bool:
         """GPU busy (compute, copies, collectives), not idle for a cause."""
-        return self.cause in BUSY_CAUSES
+        cause = cause_of(self.cause)
+        return cause is not None and cause.busy
 
     def to_json(self) -> dict:
         return {"cause": self.cause, "label": self.label, "share": jsonable(self.share)}
@@ -196,23 +138,28 @@ def decide(analysis: Any) -> Verdict:
     """The verdict on an Analysis (its ``results``, ranked ``findings`` and ``summary``)."""
     measured = [f for f in analysis.findings if not is_not_measured(f)]
     judged = judged_analyzers(analysis.results)
+    described = getattr(analysis, "analyzers", None) or {}
     top_idle = next((f for f in measured if f.id == "idle.gpu_idle"), None)
     budget = step_budget(analysis.results.get("idle"), rank_of(top_idle))
     limits = [f for f in measured if f.severity >= Severity.WARNING]
     if limits:
-        if limits[0].analyzer == "step_budget":  # the verdict names a cause of the step: show the step's budget
+        lead = described.get(limits[0].analyzer)
+        if lead is not None and lead.shows_step_budget:  # the verdict names a cause of the step: show its budget
             budget = median_step_budget(analysis.results.get("step_budget")) or budget
-        return limited(limits[0], measured, budget)
+        return limited(limits[0], measured, budget, described)
     if judged:
-        return Verdict(clean_sentence(analysis.summary, budget, judged), CLEAN, None, None, (), budget)
+        return Verdict(clean_sentence(analysis.summary, budget, judged, described), CLEAN, None, None, (), budget)
     sentence = "Nothing could be judged: the input holds none of the measurements gpudiag analyses"
     if getattr(analysis, "warnings", None):
         sentence += " (some of it could not be read: see the notes below)"
     return Verdict(sentence + ".", UNJUDGED, None, None, (), budget)
 
 
-def limited(top: Finding, measured: list[Finding], budget: StepBudget | None) -> Verdict:
-    """The verdict when ``top`` (the most costly warning or critical finding) limits the run.
+def limited(
+    top: Finding, measured: list[Finding], budget: StepBudget | None, described: dict[str, AnalyzerDescription]
+) -> Verdict:
+    """The verdict when ``top`` (the most costly warning or critical finding) limits the run; ``described``: the
+    analyzers' descriptions, by name (what each finding's cost is a share of).
 
     GPU idle time and the host syncs behind it are told together, from the idle breakdown, so the
     sentence gives both the idle share and the line to fix; any other finding speaks through its title.
@@ -230,10 +177,8 @@ def limited(top: Finding, measured: list[Finding], budget: StepBudget | None) ->
     if phrase is None:
         phrase = top.title.rstrip(". ")
     cost = top.cost_share if top.cost_share is not None and math.isfinite(top.cost_share) else None
-    of = cost_of(top)
-    basis = (
-        "GPU time" if top.analyzer in KERNEL_ANALYZERS else "traced time" if of == "the traced time" else "step time"
-    )
+    of = cost_of(top, described)
+    basis = "GPU time" if of == "GPU time" else "traced time" if of == "the traced time" else "step time"
     sentence = phrase
     if cost is not None and cost > 0:
         # the cited finding's figure as its title shows it (one decimal), on the basis it is a share of
@@ -249,11 +194,11 @@ def limited(top: Finding, measured: list[Finding], budget: StepBudget | None) ->
     )
 
 
-def cost_of(finding: Finding) -> str:
-    """What ``finding.cost_share`` is a share of, in words: 'the median step', 'the traced time', 'GPU time'."""
-    if finding.analyzer in KERNEL_ANALYZERS:
-        return "GPU time"
-    return COST_OF_BY_ID.get(finding.id) or COST_OF_BY_ANALYZER.get(finding.analyzer, "step time")
+def cost_of(finding: Finding, described: dict[str, AnalyzerDescription]) -> str:
+    """What ``finding.cost_share`` is a share of, in words ('the median step', 'the traced time', 'GPU time'), as
+    its analyzer declares it; 'step time' for a finding of an analyzer not described."""
+    analyzer = described.get(finding.analyzer)
+    return analyzer.cost_of(finding.id) if analyzer is not None else "step time"
 
 
 def idle_phrase(budget: StepBudget, sync: Finding | None, sync_first: bool = False) -> tuple[str, bool]:
@@ -263,7 +208,8 @@ def idle_phrase(budget: StepBudget, sync: Finding | None, sync_first: bool = Fal
     with ``sync_first`` (the syncs are the verdict's top finding) host syncs are named whatever their share.
     """
     idle = budget.idle_share
-    share_of = {p.cause: p.share for p in budget.parts if p.cause in IDLE_CAUSE_WORDS and p.share > 0}
+    words_of = {p.cause: cause_of(p.cause).words for p in budget.parts if cause_of(p.cause) is not None}
+    share_of = {p.cause: p.share for p in budget.parts if words_of.get(p.cause) and p.share > 0}
     by_share = sorted(share_of, key=share_of.get, reverse=True)
     causes = [c for i, c in enumerate(by_share) if i == 0 or (idle and share_of[c] / idle >= NAMED_IDLE_CAUSE_SHARE)]
     if sync_first and "sync" in share_of and "sync" not in causes[:2]:
@@ -275,7 +221,7 @@ def idle_phrase(budget: StepBudget, sync: Finding | None, sync_first: bool = Fal
         if cause == "sync" and sync is not None and sync.subjects:
             detail += f", costliest {sync_place(sync.subjects[0])}"
             sync_named = True
-        words.append(f"{IDLE_CAUSE_WORDS[cause]} ({detail})")
+        words.append(f"{words_of[cause]} ({detail})")
     phrase = f"GPU idle {percent(idle, 1)} of the traced time"
     if words:
         phrase += ", mostly " + " and ".join(words)
@@ -301,7 +247,9 @@ def short_location(location: str) -> str:
     return f"{os.path.basename(path)}:{line}"
 
 
-def clean_sentence(summary: dict, budget: StepBudget | None, judged: list[str]) -> str:
+def clean_sentence(
+    summary: dict, budget: StepBudget | None, judged: list[str], described: dict[str, AnalyzerDescription]
+) -> str:
     figures = []
     if budget is not None:
         figures.append(f"GPU idle {percent(budget.idle_share, 1)} of the traced time")
@@ -311,7 +259,8 @@ def clean_sentence(summary: dict, budget: StepBudget | None, judged: list[str]) 
     lead = "Nothing crossed a threshold"
     if figures:
         lead += " (" + ", ".join(figures) + ")"
-    return f"{lead}: judged {join_words([JUDGED.get(n, n.replace('_', ' ')) for n in judged])}."
+    judges = [described[n].judges if n in described else n.replace("_", " ") for n in judged]
+    return f"{lead}: judged {join_words(judges)}."
 
 
 def judged_analyzers(results: dict) -> list[str]:
@@ -346,7 +295,7 @@ def median_step_budget(result) -> StepBudget | None:
     rank = int(median["rank"].min())
     rows = median[median["rank"] == rank]
     wall_ms = float(rows["wall_ms"].iloc[0])
-    values = [(STEP_BUDGET_CAUSES.get(r.part, r.part), r.label, float(r.shown_ms)) for r in rows.itertuples()]
+    values = [(cause_id(r.part), r.label, float(r.shown_ms)) for r in rows.itertuples()]
     values = [(c, label, v) for c, label, v in values if v > 0 and math.isfinite(v)]
     total = sum(v for _, _, v in values)
     if not total:
@@ -366,7 +315,7 @@ def step_budget(idle_result, rank: int | None = None) -> StepBudget | None:
         return None
     rows = breakdown[breakdown["rank"] == rank] if rank is not None else breakdown.iloc[0:0]
     row = (rows if len(rows) else breakdown.sort_values("rank")).iloc[0]
-    values = [(cause, label, float(row.get(column, 0.0) or 0.0)) for cause, column, label in BUDGET_PARTS]
+    values = [(c, cause_of(c).label, float(row.get(column, 0.0) or 0.0)) for c, column in IDLE_BREAKDOWN]
     total = sum(v for _, _, v in values if v > 0 and math.isfinite(v))
     if not total:
         return None
@@ -378,6 +327,12 @@ def step_budget(idle_result, rank: int | None = None) -> StepBudget | None:
         steps = int(len(mine))
     span = float(row.get("span_ns", total))
     return StepBudget(int(row["rank"]), steps, span / 1e6, parts)
+
+
+def cause_id(name: str) -> str:
+    """The cause id a budget part's name stands for (the step budget's ``launch_bound`` is ``host``), else the name."""
+    cause = cause_of(name)
+    return cause.id if cause is not None else name
 
 
 def percent(share: float, decimals: int = 0) -> str:

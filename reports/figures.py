@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from diagnose.findings import cause_of
 from reports import chart_budget
 from reports.chart_budget import MAX_TABLE_ROWS, capped_rows, figure_marks
 from reports.format import (
@@ -29,6 +30,31 @@ from reports.format import (
 _ids = itertools.count()
 
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+
+# One colour per cause (diagnose.findings.CAUSES; tests/test_analyzer_registry.py keeps the keys equal) wherever a
+# chart draws it: the verdict's budget bar, the idle section's per-step bars, the step-time budget's bars, and the
+# busy and sync marks of the sync and comm timelines
+CAUSE_COLORS = {
+    "compute": "#4c78a8",
+    "non_compute": "#9ecae9",
+    "collective": "#54a24b",
+    "input": "#b279a2",
+    "sync": "#e45756",
+    "host": "#f58518",
+    "short": "#bab0ac",
+    "other": "#72b7b2",
+    "unlinked": "#d4d4d4",
+    "allocator": "#9d755d",
+    "trace_window": "#eeca3b",
+    "unexplained": "#e8e8e8",
+}
+UNKNOWN_CAUSE_COLOR = "#999"
+
+
+def cause_color(name: str) -> str:
+    """The colour of the cause ``name`` stands for (its id or an alias: the step budget's ``launch_bound``)."""
+    cause = cause_of(name)
+    return CAUSE_COLORS[cause.id] if cause is not None else UNKNOWN_CAUSE_COLOR
 
 
 def figure_html(fig, div_id: str | None = None) -> str:

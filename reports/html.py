@@ -21,43 +21,11 @@ from dataclasses import dataclass
 from markupsafe import Markup
 
 from reports.chart_budget import short_kernel_name
-from reports.figures import table_html
+from reports.figures import cause_color, table_html
 from reports.format import cell_text, label_of_key, share_human, value_human
 from reports.templating import render_page
 
-SECTION_TITLES = {
-    "l2": "L2 cache",
-    "occupancy": "Occupancy",
-    "launch_config": "Launch configuration",
-    "tiny_kernels": "Tiny kernels",
-    "speed_of_light": "Speed of light",
-    "kernels": "Kernels",
-    "fragmentation": "Memory and fragmentation",
-    "sync": "Host syncs and GPU idle time",
-    "idle": "GPU idle time",
-    "launch": "Launch statistics",
-    "utilization": "NVML utilisation",
-    "comm": "Collectives across ranks",
-    "steps": "Step timings",
-    "step_budget": "Step-time budget",
-}
-
 MAX_SUBJECT_ROWS = 50
-# the step-budget bar's colours, the same as the idle section's per-step chart (reports/sections/idle.py)
-BUDGET_COLORS = {
-    "compute": "#4c78a8",
-    "non_compute": "#9ecae9",
-    "sync": "#e45756",
-    "host": "#f58518",
-    "short": "#bab0ac",
-    "other": "#72b7b2",
-    "unlinked": "#d4d4d4",
-    "collective": "#54a24b",
-    "input": "#b279a2",
-    "allocator": "#9d755d",
-    "trace_window": "#eeca3b",
-    "unexplained": "#e8e8e8",
-}
 BAR_LABEL_MIN_SHARE = 0.06  # a narrower segment has no room for its % inside the bar (the legend has it)
 
 
@@ -70,6 +38,12 @@ class Section:
 
 def section_anchor(analyzer: str) -> str:
     return f"section-{analyzer}"
+
+
+def section_title(analysis, name: str) -> str:
+    """The heading of analyzer ``name``'s section: its declared ``TITLE`` (``analysis.analyzers``), else its name."""
+    described = (getattr(analysis, "analyzers", None) or {}).get(name)
+    return described.title if described is not None else name.replace("_", " ").title()
 
 
 def render_section(name: str, result) -> str:
@@ -194,7 +168,7 @@ def metric_rows(analysis, metrics: dict) -> list[dict]:
             unit = metric.unit if metric is not None else unit_of_key(key)
             rows.append(
                 {
-                    "group": SECTION_TITLES.get(name, name.replace("_", " ").title()) if name else "Other",
+                    "group": section_title(analysis, name) if name else "Other",
                     "label": metric.label if metric is not None and metric.label else label_of_key(key),
                     "labelled": True,
                     "value": metric_value_human(analysis.summary[key], unit),
@@ -275,7 +249,7 @@ def budget_view(budget) -> dict | None:
             "label": p.label,
             "pct": f"{100 * p.share:.1f} %",
             "width": f"{100 * p.share:.3f}",
-            "color": BUDGET_COLORS.get(p.cause, "#999"),
+            "color": cause_color(p.cause),
             "busy": p.busy,
             "wide": p.share >= BAR_LABEL_MIN_SHARE,
         }
@@ -291,7 +265,7 @@ def render_html(analysis) -> str:
     sections = [
         Section(
             section_anchor(name),
-            SECTION_TITLES.get(name, name.replace("_", " ").title()),
+            section_title(analysis, name),
             render_section(name, result),
         )
         for name, result in analysis.results.items()

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from diagnose.analyzers import discover
-from diagnose.commands._common import known_finding_ids
+from diagnose.checks.gate import known_finding_ids
 from tests.cli_run import gpudiag
 from tests.paths import FIXTURES, REPO
 
@@ -17,7 +17,9 @@ TINY = FIXTURES / "ncu" / "tiny_kernels" / "raw.csv"
 GATHER = FIXTURES / "ncu" / "l2_random_gather" / "raw.csv"
 SYNC_PLANTED = FIXTURES / "runs" / "sync_planted"
 TINY_TITLE = "48 of 48 launches (100 %) run under 5 µs (mean 2.17 µs, 2 kernels): launch-bound"
-NOT_MEASURED_ON_NCU = (
+# analyzers that said "not measured" on an ncu-only capture when this test was written: a new analyzer that needs a
+# trace or steps adds itself to what the library reports (the test reads that), never to this floor
+NOT_MEASURED_ON_NCU_AT_LEAST = (
     "fragmentation",
     "idle",
     "launch",
@@ -61,13 +63,19 @@ def test_check_gates_on_severity_on_a_run_folder():
 
 
 def test_check_prints_every_finding_with_its_id():
+    import diagnose
+
+    not_measured = {
+        f.analyzer for f in diagnose.analyze(diagnose.load(TINY)).findings if f.id.endswith(".not_measured")
+    }
+    assert not_measured >= set(NOT_MEASURED_ON_NCU_AT_LEAST)
     r = gpudiag("check", TINY)
     assert r.returncode == 1
     lines = r.stdout.splitlines()
     assert f"critical  {TINY_TITLE} (cost 100.0 %)  [tiny_kernels.launch_bound]" in lines
-    for analyzer in NOT_MEASURED_ON_NCU:  # check lists them all, not the report's first 15
+    for analyzer in not_measured:  # check lists them all, not the report's first 15
         assert any(line.endswith(f"  [{analyzer}.not_measured]") for line in lines), analyzer
-    assert "1 critical, 0 warning, 9 info" in lines
+    assert f"1 critical, 0 warning, {len(not_measured)} info" in lines
     assert lines[-1] == "FAIL: 1 finding at or above critical: tiny_kernels.launch_bound"
 
 
@@ -77,7 +85,13 @@ def test_ignore_by_id_and_by_glob():
     assert "ignored (--ignore): tiny_kernels.launch_bound" in by_id.stdout.splitlines()
     infos = gpudiag("check", TINY, "--fail-on", "info", "--ignore", "tiny_kernels.*")
     assert infos.returncode == 1
-    assert infos.stdout.splitlines()[-1].startswith("FAIL: 9 findings at or above info: fragmentation.not_measured")
+    not_measured = sorted(
+        line.split("[")[-1].rstrip("]") for line in infos.stdout.splitlines() if "not_measured]" in line
+    )
+    assert len(not_measured) >= len(NOT_MEASURED_ON_NCU_AT_LEAST)  # every finding left is an info "not measured"
+    assert infos.stdout.splitlines()[-1] == f"FAIL: {len(not_measured)} findings at or above info: " + ", ".join(
+        not_measured
+    )
     nothing_left = gpudiag("check", TINY, "--fail-on", "info", "--ignore", "tiny_*", "--ignore", "*.not_measured")
     assert nothing_left.returncode == 0, nothing_left.stdout
 
@@ -123,26 +137,28 @@ def test_findings_json_of_an_input_that_measured_nothing_exits_2(tmp_path):
     assert r.stderr.startswith(f"gpudiag: error: {fake}: nothing to check: the input holds no readable measurement")
 
 
-def _literal_ids(module_path) -> set[str]:
-    """The ids an analyzer's code can produce: ``id="..."`` literals and ``not_measured(...)`` calls."""
+def _literal_ids(module_path, name: str) -> set[str]:
+    """The ids analyzer ``name``'s code in ``module_path`` can produce: ``id="..."`` literals and
+    ``not_measured(...)`` calls."""
     tree = ast.parse(module_path.read_text())
     ids = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.keyword) and node.arg == "id" and isinstance(node.value, ast.Constant):
             ids.add(node.value.value)
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "not_measured":
-            ids.add(f"{module_path.stem}.not_measured")
+            ids.add(f"{name}.not_measured")
     return ids
 
 
 def test_every_analyzer_declares_exactly_the_ids_its_code_makes():
     mods = discover()
-    assert len(mods) == 16
+    assert len(mods) >= 16  # the sixteen this test was written with, and any added since
     for mod in mods:
         path = REPO / "diagnose" / "analyzers" / f"{mod.NAME}.py"
-        assert set(mod.FINDING_IDS) == _literal_ids(path), mod.NAME
+        judges = sorted((REPO / "diagnose" / "judges" / mod.NAME).glob("*.py"))  # the diagnoses it hands over
+        assert set(mod.FINDING_IDS) == set().union(*(_literal_ids(p, mod.NAME) for p in (path, *judges))), mod.NAME
         assert all(i.startswith(f"{mod.NAME}.") for i in mod.FINDING_IDS), mod.NAME
-    assert len(known_finding_ids()) == 52
+    assert len(known_finding_ids()) == sum(len(mod.FINDING_IDS) for mod in mods) >= 52
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import sys
 from tests.paths import FIXTURES, REPO
 
 TRACE = FIXTURES / "trace" / "sync_planted" / "trace.json.gz"
-HEAVY = ("plotly", "jinja2", "pandas", "numpy", "diagnose.launch.api", "diagnose.launch.light", "ncu_report")
+HEAVY = ("plotly", "jinja2", "pandas", "numpy", "diagnose.launch.api", "diagnose.launch.launcher", "ncu_report")
 
 RUN = """
 import json, sys

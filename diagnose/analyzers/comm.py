@@ -22,6 +22,13 @@ from diagnose.thresholds import Thresholds
 NAME = "comm"
 ORDER = 40
 SECTION = "section-comm"
+TITLE = "Collectives across ranks"  # its report section's heading
+JUDGES = "collectives"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "the step time"  # what its findings' cost_share is a share of, in the verdict's words
+COST_BASIS_BY_ID = {  # findings whose cost_share is a share of something else
+    "comm.low_overlap": "the traced time",
+}
+THRESHOLDS = ("comm",)  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary, also as rank<N>.<key> (diagnose.metrics)
     Metric("comm_overlap_pct", "Communication overlapped with compute", "%", HIGHER, 0.01),
     Metric("comm_time_share", "Time in communication", "share", LOWER, 0.001),

@@ -32,10 +32,16 @@ from diagnose.formatting import agree, bytes_human, count_human, n_things, pct_h
 from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import LOWER, NEUTRAL, Metric
 from diagnose.thresholds import Thresholds
+from parsers.run_records import SNAPSHOT
 
 NAME = "fragmentation"
 ORDER = 60
 SECTION = "section-fragmentation"
+TITLE = "Memory and fragmentation"  # its report section's heading
+JUDGES = "allocator memory"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "step time"  # what its findings' cost_share is a share of, in the verdict's words
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = ("memory",)  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what _publish() and the stats paths write into Result.summary
     # the snapshot's state depends on when it was dumped: a moment, not an outcome
     Metric("snapshot_reserved_bytes", "Reserved at the snapshot", "bytes", NEUTRAL, 1),
@@ -78,7 +84,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
                     "torch.cuda.memory._record_memory_history().",
                     "Light mode records the allocator history and per-step memory_stats of torch on CUDA (JAX: its "
                     "memory_stats): this run used no GPU allocator it could read (a CPU-only run has none).",
-                    "memory/",
+                    SNAPSHOT.prefix,
                 ),
                 section=SECTION,
             )
@@ -122,7 +128,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
                     "Only per-step memory_stats were found: this run wrote no allocator snapshot (light mode dumps one "
                     "at --snapshot-at, the trace window's end or the exit, for torch on CUDA). Run it in light mode "
                     "with --snapshot-at exit to see the heatmap and which lines fragment memory.",
-                    "memory/",
+                    SNAPSHOT.prefix,
                 ),
                 section=SECTION,
             )

@@ -22,10 +22,16 @@ from diagnose.formatting import ms_human
 from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric, rank_key
 from diagnose.thresholds import Thresholds
+from parsers.run_records import TRACE
 
 NAME = "idle"
 ORDER = 20
 SECTION = "section-idle"
+TITLE = "GPU idle time"  # its report section's heading
+JUDGES = "GPU idle time"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "the traced time"  # what its findings' cost_share is a share of, in the verdict's words
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = ("sync",)  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary, per rank_key (diagnose.metrics)
     # shares of the trace span; trace timestamps are microseconds (Kineto) or ns (nsys): 0.01 % of a span
     Metric("gpu_idle_pct", "GPU idle", "%", LOWER, 0.01),
@@ -43,6 +49,8 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
     "idle.not_measured",
     "idle.trace_warning",
 )
+# what the GPU looks like, not why: ranks after a cause of the same severity (diagnose.findings.rank_findings)
+SYMPTOM_FINDING_IDS = ("idle.gpu_idle",)
 
 CAUSE_ADVICE = {
     "input": "The GPU waits while the host fetches the next batch: see the step budget's input finding for the "
@@ -81,7 +89,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
                     "Profile with `gpudiag profile` or pass a PyTorch profiler / JAX trace to `gpudiag report`.",
                     "This run holds no trace: light mode traces --trace-steps steps (3 by default) from --trace-start; "
                     "an --ncu run and --trace-steps 0 take none.",
-                    "trace/",
+                    TRACE.prefix,
                 ),
                 SECTION,
             )

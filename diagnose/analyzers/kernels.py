@@ -14,6 +14,12 @@ from diagnose.metrics import LOWER, NEUTRAL, Metric
 
 NAME = "kernels"
 ORDER = 5
+SECTION = "section-kernels"
+TITLE = "Kernels"  # its report section's heading
+JUDGES = "per-kernel metrics"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "GPU time"  # its cost_share is a share of the profiled kernels' GPU time, as the verdict says it
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = ()  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     Metric("ncu_kernel_launches", "Kernel launches profiled by ncu", "count", NEUTRAL, 1),
     # raw exports give ns (1 ns); the details page rounds each launch to 3 significant digits

@@ -60,6 +60,11 @@ from diagnose.metrics import HIGHER, LOWER, Metric
 NAME = "l2"
 ORDER = 10
 SECTION = "section-l2"
+TITLE = "L2 cache"  # its report section's heading
+JUDGES = "L2 hit rates"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "GPU time"  # its cost_share is a share of the profiled kernels' GPU time, as the verdict says it
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = ("l2", "speed_of_light", "tiny_kernels")  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     # ncu's details page prints percentages with 2 decimals: 0.01 % is the coarsest form read
     Metric("l2_hit_time_weighted_pct", "L2 hit rate, weighted by kernel time", "%", HIGHER, 0.01),

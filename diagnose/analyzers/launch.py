@@ -22,6 +22,11 @@ from diagnose.thresholds import Thresholds
 NAME = "launch"
 ORDER = 22
 SECTION = "section-launch"
+TITLE = "Launch statistics"  # its report section's heading
+JUDGES = "launch overhead"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "the traced time"  # what its findings' cost_share is a share of, in the verdict's words
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = ("sync",)  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary, per key() (diagnose.metrics)
     Metric("launch_kernels_per_step", "Kernel launches per step", "count", LOWER, 0.01),
     Metric("launch_kernels_in_span", "Kernel launches in the traced span (no iterations found)", "count", LOWER, 1),
@@ -35,6 +40,8 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
     "launch.launch_bound",
     "launch.not_measured",
 )
+# what the trace looks like, not why: ranks after a cause of the same severity (diagnose.findings.rank_findings)
+SYMPTOM_FINDING_IDS = ("launch.launch_bound",)
 TOP_QUEUES = 20
 
 

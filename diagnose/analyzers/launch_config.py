@@ -45,6 +45,11 @@ from diagnose.metrics import LOWER, Metric
 NAME = "launch_config"
 ORDER = 20
 SECTION = "section-launch_config"
+TITLE = "Launch configuration"  # its report section's heading
+JUDGES = "launch configurations"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "GPU time"  # its cost_share is a share of the profiled kernels' GPU time, as the verdict says it
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = ("launch_config", "tiny_kernels")  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     Metric(
         "launch_small_grid_loss_gpu_time_share",

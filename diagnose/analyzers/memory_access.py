@@ -40,6 +40,11 @@ from diagnose.metrics import LOWER, Metric
 NAME = "memory_access"
 ORDER = 32
 SECTION = "section-memory_access"
+TITLE = "Memory Access"  # its report section's heading
+JUDGES = "global-memory access"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "GPU time"  # its cost_share is a share of the profiled kernels' GPU time, as the verdict says it
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = ("memory_access", "tiny_kernels")  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     Metric(
         "uncoalesced_excess_sector_share", "Global-memory sectors beyond the ideal (uncoalesced)", "share", LOWER, 0.001

@@ -45,6 +45,18 @@ from diagnose.metrics import NEUTRAL, Metric
 NAME = "ncu_rules"
 ORDER = 90
 SECTION = "section-ncu_rules"
+TITLE = "Ncu Rules"  # its report section's heading
+JUDGES = "ncu's rule results"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "GPU time"  # its cost_share is a share of the profiled kernels' GPU time, as the verdict says it
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = (
+    "ncu_rules",
+    "launch_config",
+    "memory_access",
+    "occupancy",
+    "speed_of_light",
+    "tiny_kernels",
+)  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     Metric("ncu_rule_results_count", "ncu rule results shown", "count", NEUTRAL, 1),
     # how often ncu's rules and gpudiag's findings disagree: about the tools, not the run

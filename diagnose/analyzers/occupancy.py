@@ -46,6 +46,11 @@ from diagnose.metrics import HIGHER, Metric
 NAME = "occupancy"
 ORDER = 15
 SECTION = "section-occupancy"
+TITLE = "Occupancy"  # its report section's heading
+JUDGES = "occupancy"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "GPU time"  # its cost_share is a share of the profiled kernels' GPU time, as the verdict says it
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = ("occupancy", "tiny_kernels")  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     Metric(
         "achieved_occupancy_time_weighted_pct", "Achieved occupancy, weighted by kernel time", "%", HIGHER, 0.01

@@ -29,6 +29,11 @@ from diagnose.metrics import LOWER, NEUTRAL, Metric
 NAME = "speed_of_light"
 ORDER = 30
 SECTION = "section-speed_of_light"
+TITLE = "Speed of light"  # its report section's heading
+JUDGES = "throughput against peak"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "GPU time"  # its cost_share is a share of the profiled kernels' GPU time, as the verdict says it
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = ("speed_of_light", "tiny_kernels")  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     # moving time between memory- and compute-bound is neither better nor worse; latency-bound uses neither unit
     Metric("sol_memory_bound_gpu_time_share", "GPU time in memory-bound kernels", "share", NEUTRAL, 0.001),

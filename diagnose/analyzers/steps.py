@@ -23,10 +23,21 @@ from diagnose.formatting import ms_human, n_things
 from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import LOWER, NEUTRAL, Metric
 from diagnose.thresholds import Thresholds
+from parsers.run_records import EVENTS
 
 NAME = "steps"
 ORDER = 40
 SECTION = "section-steps"
+TITLE = "Step timings"  # its report section's heading
+JUDGES = "step times"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "step time"  # what its findings' cost_share is a share of, in the verdict's words
+COST_BASIS_BY_ID = {  # findings whose cost_share is a share of something else
+    "steps.unstable": "the steady steps' time",
+    "steps.outliers": "the steady steps' time",
+    "steps.host_bound": "the median step's host time",
+    "steps.own_overhead": "the median step's host time",
+}
+THRESHOLDS = ("steps",)  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what _summary() writes into Result.summary (diagnose.metrics)
     Metric("step_count", "Measured steps", "count", NEUTRAL, 1),
     Metric("step_warmup_excluded", "Warm-up and profiler trace-window steps left out", "count", NEUTRAL, 1),
@@ -50,6 +61,8 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
     "steps.own_overhead",
     "steps.unstable",
 )
+# what the step time looks like, not why: ranks after a cause of the same severity (diagnose.findings.rank_findings)
+SYMPTOM_FINDING_IDS = ("steps.unstable",)
 MAX_OUTLIER_SUBJECTS = 20
 
 
@@ -66,7 +79,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
                     "Run the script under `gpudiag profile` (it records CUDA events around each optimizer step), or "
                     "pass a CSV/JSON of step timings (name,step,elapsed_ms; see docs/step-timings.md).",
                     capture_advice.STEP_RECORDS,
-                    "events/",
+                    EVENTS.prefix,
                 ),
                 section=SECTION,
             )

@@ -34,10 +34,16 @@ from diagnose.formatting import ms_human, n_things
 from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import LOWER, Metric
 from diagnose.thresholds import Thresholds
+from parsers.run_records import TRACE
 
 NAME = "sync"
 ORDER = 21
 SECTION = "section-sync"
+TITLE = "Host syncs and GPU idle time"  # its report section's heading
+JUDGES = "host syncs"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "the traced time"  # what its findings' cost_share is a share of, in the verdict's words
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = ("sync",)  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary, per key() (diagnose.metrics)
     Metric("sync_count_per_step", "Host synchronisations per step", "count", LOWER, 0.01),
     Metric("sync_host_blocked_ms_per_step", "Host blocked in syncs per step", "ms", LOWER, 0.001),  # 1 us timestamps
@@ -67,7 +73,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
                     "profiler trace with stacks (with_stack=True).",
                     "Syncs are recorded in the trace window: this run traced no steps (--trace-steps 0, or an --ncu "
                     "run); run it in light mode with --trace-steps 3 or more.",
-                    "trace/",
+                    TRACE.prefix,
                 ),
                 SECTION,
             )

@@ -23,6 +23,11 @@ from diagnose.metrics import LOWER, Metric
 NAME = "tiny_kernels"
 ORDER = 25
 SECTION = "section-tiny_kernels"
+TITLE = "Tiny kernels"  # its report section's heading
+JUDGES = "kernel durations"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "GPU time"  # its cost_share is a share of the profiled kernels' GPU time, as the verdict says it
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = ("tiny_kernels",)  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metrics)
     Metric("tiny_kernel_launch_share", "Launches of tiny kernels", "share", LOWER, 0.001),
     Metric("tiny_kernel_launches", "Tiny kernel launches", "count", LOWER, 1),

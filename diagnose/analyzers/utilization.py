@@ -19,10 +19,16 @@ from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_
 from diagnose.ingest.profile_data import Profile
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric
 from diagnose.thresholds import Thresholds
+from parsers.run_records import NVML_CSV
 
 NAME = "utilization"
 ORDER = 45
 SECTION = "section-utilization"
+TITLE = "NVML utilisation"  # its report section's heading
+JUDGES = "NVML utilisation"  # what "Nothing crossed a threshold: judged ..." names
+COST_BASIS = "the sampled time (NVML)"  # what its findings' cost_share is a share of, in the verdict's words
+COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
+THRESHOLDS = ("utilization", "steps")  # the Thresholds groups it reads (diagnose/thresholds.py)
 SUMMARY_METRICS = (  # what _summary() writes into Result.summary (diagnose.metrics)
     Metric("nvml_sample_count", "NVML samples", "count", NEUTRAL, 1),
     Metric("nvml_window_s", "NVML window judged", "s", NEUTRAL, 0.001),
@@ -42,12 +48,14 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
     "utilization.mem_util_swing",
     "utilization.not_measured",
 )
+# what the GPU looks like, not why: ranks after a cause of the same severity (diagnose.findings.rank_findings)
+SYMPTOM_FINDING_IDS = ("utilization.low_gpu_util",)
 TIMELINE_COLUMNS = ["gpu_util_pct", "mem_util_pct", "mem_used_gib", "sm_clock_mhz", "power_w"]
 
 
 def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -> Result:
     result = Result(analyzer=NAME)
-    incomplete = ((profile.manifest or {}).get("incomplete") or {}).get("nvml.csv")
+    incomplete = ((profile.manifest or {}).get("incomplete") or {}).get(NVML_CSV)
     if incomplete:  # said again beside the NVML timeline it cuts short (e.g. NVML stopped mid-run)
         result.meta["input_note"] = f"nvml.csv is incomplete: {incomplete}"
     samples = profile.nvml
@@ -62,7 +70,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
                     "about ten times a second into nvml.csv.",
                     "NVML is sampled into nvml.csv where an NVIDIA driver and nvidia-ml-py are present and the run "
                     "was not given --no-nvml (an --ncu run does not sample it).",
-                    "nvml.csv",
+                    NVML_CSV,
                 ),
                 section=SECTION,
             )

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnose.findings import jsonable
+from parsers.run_records import is_run_manifest
 
 SEVERITY_ORDER = {"info": 0, "warning": 1, "critical": 2}
 
@@ -673,7 +674,7 @@ _SELF_ADVICE = re.compile(r"`?gpudiag profile`?(?P<flags>(?:\s+--[\w-]+)*)")
 
 def is_run_folder(doc: dict) -> bool:
     manifest = (doc.get("source") or {}).get("manifest")
-    return isinstance(manifest, dict) and str(manifest.get("schema", "")).startswith("gpudiag.run")
+    return isinstance(manifest, dict) and is_run_manifest(manifest)
 
 
 def check_no_self_advice(doc: dict, analysis: Any = None) -> list[Violation]:

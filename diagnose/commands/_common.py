@@ -1,10 +1,8 @@
 """What the subcommands share: threshold options, input and output checks, the "nothing to judge" rule,
-the finding ids `--ignore` accepts, and the terminal width."""
+and the terminal width. The finding ids `--ignore` accepts are the gate's (diagnose/checks/gate.py)."""
 
 from __future__ import annotations
 
-import difflib
-import fnmatch
 import os
 import shutil
 import sys
@@ -137,33 +135,6 @@ def require_measurement(artifacts: Mapping | None, path, notes: Iterable[str] = 
         path,
         f"nothing to {verb}: {what} holds no readable measurement" + (f" ({'; '.join(notes)})" if notes else ""),
     )
-
-
-def known_finding_ids() -> tuple[str, ...]:
-    """Every finding id an analyzer declares (its module's ``FINDING_IDS``), sorted."""
-    from diagnose.analyzers import discover
-
-    return tuple(sorted({i for mod in discover() for i in getattr(mod, "FINDING_IDS", ())}))
-
-
-def ignore_matcher(patterns: Iterable[str], known: Iterable[str]) -> Callable[[str], bool]:
-    """A test ``id -> ignored?`` for ``--ignore`` values: exact ids or globs (``l2.*``).
-
-    A value that matches no known id is an error listing them: a typo must not silently leave a finding
-    in the gate's blind spot.
-    """
-    patterns = tuple(patterns)
-    known = sorted(set(known))
-    for pattern in patterns:
-        if not any(fnmatch.fnmatchcase(i, pattern) for i in known):
-            close = difflib.get_close_matches(pattern, known, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise InputError(
-                None,
-                f"--ignore {pattern}: no finding has this id{hint}. Known ids (globs such as 'l2.*' work too):\n  "
-                + "\n  ".join(known),
-            )
-    return lambda finding_id: any(fnmatch.fnmatchcase(finding_id, p) for p in patterns)
 
 
 def terminal_width() -> int | None:

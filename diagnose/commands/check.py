@@ -1,5 +1,8 @@
 """`gpudiag check`: a CI gate. Exit 1 when a finding reaches --fail-on, 0 otherwise, 2 for bad input
-(including an input in which nothing could be judged, the rule `report` uses, and an unknown --ignore id)."""
+(including an input in which nothing could be judged, the rule `report` uses, and an unknown --ignore id).
+
+The rule is the library's (diagnose/checks/gate.py); this command reads its options, analyses or reads the input,
+and prints."""
 
 from __future__ import annotations
 
@@ -13,8 +16,6 @@ import click
 
 from diagnose.commands._common import (
     build_thresholds,
-    ignore_matcher,
-    known_finding_ids,
     require_input_path,
     require_measurement,
     require_output_path,
@@ -22,7 +23,6 @@ from diagnose.commands._common import (
     threshold_options,
     write_output,
 )
-from diagnose.formatting import n_things
 from parsers.errors import InputError
 from parsers.reader import FINDINGS
 
@@ -60,6 +60,7 @@ def command(path, fail_on, ignore, json_path, md_path, config_path, thresholds):
     Every finding is listed with its id ([l2.low_hit_rate]), the id --ignore takes.
     Exit code: 0 (pass), 1 (a finding at or above --fail-on), 2 (bad input, nothing to judge, unknown --ignore).
     """
+    from diagnose.checks.gate import ignore_matcher, judge, known_finding_ids
     from diagnose.findings import Severity
     from diagnose.outputs.report_files import write_json, write_markdown
     from parsers import registry
@@ -88,24 +89,18 @@ def command(path, fail_on, ignore, json_path, md_path, config_path, thresholds):
         analysis = analyze(profile, th)
         if json_path:
             write_output(json_path, "--json", lambda: write_json(analysis, json_path))
-    hits = [f for f in analysis.findings if f.severity >= level and not ignored(f.id)]
-    left_out = sorted({f.id for f in analysis.findings if ignored(f.id)})
+    result = judge(analysis.findings, level, ignored)
     click.echo(render_terminal(analysis, color=sys.stdout.isatty(), limit=None, width=terminal_width()), nl=False)
-    if left_out:
-        click.echo(f"ignored (--ignore): {', '.join(left_out)}")
-    if hits:
-        ids = ", ".join(dict.fromkeys(f.id for f in hits))
-        gate = f"FAIL: {n_things(len(hits), 'finding')} at or above {fail_on}: {ids}"
-    else:
-        gate = f"OK: no finding at or above {fail_on}"
+    if result.ignored_ids:
+        click.echo(f"ignored (--ignore): {', '.join(result.ignored_ids)}")
     if json_path:
         click.echo(f"Wrote {json_path}")
     if md_path:
-        write_output(md_path, "--md", lambda: write_markdown(analysis, md_path, gate=gate))
+        write_output(md_path, "--md", lambda: write_markdown(analysis, md_path, gate=result.line))
         click.echo(f"Wrote {md_path}")
-    click.echo(gate)
-    if hits:
-        raise SystemExit(1)
+    click.echo(result.line)
+    if not result.passed:
+        raise SystemExit(result.exit_code)
 
 
 @dataclass

@@ -176,8 +176,9 @@ def command(
 
     The script runs unchanged; its exit code is gpudiag's exit code.
     """
-    from diagnose.launch.light import ProfileOptions, run_profiled
-    from diagnose.launch.ncu import DEFAULT_MAX_LAUNCHES, DEFAULT_SECTIONS, DEFAULT_TIMEOUT_S, NcuOptions
+    from diagnose.launch.capture_mode import ProfileOptions
+    from diagnose.launch.launcher import run_profiled
+    from diagnose.launch.ncu_command import DEFAULT_MAX_LAUNCHES, DEFAULT_SECTIONS, DEFAULT_TIMEOUT_S, NcuOptions
     from diagnose.launch.run_dir import DEFAULT_PARENT
 
     if not command:

@@ -12,13 +12,13 @@ What it holds:
 - ``kernel_memo``: the kernels table's groupings and limiter means (diagnose.derive.table_values), passed as
   ``memo=`` to the kernel_stats / kernel_limiter functions;
 - the profile-level tables below (``step_table``, ``trace_window``, ``source_dirs``, ``kernel_access``,
-  ``rank_calls``), each a method whose result is kept.
+  ``rank_calls``, ``step_budget``), each a method whose result is kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
@@ -26,6 +26,9 @@ from diagnose.derive.table_values import TableValues
 from diagnose.derive.trace_view import TraceView
 from diagnose.ingest.profile_data import Profile
 from diagnose.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from diagnose.derive.step_budget_table import StepBudget
 
 T = TypeVar("T")
 
@@ -88,3 +91,9 @@ class Derived:
             ("rank_calls", rank), lambda: rank_calls(self.profile, rank, self.analysed(rank), self.thresholds)
         )
         return calls.copy(), step_ns, n_steps
+
+    def step_budget(self) -> StepBudget:
+        """Every rank's step-time budget, its slow and traced steps (diagnose.derive.step_budget_table): a copy."""
+        from diagnose.derive.step_budget_table import step_budget
+
+        return self.once("step_budget", lambda: step_budget(self.profile, self, self.thresholds)).copy()

@@ -14,9 +14,10 @@ import pandas as pd
 
 from reports import chart_budget
 from reports.chart_budget import bin_intervals, binning_note, duration_text_ms, nice_width
-from reports.figures import figure_html, table_html
+from reports.figures import CAUSE_COLORS, figure_html, table_html
 
-COLORS = {"compute": "#8d99ae", "wait": "#d62828", "collective": "#277da1"}
+# compute and collectives in the causes' colours (reports/figures.py), a rank's wait for the others in red
+COLORS = {"compute": CAUSE_COLORS["compute"], "wait": "#d62828", "collective": CAUSE_COLORS["collective"]}
 LANE_NAMES = {
     "compute": "compute kernels",
     "wait": "waiting for the last rank",

@@ -13,15 +13,16 @@ import plotly.graph_objects as go
 
 from reports import chart_budget
 from reports.chart_budget import binning_note, group_consecutive
-from reports.figures import figure_html, table_html
+from reports.figures import CAUSE_COLORS, figure_html, table_html
 
+# the per-step table's columns as stacked bars: (column, legend name, colour of its cause, diagnose.findings.CAUSES)
 CAUSES = (
-    ("busy_ms", "busy", "#4c78a8"),
-    ("idle_sync_ms", "idle: held by syncs", "#e45756"),
-    ("idle_host_ms", "idle: waiting for host launch", "#f58518"),
-    ("idle_short_ms", "idle: short kernel gaps", "#bab0ac"),
-    ("idle_other_ms", "idle: other streams / events", "#72b7b2"),
-    ("idle_unlinked_ms", "idle: cause not in the trace", "#d4d4d4"),
+    ("busy_ms", "busy", CAUSE_COLORS["compute"]),
+    ("idle_sync_ms", "idle: held by syncs", CAUSE_COLORS["sync"]),
+    ("idle_host_ms", "idle: waiting for host launch", CAUSE_COLORS["host"]),
+    ("idle_short_ms", "idle: short kernel gaps", CAUSE_COLORS["short"]),
+    ("idle_other_ms", "idle: other streams / events", CAUSE_COLORS["other"]),
+    ("idle_unlinked_ms", "idle: cause not in the trace", CAUSE_COLORS["unlinked"]),
 )
 
 

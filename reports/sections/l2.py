@@ -60,8 +60,8 @@ def render(result) -> str:
         parts.append(
             "<h3>Kernels by GPU time × miss rate</h3><p class='muted'>Miss cost = GPU time × "
             "(1 − hit rate); reuse at L1 / L2 = global-load sectors requested at L1 / L2 per DRAM sector "
-            f"read: at or under {result.meta.get('streaming_max', 1.5):g} each byte is read about once (compulsory "
-            f"misses), at {result.meta.get('reuse_min', 4):g} or more the data is re-read (reuse missed); click a "
+            f"read: at or under {result.meta['streaming_max']:g} each byte is read about once (compulsory "
+            f"misses), at {result.meta['reuse_min']:g} or more the data is re-read (reuse missed); click a "
             "column to sort.</p><div class='scroll'>" + table_html(table[cols], "l2-kernels") + "</div>"
         )
     return "\n".join(parts) or EMPTY
@@ -95,7 +95,7 @@ def _heatmap(cells, meta, kernel_table=None) -> str:
     if kernel_table is not None and {"kernel", "kernel_name"} <= set(kernel_table.columns):
         full = kernel_table.drop_duplicates("kernel").set_index("kernel")["kernel_name"].reindex(kernels).tolist()
     categories, ticks = kernel_axis(kernels, full)
-    warning, critical = meta.get("warning_pct", 85.0), meta.get("critical_pct", 62.0)
+    warning, critical = meta["warning_pct"], meta["critical_pct"]  # the bands the analysis used (its thresholds)
     # red under the critical band, amber in the warning band, green above it
     scale = [[0.0, "#a50026"], [critical / 100, "#f46d43"], [warning / 100, "#fee08b"], [1.0, "#1a9850"]]
     fig = go.Figure(

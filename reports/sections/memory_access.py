@@ -40,7 +40,7 @@ def render(result) -> str:
         if result.findings:
             return f'<p class="muted">{html.escape(result.findings[0].recommendation)}</p>'
         return '<p class="muted">No global-memory sector metrics in this input.</p>'
-    threshold = result.meta.get("excess_share_pct", 25.0)
+    threshold = result.meta["excess_share_pct"]  # the analysis's threshold
     top = stats[stats["excess_share_pct"].notna()].sort_values("gpu_time_ns", ascending=False).head(MAX_BARS)
     names, ticks = kernel_axis(top["kernel"], top.get("kernel_name"))  # short on the axis, full on hover
     hover = top[["access", "top_location", "share", "est_loss_share"]].astype(object)

@@ -45,7 +45,7 @@ def render(result) -> str:
         if result.findings:
             return f'<p class="muted">{html.escape(result.findings[0].recommendation)}</p>'
         return '<p class="muted">No speed-of-light metrics in this input.</p>'
-    bound, latency = result.meta.get("bound_pct", 60.0), result.meta.get("latency_pct", 40.0)
+    bound, latency = result.meta["bound_pct"], result.meta["latency_pct"]  # the analysis's thresholds
     fig = go.Figure()
     peak = max(float(stats["gpu_time_ns"].max()), 1.0)
     drawn, rest = top_n_other(stats, "gpu_time_ns", chart_budget.MAX_MARKS - 16)

@@ -9,21 +9,9 @@ from __future__ import annotations
 
 import html
 
-from reports.figures import figure_html, table_html, titled_tables
+from reports.figures import cause_color, figure_html, table_html, titled_tables
 from reports.format import agree, ms_human, n_things
 
-COLORS = {  # the same hues as the verdict's budget bar (reports/html.py) where the cause is the same
-    "compute": "#4c78a8",
-    "memcpy": "#9ecae9",
-    "collective": "#54a24b",
-    "input": "#b279a2",
-    "sync": "#e45756",
-    "launch_bound": "#f58518",
-    "allocator": "#eeca3b",
-    "other_wait": "#72b7b2",
-    "trace_window": "#d6d6d6",
-    "unexplained": "#bab0ac",
-}
 TABLE_COLUMNS = ["rank", "column", "wall_ms", "steps", "label", "ms", "share", "measured_in"]
 
 
@@ -70,7 +58,7 @@ def _chart(budget) -> str:
             x=rows["shown_ms"],
             orientation="h",
             name=str(rows["label"].iloc[0]),
-            marker_color=COLORS.get(str(part), "#999"),
+            marker_color=cause_color(str(part)),  # a part is its cause's colour, as in the verdict's bar
             customdata=rows[["share", "measured_in"]].to_numpy(),
             hovertemplate="%{x:,.3f} ms (%{customdata[0]:.1%}), measured in %{customdata[1]}<extra></extra>",
         )

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from reports import chart_budget
 from reports.chart_budget import bin_intervals, binning_note, duration_text_ms, nice_width
-from reports.figures import figure_html, table_html
+from reports.figures import CAUSE_COLORS, figure_html, table_html
 from reports.format import ms_human, n_things
 
 TABLE_COLUMNS = {
@@ -78,7 +78,7 @@ def _timeline(busy, points) -> str:
                 y=["GPU"] * len(busy),
                 orientation="h",
                 name="GPU busy",
-                marker_color="#4c78a8",
+                marker_color=CAUSE_COLORS["compute"],
                 customdata=busy[["end_ms"]].to_numpy(),
                 hovertemplate="busy %{base:.3f}–%{customdata[0]:.3f} ms<extra></extra>",
             )
@@ -97,7 +97,9 @@ def _timeline(busy, points) -> str:
                 y=["GPU"] * len(bins),
                 orientation="h",
                 name="GPU busy (shade: busy share of the bucket)",
-                marker=dict(color="#4c78a8", opacity=np.clip(bins["busy"] / width, 0.15, 1.0).round(3).tolist()),
+                marker=dict(
+                    color=CAUSE_COLORS["compute"], opacity=np.clip(bins["busy"] / width, 0.15, 1.0).round(3).tolist()
+                ),
                 customdata=np.column_stack([bins["busy"], 100 * bins["busy"] / width, bins["count"]]),
                 hovertemplate="%{base:.3f} ms + "
                 + duration_text_ms(width)
@@ -123,7 +125,7 @@ def _host_markers(t_ms, texts: list[str], name: str):
         y=["host"] * len(texts),
         mode="markers",
         name=name,
-        marker=dict(symbol="x", size=12, color="#e45756"),
+        marker=dict(symbol="x", size=12, color=CAUSE_COLORS["sync"]),
         text=[html.escape(t) for t in texts],
         hovertemplate="%{text}<extra></extra>",
     )

@@ -23,7 +23,7 @@ def render(result) -> str:
     hist = result.tables.get("duration_histogram")
     if hist is None or not len(hist):
         return '<p class="muted">No kernel durations in this input.</p>'
-    limit_ns = result.meta.get("max_dur_ns", 5000.0)
+    limit_ns = result.meta["max_dur_ns"]  # the analysis's threshold
     colors = ["#c0392b" if hi <= limit_ns else "#2471a3" for hi in hist["bin_hi_ns"]]
     fig = go.Figure(
         go.Bar(

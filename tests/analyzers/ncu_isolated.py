@@ -41,20 +41,17 @@ def in_fresh_process(fn, *args):
 
 def analyze_report(analyzer: str, path: str):
     """One analyzer's Result on a report."""
-    import importlib
-
     import diagnose
-    from diagnose.thresholds import Thresholds
+    from diagnose.analysis import run_analyzer
 
-    return importlib.import_module(f"diagnose.analyzers.{analyzer}").analyze(diagnose.load(path), Thresholds())
+    return run_analyzer(analyzer, diagnose.load(path))
 
 
 def read_report(path: str):
-    """(read_ncu, read_ncu_rules, the registry reader's (kernels, rules)) of a report."""
+    """The registry reader's (kernels, rules) of a report."""
     from parsers import registry
-    from parsers.ncu import read_ncu, read_ncu_rules
 
-    return read_ncu(path), read_ncu_rules(path), registry.detect(path).read(path)
+    return registry.detect(path).read(path)
 
 
 def report_path() -> str:

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 
 from diagnose.derive.allocator_timeline import allocator_timeline, hit_after_new_segment
-from parsers.ncu import read_ncu
 from parsers.ncu_launch_starts import LAUNCH_STARTS_SCHEMA
 from parsers.snapshot import read_snapshot
+from tests.ncu_read import ncu_kernels
 from tests.paths import REPO
 
 CHURN = REPO / "fixtures" / "memory" / "churn" / "snapshot.pickle.gz"
@@ -31,7 +31,7 @@ def fake_starts_over(snapshot, kernels, first: int, last: int) -> pd.DataFrame:
 
 
 def test_reserved_bytes_run_back_from_the_dump_and_launches_after_new_segments_are_marked():
-    snapshot, kernels = read_snapshot(CHURN), read_ncu(KINDS)
+    snapshot, kernels = read_snapshot(CHURN), ncu_kernels(KINDS)
     trace = snapshot.trace.sort_values("seq")
     grows = trace[trace["action"] == "segment_alloc"]
     first, last = int(grows.index[0]), int(grows.index[-1])  # the span that holds every new segment
@@ -56,7 +56,7 @@ def test_reserved_bytes_run_back_from_the_dump_and_launches_after_new_segments_a
 
 
 def test_no_timeline_without_launch_times_or_history():
-    snapshot, kernels = read_snapshot(CHURN), read_ncu(KINDS)
+    snapshot, kernels = read_snapshot(CHURN), ncu_kernels(KINDS)
     assert allocator_timeline(kernels, LAUNCH_STARTS_SCHEMA.empty(), snapshot) == {}
     assert allocator_timeline(kernels, fake_starts_over(snapshot, kernels, 0, 10), None) == {}
 
@@ -101,7 +101,7 @@ def test_launches_after_the_history_are_drawn_as_not_recorded():
     line stops at the last launch the history saw; the rest is a labelled not-recorded band (issue 19)."""
     from reports.sections.l2 import _timeline
 
-    snapshot, kernels = read_snapshot(CHURN), read_ncu(KINDS)
+    snapshot, kernels = read_snapshot(CHURN), ncu_kernels(KINDS)
     t_us = snapshot.trace.sort_values("seq")["t_us"].to_numpy()
     span = t_us[-1] - t_us[0]
     times = np.linspace(t_us[-1] - span / 3, t_us[-1] + span / 3, len(kernels)) * 1000.0

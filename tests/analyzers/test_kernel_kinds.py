@@ -9,10 +9,10 @@ import pytest
 
 import diagnose
 from diagnose.analysis import run_analyzer
-from diagnose.derive.kernel_limiter import BREAKDOWN_MEMORY, BREAKDOWN_SM, column_of, kernel_limiters, launch_limiters
+from diagnose.derive.kernel_limiter import BREAKDOWN_MEMORY, BREAKDOWN_SM, column_of, kernel_limiters
 from diagnose.derive.kernel_stats import per_kernel
 from diagnose.thresholds import Thresholds
-from parsers.ncu import read_ncu
+from tests.ncu_read import ncu_kernels
 from tests.paths import REPO
 
 KINDS = REPO / "fixtures" / "ncu" / "kernel_kinds"
@@ -29,7 +29,7 @@ def by_id(analysis):
 
 
 def test_each_kernels_limiter_is_its_sol_breakdowns_top_unit():
-    kernels = read_ncu(RAW)
+    kernels = ncu_kernels(RAW)
     stats = per_kernel(kernels, ["sm_throughput_pct", "memory_throughput_pct"])
     lim = kernel_limiters(kernels, stats).assign(kernel=stats["kernel"]).set_index("kernel")
     expected = {
@@ -48,25 +48,40 @@ def test_each_kernels_limiter_is_its_sol_breakdowns_top_unit():
     assert round(naive["sm_throughput_pct"], 1) == 64.8 and lim.loc["naive_gemm", "limiter_pct"] > 97
 
 
-def test_limiter_per_launch_is_the_argmax_of_the_catalogued_breakdown():
-    kernels = read_ncu(RAW)
-    lim = launch_limiters(kernels)
+def test_each_kernels_limiter_is_the_argmax_of_its_duration_weighted_breakdown():
+    kernels = ncu_kernels(RAW)
+    stats = per_kernel(kernels)
+    lim = kernel_limiters(kernels, stats)
     members = [m for m in BREAKDOWN_SM + BREAKDOWN_MEMORY if column_of(m) in kernels.columns]
-    values = kernels[[column_of(m) for m in members]].to_numpy(dtype=float)
-    assert list(lim["limiter_metric"]) == [members[i] for i in np.nanargmax(values, axis=1)]
+    values = kernels[[column_of(m) for m in members]].astype(float)
+    weights = values.notna().mul(kernels["dur_ns"], axis=0)  # a launch weighs its duration, where it has the value
+    by_name = kernels["kernel_name"]
+    means = values.mul(kernels["dur_ns"], axis=0).groupby(by_name).sum() / weights.groupby(by_name).sum()
+    expected = [members[i] for i in np.nanargmax(means.loc[stats["kernel_name"]].to_numpy(), axis=1)]
+    assert list(lim["limiter_metric"]) == expected
+    assert len(set(expected)) > 1  # the capture's kernels are limited by different units
+
+
+def limiter_of_each_launch(kernels: pd.DataFrame) -> list[str]:
+    """The limiter metric of each launch, in launch order, through kernel_limiters (what the analyzers use): each
+    launch is named as a kernel of its own, and a kernel's duration-weighted mean over one launch is its value."""
+    one_each = kernels.assign(kernel_name=[f"launch {i:06d}" for i in range(len(kernels))])
+    stats = per_kernel(one_each)
+    lim = kernel_limiters(one_each, stats).set_axis(stats["kernel_name"].to_numpy())
+    return list(lim.loc[one_each["kernel_name"], "limiter_metric"])
 
 
 def report_limiters(path: str) -> tuple[list[str], list[str], bool]:
     """(each launch's limiter metric, the highest metric of the launch's own breakdown lists, whether every launch
     has its lists), read from a .ncu-rep (in a fresh process: see tests/analyzers/ncu_isolated.py)."""
-    rep = read_ncu(path)
+    rep = ncu_kernels(path)
     has_lists = bool(rep["sol_breakdown_sm"].notna().all() and rep["sol_breakdown_memory"].notna().all())
     truth = []  # without kernel_limiter: the report's lists and the launch's values only
     for _, row in rep.iterrows():
         listed = str(row["sol_breakdown_sm"]).split(",") + str(row["sol_breakdown_memory"]).split(",")
         values = {m: row[column_of(m)] for m in listed if column_of(m) in rep.columns}
         truth.append(max(values, key=values.get))
-    return list(launch_limiters(rep)["limiter_metric"]), truth, has_lists
+    return limiter_of_each_launch(rep), truth, has_lists
 
 
 @pytest.mark.parametrize("scenario", ["l2_random_gather", "matmul_tiled", "small_grid", "tiny_kernels"])
@@ -77,7 +92,7 @@ def test_limiter_from_the_reports_own_breakdown_lists_matches_the_csv(scenario):
     pytest.importorskip("ncu_report")
     limiters, truth, has_lists = in_fresh_process(report_limiters, str(FIXTURE_REPORTS[scenario]))
     assert has_lists and limiters == truth
-    assert list(launch_limiters(read_ncu(FIXTURE_REPORTS[scenario].with_name("raw.csv")))["limiter_metric"]) == truth
+    assert limiter_of_each_launch(ncu_kernels(FIXTURE_REPORTS[scenario].with_name("raw.csv"))) == truth
 
 
 def test_naive_gemm_is_reuse_missed_with_tiling_advice(analysis):
@@ -122,7 +137,7 @@ def test_occupancy_gap_at_a_units_peak_is_info(tmp_path):
     from diagnose.analyzers import occupancy
     from diagnose.ingest.profile_data import Profile
 
-    kernels = read_ncu(RAW)
+    kernels = ncu_kernels(RAW)
     is_stream = kernels["kernel_short"] == "stream_add"
     kernels.loc[is_stream, "achieved_occupancy_pct"] = kernels.loc[is_stream, "theoretical_occupancy_pct"] - 30
     profile = Profile(kernels=kernels)
@@ -137,13 +152,16 @@ def test_occupancy_gap_at_a_units_peak_is_info(tmp_path):
 
 def test_summary_only_capture_falls_back_to_the_sol_summary():
     """fake: no breakdown metric at all — the limiter says so rather than guessing a unit."""
-    kernels = read_ncu(RAW)
+    kernels = ncu_kernels(RAW)
     members = [column_of(m) for m in BREAKDOWN_SM + BREAKDOWN_MEMORY]
     slim = kernels.drop(columns=[c for c in members if c in kernels.columns])
-    lim = launch_limiters(slim)
+    stats = per_kernel(slim, ["sm_throughput_pct", "memory_throughput_pct"])
+    lim = kernel_limiters(slim, stats)
     assert set(lim["limiter_source"]) == {"SOL summary only"}
-    row = lim[slim["kernel_short"].eq("naive_gemm").to_numpy()].iloc[0]
-    assert row["limiter_unit"] == "memory (no breakdown collected)" and round(row["limiter_pct"], 1) == 97.1
+    row = lim[stats["kernel_short"].eq("naive_gemm").to_numpy()].iloc[0]
+    naive = stats.set_index("kernel_short").loc["naive_gemm"]
+    assert row["limiter_unit"] == "memory (no breakdown collected)" and round(row["limiter_pct"], 1) == 97.2
+    assert row["limiter_pct"] == naive["memory_throughput_pct"] > naive["sm_throughput_pct"]
     assert pd.isna(row["next_pct"])
 
 

@@ -105,7 +105,7 @@ def test_report_gives_the_source_line_of_strided_copys_load(rep_result):
 
 
 def test_report_excess_sources_column_per_launch():
-    kernels, _, _ = in_fresh_process(read_report, report_path())
+    kernels, _ = in_fresh_process(read_report, report_path())
     strided = kernels[kernels["kernel_short"] == "strided_copy"]
     assert len(strided) == 2
     data = json.loads(strided["global_excess_sources"].iloc[0])

@@ -100,11 +100,9 @@ def test_missing_l2_metric_says_not_measured():
 
 def test_empty_profile_gives_no_ncu_findings():
     a = diagnose.analyze(diagnose.Profile())
-    assert not [
-        f
-        for f in a.findings
-        if f.analyzer in ("l2", "occupancy", "launch_config", "tiny_kernels", "speed_of_light", "kernels")
-    ]
+    ncu = {name for name, d in a.analyzers.items() if d.cost_basis == "GPU time"}  # shares of the kernels' GPU time
+    assert len(ncu) == 8 and {"l2", "kernels", "ncu_rules"} <= ncu
+    assert not [f for f in a.findings if f.analyzer in ncu]
 
 
 def test_fake_odd_block_and_tail_frames():

@@ -1,16 +1,18 @@
-"""The ncu report sections: every renderer on an empty result, and user text escaped end to end."""
+"""The report sections: every analyzer's renderer on an empty result, and user text escaped end to end."""
 
-import importlib
+import importlib.util
 
 import pytest
 
 import diagnose
+from diagnose.analyzers import discover
 from diagnose.findings import Result
 from reports.html import render_html
 from tests.analyzers.fake_frames import fake_profile, repeat
 from tests.html_checks import external_resources
 
-SECTIONS = ["l2", "occupancy", "launch_config", "tiny_kernels", "speed_of_light", "kernels"]
+# every analyzer with its own section renderer (the others get the generic one), discovered
+SECTIONS = [m.NAME for m in discover() if importlib.util.find_spec(f"reports.sections.{m.NAME}") is not None]
 EVIL = "fake_k</script><script>alert(1)</script>"
 
 

@@ -11,6 +11,7 @@ import pytest
 import diagnose
 from diagnose.analysis import run_analyzer
 from diagnose.analyzers import step_budget
+from diagnose.derive.step_budget_table import PARTS
 from tests.paths import FIXTURES
 
 RUNS = FIXTURES / "runs"
@@ -105,7 +106,7 @@ def test_sync_heavy_names_the_sync_3_line_and_launch_bound_is_the_larger_cause(a
 @pytest.mark.parametrize("name", NAMES)
 def test_every_budget_has_each_part_once_and_adds_up_to_its_wall_time(analysed, name):
     b = analysed[name].results["step_budget"].tables["budget"]
-    parts = [p for p, _, _ in step_budget.PARTS]
+    parts = [p for p, _, _ in PARTS]
     assert sorted(b["column"].unique()) == ["median step", "slow steps", "traced steps"]
     for (rank, column), rows in b.groupby(["rank", "column"]):
         assert rows["part"].tolist() == parts, (rank, column)

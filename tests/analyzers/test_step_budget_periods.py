@@ -10,6 +10,7 @@ import pytest
 import diagnose
 from diagnose.analysis import run_analyzer
 from diagnose.analyzers import step_budget
+from diagnose.derive.periodic_work import find_period, longest_period
 from diagnose.formatting import ms_human
 from diagnose.thresholds import Thresholds
 from tests.paths import FIXTURES, shared
@@ -22,9 +23,9 @@ def periodic_of(result):
 
 
 def test_the_longest_period_searched_is_the_one_that_fits_three_times():
-    assert step_budget.longest_period(600, 3) == 299  # 0, 299, 598
-    assert step_budget.longest_period(593, 3) == 296
-    assert step_budget.longest_period(57, 3) == 28  # steps 3-59: 20 fits (19, 39, 59)
+    assert longest_period(600, 3) == 299  # 0, 299, 598
+    assert longest_period(593, 3) == 296
+    assert longest_period(57, 3) == 28  # steps 3-59: 20 fits (19, 39, 59)
 
 
 def evaluation_run_cut_at(last_step: int) -> diagnose.Profile:
@@ -149,5 +150,5 @@ def test_find_period_on_steady_steps_of_a_600_step_run():
     evaluation at 199, 399, 599; the old bound (593 // 3 = 197) never reached 200."""
     numbers = np.array([s for s in range(600) if s > 2 and not 10 <= s <= 13], dtype=np.int64)
     slow = np.isin(numbers, [199, 399, 599])
-    found = step_budget.find_period(numbers, slow, Thresholds(), excess_ms=np.where(slow, 50.0, 0.0))
+    found = find_period(numbers, slow, Thresholds(), excess_ms=np.where(slow, 50.0, 0.0))
     assert (found["period"], found["offset"], found["occurrences"], found["slots"]) == (200, 199, 3, 3)

@@ -30,7 +30,7 @@ GLOO = COMM / "gloo_straggler" / "trace"
 
 
 def profile_of(*paths) -> Profile:
-    """A Profile of real traces, keyed by the rank each trace names (no ncu table: parsers.ncu is another package)."""
+    """A Profile of real traces, keyed by the rank each trace names (an empty kernels table: no ncu input)."""
     traces = {}
     for p in paths:
         t = read_trace(p)

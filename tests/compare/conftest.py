@@ -25,11 +25,6 @@ def gpudiag(*args, timeout=300, cwd=None):
     )
 
 
-def needs_ncu_parser():
-    """Loading anything builds a Profile, whose empty kernel table comes from parsers.ncu (another helper's)."""
-    pytest.importorskip("parsers.ncu", reason="parsers.ncu (the ncu reader) has not landed yet")
-
-
 def run_fixture(name: str) -> Path:
     p = RUNS / name
     if not (p / "manifest.json").exists():

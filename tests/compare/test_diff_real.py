@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.compare.conftest import NCU, TRAIN_MLP, gpudiag, needs_ncu_parser, run_fixture
+from tests.compare.conftest import NCU, TRAIN_MLP, gpudiag, run_fixture
 
 
 def _diff(a, b, thresholds=None):
@@ -18,7 +18,6 @@ def _diff(a, b, thresholds=None):
 
 def test_two_different_ncu_captures_kernel_swap_found():
     """l2_random_gather (3 launches of the gather kernel) vs small_grid (2 softmax launches)."""
-    needs_ncu_parser()
     d = _diff(NCU / "l2_random_gather" / "raw.csv", NCU / "small_grid" / "raw.csv")
     k = d.kernels.set_index("kernel_short")
     assert k.loc["_scatter_gather_elementwise_kernel", "status"] == "removed"
@@ -37,7 +36,6 @@ def test_two_different_ncu_captures_kernel_swap_found():
 
 
 def test_same_ncu_capture_twice_no_significant_change():
-    needs_ncu_parser()
     f = NCU / "tiny_kernels" / "raw.csv"
     d = _diff(f, f)
     assert len(d.kernels) >= 1 and set(d.kernels["status"]) == {"both"}
@@ -51,7 +49,6 @@ def test_same_ncu_capture_twice_no_significant_change():
 
 def test_units_of_raw_and_raw_base_exports_agree():
     """The same capture exported with and without --print-units base: no change at all."""
-    needs_ncu_parser()
     d = _diff(NCU / "matmul_tiled" / "raw.csv", NCU / "matmul_tiled" / "raw_base.csv")
     row = d.kernels.iloc[0]
     assert row["status"] == "both" and row["launches_a"] == row["launches_b"] == 3
@@ -61,7 +58,6 @@ def test_units_of_raw_and_raw_base_exports_agree():
 def test_kernel_present_in_two_separate_runs():
     """tiny_kernels and the two-process capture both ran examples/ncu_tiny_kernels.py: 48 launches each,
     two processes apart. cunn_SoftMaxForward is only in the two-process run."""
-    needs_ncu_parser()
     d = _diff(NCU / "tiny_kernels" / "raw.csv", NCU / "two_process_stdout" / "stdout.csv")
     k = d.kernels.set_index("kernel_short")
     row = k.loc["vectorized_elementwise_kernel"]
@@ -76,7 +72,6 @@ def test_kernel_present_in_two_separate_runs():
 @pytest.fixture(scope="module")
 def cpu_runs(tmp_path_factory):
     """Two real `gpudiag profile` runs of examples/train_mlp.py: B sleeps 1 s per step (planted)."""
-    needs_ncu_parser()
     base = tmp_path_factory.mktemp("runs")
     runs = {}
     for name, extra in (("a", []), ("b", ["--sleep-ms", "1000"])):
@@ -165,7 +160,6 @@ def test_bad_inputs_exit_2(tmp_path):
 
 
 def test_h200_sync_removed_is_found():
-    needs_ncu_parser()
     planted, free = run_fixture("sync_planted"), run_fixture("sync_free")
     d = _diff(planted, free)
     m = d.metrics.set_index("key")
@@ -177,7 +171,6 @@ def test_h200_sync_removed_is_found():
 
 
 def test_h200_two_runs_of_the_same_script_no_significant_change():
-    needs_ncu_parser()
     d = _diff(run_fixture("repeat_a"), run_fixture("repeat_b"))
     step = d.metrics.set_index("key").loc["step_time_median_ms"]
     assert step["significant"] is not True or abs(step["change_pct"]) < 2.0

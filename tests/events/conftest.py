@@ -20,7 +20,7 @@ RUN_ONLY_EVENTS = FIXTURES / "rank0_capture1_run_only.jsonl"
 
 
 def fake_profile(**tables) -> Profile:
-    """A Profile without an ncu table (parsers.ncu is another package; its empty frame is not needed here)."""
+    """A Profile of the given tables, with an empty kernels table (no ncu input)."""
     tables.setdefault("kernels", pd.DataFrame())
     return Profile(**tables)
 

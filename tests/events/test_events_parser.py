@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from parsers.errors import InputError
-from parsers.events import STEPS_SCHEMA, SYNCS_SCHEMA, read_events
+from parsers.events import STEPS_SCHEMA, SYNCS_SCHEMA, read_event_tables
 from parsers.registry import detect
 from parsers.schema import missing_columns
 from tests.events.conftest import BAD, RUN_ONLY_EVENTS
@@ -33,7 +33,7 @@ def jsonl(*records) -> str:
 
 
 def test_real_run_header_only_log_reads_as_empty_tables():
-    steps, syncs = read_events(RUN_ONLY_EVENTS)
+    steps, syncs, _ = read_event_tables(RUN_ONLY_EVENTS)
     assert len(steps) == 0 and len(syncs) == 0
     assert missing_columns(steps, STEPS_SCHEMA) == [] and missing_columns(syncs, SYNCS_SCHEMA) == []
     assert detect(RUN_ONLY_EVENTS).kind == "events"
@@ -41,7 +41,7 @@ def test_real_run_header_only_log_reads_as_empty_tables():
 
 def test_jsonl_step_and_sync_records(tmp_file):
     path = tmp_file("fake_rank1.jsonl", jsonl({"kind": "run", "rank": 1}, STEP, SYNC, {"kind": "from_the_future"}))
-    steps, syncs = read_events(path)
+    steps, syncs, _ = read_event_tables(path)
     assert steps.drop(columns=["overhead_us", "input_ms", "input_from"]).to_dict("records") == [
         {
             "rank": 1,
@@ -66,35 +66,37 @@ def test_jsonl_step_and_sync_records(tmp_file):
 
 def test_step_source_is_kept_and_unknown_sources_are_empty(tmp_file):
     records = jsonl(dict(STEP, source="backward"), dict(STEP, step=4, source="time"), dict(STEP, step=5, source="<x>"))
-    steps, _ = read_events(tmp_file("fake_sources.jsonl", records))
+    steps = read_event_tables(tmp_file("fake_sources.jsonl", records)).steps
     assert steps["source"].tolist() == ["backward", "time", ""]
 
 
 def test_own_time_per_step_is_read_as_microseconds(tmp_file):
-    steps, _ = read_events(tmp_file("fake_own.jsonl", jsonl(dict(STEP, overhead_us=21.437), dict(STEP, step=4))))
+    steps = read_event_tables(
+        tmp_file("fake_own.jsonl", jsonl(dict(STEP, overhead_us=21.437), dict(STEP, step=4)))
+    ).steps
     assert steps["overhead_us"].dtype == "float64"
     assert steps["overhead_us"].iloc[0] == 21.437 and pd.isna(steps["overhead_us"].iloc[1])
 
 
 def test_input_wait_per_step_is_read_in_ms_and_nan_where_absent(tmp_file):
     records = jsonl(dict(STEP, input_ms=9.75), dict(STEP, step=4, input_ms=0.0), dict(STEP, step=5))
-    steps, _ = read_events(tmp_file("fake_input.jsonl", records))
+    steps = read_event_tables(tmp_file("fake_input.jsonl", records)).steps
     assert steps["input_ms"].dtype == "float64"
     assert steps["input_ms"].tolist()[:2] == [9.75, 0.0] and pd.isna(steps["input_ms"].iloc[2])
     with pytest.raises(InputError, match="input_ms should be a duration"):
-        read_events(tmp_file("fake_negative_input.jsonl", jsonl(dict(STEP, input_ms=-1.0))))
+        read_event_tables(tmp_file("fake_negative_input.jsonl", jsonl(dict(STEP, input_ms=-1.0))))
 
 
 def test_sync_without_user_frame_has_no_location(tmp_file):
     record = dict(SYNC, file=None, line=None, function=None, stack=[], dur_ns=None)
-    _, syncs = read_events(tmp_file("fake_nofile.jsonl", jsonl(record)))
+    syncs = read_event_tables(tmp_file("fake_nofile.jsonl", jsonl(record))).syncs
     assert syncs["location"].iloc[0] is None
     assert syncs["dur_ns"].isna().all()
 
 
 def test_partial_last_line_is_dropped_with_a_warning():
     with pytest.warns(UserWarning, match="line 3 is cut short"):
-        steps, _ = read_events(BAD / "events_partial_last_line.jsonl")
+        steps = read_event_tables(BAD / "events_partial_last_line.jsonl").steps
     assert steps["step"].tolist() == [0, 1]
     assert "line 3" in steps.attrs["warnings"][0]
 
@@ -102,7 +104,7 @@ def test_partial_last_line_is_dropped_with_a_warning():
 def test_user_csv_elapsed(tmp_file):
     path = tmp_file("fake_steps.csv", "name,step,elapsed_ms\nstep,0,30.5\nstep,1,20\nforward,1,8.25\n")
     assert detect(path).kind == "events"
-    steps, syncs = read_events(path)
+    steps, syncs, _ = read_event_tables(path)
     assert steps[["name", "step", "gpu_ms"]].values.tolist() == [
         ["step", 0, 30.5],
         ["step", 1, 20.0],
@@ -114,7 +116,7 @@ def test_user_csv_elapsed(tmp_file):
 def test_user_csv_start_end_with_optional_columns(tmp_file):
     path = tmp_file("fake_span.csv", "step,name,start_ms,end_ms,rank,host_ms\n0,step,100.0,112.5,2,15\n")
     assert detect(path).kind == "events"
-    row = read_events(path)[0].iloc[0]
+    row = read_event_tables(path).steps.iloc[0]
     assert (row["rank"], row["gpu_ms"], row["host_ms"]) == (2, 12.5, 15.0)
 
 
@@ -129,7 +131,7 @@ def test_user_json_list(tmp_file):
         ),
     )
     assert detect(path).kind == "events"
-    steps, _ = read_events(path)
+    steps = read_event_tables(path).steps
     assert steps["gpu_ms"].tolist() == [10.0, 11.5]
 
 
@@ -147,7 +149,7 @@ def test_user_json_list(tmp_file):
 )
 def test_bad_inputs(name, message):
     with pytest.raises(InputError, match=message) as err:
-        read_events(BAD / name)
+        read_event_tables(BAD / name)
     assert name in str(err.value)
 
 
@@ -167,18 +169,18 @@ def test_bad_inputs(name, message):
 def test_bad_record_names_its_line(tmp_file, record, message):
     path = tmp_file("fake_bad.jsonl", jsonl(STEP, record, STEP))
     with pytest.raises(InputError, match=f"line 2: {message}"):
-        read_events(path)
+        read_event_tables(path)
 
 
 def test_non_object_line_and_only_a_partial_line(tmp_file):
     with pytest.raises(InputError, match="line 2: expected a JSON object, found list"):
-        read_events(tmp_file("fake_list_line.jsonl", jsonl(STEP) + "[1, 2]\n" + jsonl(STEP)))
+        read_event_tables(tmp_file("fake_list_line.jsonl", jsonl(STEP) + "[1, 2]\n" + jsonl(STEP)))
     with pytest.raises(InputError, match="no complete event record"):
-        read_events(tmp_file("fake_only_partial.jsonl", '{"kind": "st'))
+        read_event_tables(tmp_file("fake_only_partial.jsonl", '{"kind": "st'))
 
 
 def test_user_json_entry_errors(tmp_file):
     with pytest.raises(InputError, match=r"entry 2: expected an object"):
-        read_events(tmp_file("fake_entries.json", '[{"name": "step", "step": 0, "elapsed_ms": 1}, 3]'))
+        read_event_tables(tmp_file("fake_entries.json", '[{"name": "step", "step": 0, "elapsed_ms": 1}, 3]'))
     with pytest.raises(InputError, match=r"line 2: expected a JSON list"):
-        read_events(tmp_file("fake_broken.json", '[{"name": "step", "step": 0,\n "elapsed_ms": }]'))
+        read_event_tables(tmp_file("fake_broken.json", '[{"name": "step", "step": 0,\n "elapsed_ms": }]'))

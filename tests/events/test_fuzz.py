@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parsers.errors import InputError
-from parsers.events import read_events
+from parsers.events import read_event_tables
 from parsers.nvml import NVML_COLUMNS, read_nvml
 
 PIECES = st.sampled_from(
@@ -45,7 +45,7 @@ TEXT = st.lists(st.one_of(PIECES, st.text(max_size=5)), max_size=30).map("".join
 def test_readers_raise_only_input_error(tmp_path, text):
     path = tmp_path / "fake_fuzz.txt"
     path.write_bytes(text.encode("utf-8", errors="replace"))
-    for reader in (read_events, read_nvml):
+    for reader in (read_event_tables, read_nvml):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:

@@ -15,7 +15,7 @@ from diagnose.analysis import run_analyzer
 from diagnose.analyzers import steps as steps_analyzer
 from diagnose.thresholds import Thresholds
 from parsers.errors import InputError
-from parsers.events import GpuTimeChoice, read_events
+from parsers.events import GpuTimeChoice, read_event_tables
 from reports.sections.steps import render
 from tests.events.conftest import fake_profile
 
@@ -73,7 +73,7 @@ def _log(rank: int = 0, choices=({"from_step": 9, "every": 9},), steps: int = 40
 
 def test_the_reader_keeps_the_gpu_time_choices_typed_and_sorted(tmp_file):
     path = tmp_file("rank0.jsonl", _log(choices=({"from_step": 73, "every": 14}, {"from_step": 9, "every": 9})))
-    steps, _ = read_events(path)
+    steps = read_event_tables(path).steps
     assert steps.attrs["gpu_time_choices"] == (
         GpuTimeChoice(0, 9, 9, 45.123, 2.2, 0.5, float(T0 + 1)),
         GpuTimeChoice(0, 73, 14, 45.123, 2.2, 0.5, float(T0 + 1)),
@@ -82,25 +82,27 @@ def test_the_reader_keeps_the_gpu_time_choices_typed_and_sorted(tmp_file):
 
 
 def test_without_a_choice_the_choices_are_empty(tmp_file):
-    assert read_events(tmp_file("rank0.jsonl", _log(choices=())))[0].attrs["gpu_time_choices"] == ()
+    assert read_event_tables(tmp_file("rank0.jsonl", _log(choices=()))).steps.attrs["gpu_time_choices"] == ()
     assert (
-        read_events(tmp_file("fake_steps.csv", "name,step,elapsed_ms\nstep,0,30.5\n"))[0].attrs["gpu_time_choices"]
+        read_event_tables(tmp_file("fake_steps.csv", "name,step,elapsed_ms\nstep,0,30.5\n")).steps.attrs[
+            "gpu_time_choices"
+        ]
         == ()
     )
 
 
 def test_an_absent_budget_is_nan_and_a_bad_choice_is_an_error_naming_its_line(tmp_file):
     text = _log().replace('"budget_pct": 0.5, ', "")
-    (choice,) = read_events(tmp_file("rank0.jsonl", text))[0].attrs["gpu_time_choices"]
+    (choice,) = read_event_tables(tmp_file("rank0.jsonl", text)).steps.attrs["gpu_time_choices"]
     assert math.isnan(choice.budget_pct) and choice.every == 9
     with pytest.raises(InputError, match="line 2: every should be a whole number ≥ 1"):
-        read_events(tmp_file("bad.jsonl", _log(choices=({"from_step": 9, "every": 0},))))
+        read_event_tables(tmp_file("bad.jsonl", _log(choices=({"from_step": 9, "every": 0},))))
     with pytest.raises(InputError, match="line 2: budget_pct should be a number"):
-        read_events(tmp_file("bad2.jsonl", _log().replace('"budget_pct": 0.5', '"budget_pct": "half"')))
+        read_event_tables(tmp_file("bad2.jsonl", _log().replace('"budget_pct": 0.5', '"budget_pct": "half"')))
 
 
 def test_the_analyzer_takes_the_budget_from_the_records_and_the_report_says_it_as_before(tmp_file):
-    steps, _ = read_events(tmp_file("rank0.jsonl", _log()))
+    steps = read_event_tables(tmp_file("rank0.jsonl", _log())).steps
     result = run_analyzer(steps_analyzer, fake_profile(step_events={0: steps}), Thresholds())
     assert result.meta["gpu_time_every"] == 9 and result.meta["gpu_time_budget_pct"] == 0.5
     assert (
@@ -112,7 +114,7 @@ def test_the_analyzer_takes_the_budget_from_the_records_and_the_report_says_it_a
 
 def test_without_a_record_there_is_no_budget_and_the_report_still_renders(tmp_file):
     """A fixed --gpu-time-every 9 writes no choice: nothing to say about a budget, the sampling still said."""
-    steps, _ = read_events(tmp_file("rank0.jsonl", _log(choices=())))
+    steps = read_event_tables(tmp_file("rank0.jsonl", _log(choices=()))).steps
     result = run_analyzer(steps_analyzer, fake_profile(step_events={0: steps}), Thresholds())
     assert result.meta["gpu_time_every"] == 9 and result.meta["gpu_time_budget_pct"] is None
     html = render(result)
@@ -122,7 +124,7 @@ def test_without_a_record_there_is_no_budget_and_the_report_still_renders(tmp_fi
 
 def test_ranks_with_different_choices_still_concatenate_and_give_one_budget(tmp_file):
     frames = {
-        rank: read_events(tmp_file(f"rank{rank}.jsonl", _log(rank=rank, choices=choices)))[0]
+        rank: read_event_tables(tmp_file(f"rank{rank}.jsonl", _log(rank=rank, choices=choices))).steps
         for rank, choices in ((0, ({"from_step": 9, "every": 9},)), (1, ()))
     }
     assert len(pd.concat(list(frames.values()), ignore_index=True)) == 80  # attrs of plain values: pandas compares them

@@ -67,7 +67,6 @@ def test_user_text_is_escaped_in_region_table():
 
 
 def test_load_routes_both_formats(tmp_path):
-    pytest.importorskip("parsers.ncu")  # Profile() builds the empty ncu table; that parser is another package
     from diagnose.ingest.loading import load
 
     profile = load(NVML_CAPTURE)

@@ -173,10 +173,14 @@ def _read_trace_and_collectives(path):
 
 
 def _reader(name: str):
-    if name in ("ncu_csv", "ncu_rep"):
-        from parsers.ncu import read_ncu
+    if name == "ncu_csv":
+        from parsers.ncu_csv import read_ncu_csv_tables
 
-        return read_ncu
+        return read_ncu_csv_tables
+    if name == "ncu_rep":
+        from parsers.ncu_rep import read_ncu_rep_tables
+
+        return read_ncu_rep_tables
     if name == "trace":
         return _read_trace_and_collectives
     if name in ("snapshot_pickle", "snapshot_json"):
@@ -188,9 +192,9 @@ def _reader(name: str):
 
         return read_memory_stats
     if name == "events":
-        from parsers.events import read_events
+        from parsers.events import read_event_tables
 
-        return read_events
+        return read_event_tables
     if name == "nvml":
         from parsers.nvml import read_nvml
 
@@ -385,9 +389,9 @@ def check_snapshot(s) -> list[str]:
 def check_steps(result) -> list[str]:
     from parsers.events import STEPS_SCHEMA, SYNCS_SCHEMA
 
-    if not isinstance(result, tuple) or len(result) != 2:
-        return [f"events: expected (steps, syncs), got {type(result).__name__}"]
-    steps, syncs = result
+    if not isinstance(result, tuple) or len(result) < 2:
+        return [f"events: expected (steps, syncs[, work]), got {type(result).__name__}"]
+    steps, syncs = result[0], result[1]
     out = check_frame(steps, STEPS_SCHEMA, "steps") + check_frame(syncs, SYNCS_SCHEMA, "syncs")
     for col in ("host_ms", "gpu_ms"):
         if not out and ((steps[col] < 0) | np.isinf(steps[col])).any():
@@ -452,7 +456,10 @@ def _empty_syncs():
 def check_result(reader: str, result) -> list[str]:
     """Problems of a reader's result against docs/contracts.md (empty when it is as promised)."""
     if reader in ("ncu_csv", "ncu_rep"):
-        return check_ncu(result)
+        from parsers.ncu_kernels import RULES_SCHEMA
+
+        kernels, rules = result
+        return check_ncu(kernels) + check_frame(rules, RULES_SCHEMA, "rules")
     if reader == "trace":
         from parsers.trace_collectives import COLLECTIVES_SCHEMA
 

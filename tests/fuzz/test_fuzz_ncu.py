@@ -1,5 +1,5 @@
-"""parsers.ncu on mutated real Nsight Compute exports: raw page (human and base units), details
-page, ncu's stdout form, gzip-compressed; and on damaged .ncu-rep bytes.
+"""The ncu readers (parsers/ncu_csv.py, parsers/ncu_rep.py) on mutated real Nsight Compute exports: raw page
+(human and base units), details page, ncu's stdout form, gzip-compressed; and on damaged .ncu-rep bytes.
 
 The .ncu-rep cases run with ``ncu_report`` made unimportable, which is what a CPU-only machine
 has: every damaged report must then give the clear "needs the ncu-report package" InputError.
@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parsers.errors import InputError
-from parsers.ncu import read_ncu
+from parsers.ncu_rep import read_ncu_rep_tables
 from tests.fuzz import check_mutated, fuzz_settings
 from tests.fuzz.mutations import reader_kinds
 from tests.fuzz.seeds import seeds
@@ -47,7 +47,7 @@ def test_damaged_report_without_ncu_report_says_what_to_install(tmp_path, no_ncu
             p = tmp_path / f"fake_cut{n}_{cut}.ncu-rep"
             p.write_bytes(seed.data[:cut])
             with pytest.raises(InputError) as err:
-                read_ncu(p)
+                read_ncu_rep_tables(p)
             assert str(p) in str(err.value)
             if seed.data[:4] == b"NVR\x00" or cut > 4:
                 assert "ncu-report" in str(err.value) or "Nsight Compute" in str(err.value)

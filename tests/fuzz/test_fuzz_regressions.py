@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from parsers.errors import InputError
-from parsers.events import read_events
+from parsers.events import read_event_tables
 from parsers.memory_stats import read_memory_stats
-from parsers.ncu import read_ncu
 from parsers.snapshot import read_snapshot
 from parsers.trace import read_trace
 from tests.fuzz.oracle import check_snapshot, check_trace
+from tests.ncu_read import ncu_kernels
 from tests.paths import FIXTURES
 
 REPRO = Path(__file__).parent / "repro"
@@ -269,14 +269,14 @@ def test_event_step_beyond_int64_is_an_input_error(tmp_path, step):
     """OverflowError: Python int too large to convert to C long, in conform (bad_numbers on a run's events)."""
     line = '{"kind":"step","rank":0,"step":%s,"t_start_ns":1,"host_ms":1.0,"gpu_ms":1.0}\n' % step
     with pytest.raises(InputError, match=r"fake_step\.jsonl: line 1: step"):
-        read_events(_write(tmp_path, "fake_step.jsonl", line.encode()))
+        read_event_tables(_write(tmp_path, "fake_step.jsonl", line.encode()))
 
 
 def test_user_step_timing_name_with_a_lone_surrogate_is_an_input_error(tmp_path):
     """UnicodeEncodeError from pandas building the steps table (json.loads lets "\\ud800" through)."""
     raw = b'[{"name": "st\\ud800ep", "step": 1, "elapsed_ms": 2.0}]'
     with pytest.raises(InputError, match=r"fake_name\.json: entry 1: name is not valid Unicode"):
-        read_events(_write(tmp_path, "fake_name.json", raw))
+        read_event_tables(_write(tmp_path, "fake_name.json", raw))
 
 
 @pytest.mark.parametrize(
@@ -335,16 +335,16 @@ NCU_CRASHES = ["ncu_cr_line_ends.csv", "ncu_latin1_cell.csv"]
 
 def test_ncu_csv_with_cr_or_crlf_line_ends_reads_like_the_original(tmp_path):
     original = SEEDS_NCU_RAW.read_bytes()
-    want = read_ncu(SEEDS_NCU_RAW)["l2_hit_pct"].tolist()
+    want = ncu_kernels(SEEDS_NCU_RAW)["l2_hit_pct"].tolist()
     for name, data in (("cr", original.replace(b"\n", b"\r")), ("crlf", original.replace(b"\n", b"\r\n"))):
         path = tmp_path / f"fake_{name}.csv"
         path.write_bytes(data)
-        assert read_ncu(path)["l2_hit_pct"].tolist() == want
+        assert ncu_kernels(path)["l2_hit_pct"].tolist() == want
 
 
 def test_ncu_csv_latin1_byte_names_byte_and_line():
     with pytest.raises(InputError, match=r"is not UTF-8 text \(byte \d+, line 3\)"):
-        read_ncu(REPRO / "ncu_latin1_cell.csv")
+        ncu_kernels(REPRO / "ncu_latin1_cell.csv")
 
 
 @pytest.mark.parametrize("name", NCU_CRASHES)
@@ -352,7 +352,7 @@ def test_ncu_csv_reproducer_is_an_input_error_or_reads(name):
     """Hand-made reproducers of the two ncu_csv crashes (tests/fuzz/repro/README.md): one kernel row each."""
     path = REPRO / name
     try:
-        df = read_ncu(path)
+        df = ncu_kernels(path)
     except InputError as e:
         assert str(path) in str(e)
     else:
@@ -362,4 +362,4 @@ def test_ncu_csv_reproducer_is_an_input_error_or_reads(name):
 def test_ncu_csv_record_with_a_swallowed_line_end_is_an_input_error():
     path = REPRO / "ncu_byte_flip_stray_quote.csv"
     with pytest.raises(InputError, match="is not a well-formed CSV"):
-        read_ncu(path)
+        ncu_kernels(path)

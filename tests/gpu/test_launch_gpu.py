@@ -286,11 +286,11 @@ def test_jax_light(tmp_path):
     r, wall = _profile(
         run,
         ["--trace-start", "10", "--trace-steps", "3"],
-        [sys.executable, str(EXAMPLES / "train_jax.py"), "--steps", "40"],
+        [sys.executable, str(EXAMPLES / "jax_marked_steps.py"), "--steps", "40"],
     )
     assert r.returncode == 0
     findings = _report(run)
-    manifest, steps, _ = _record("train_jax", "light", r, run, wall, findings)
+    manifest, steps, _ = _record("jax_marked_steps", "light", r, run, wall, findings)
     assert manifest["exit_code"] == 0 and manifest["missing"] == [], manifest
     assert manifest["frameworks"] == {"0": "jax"}
     assert len([e for e in _events(run) if e["kind"] == "step"]) == 39
@@ -338,4 +338,4 @@ def test_torch_ncu_default_window(tmp_path):
 
 def test_jax_ncu_default_window(tmp_path):
     pytest.importorskip("jax")
-    _ncu_run(tmp_path, "jax-ncu", [sys.executable, str(EXAMPLES / "train_jax.py"), "--steps", "12"])
+    _ncu_run(tmp_path, "jax-ncu", [sys.executable, str(EXAMPLES / "jax_marked_steps.py"), "--steps", "12"])

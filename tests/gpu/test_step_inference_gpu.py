@@ -71,7 +71,7 @@ def _ncu(tmp_path, name, command):
     r, wall = _profile(run, ["--ncu"], command, timeout=NCU_LIMIT_S + 60)
     manifest, _, _ = _record(name, "ncu", r, run, wall, note=f"inferred steps, {wall:.0f} s")
     # ncu crashed in 11 of 16 JAX runs on the H200 while it followed XLA's ptxas/nvlink; none in 3 of 3 since
-    # they are excluded (ncu.HELPER_PROCESSES, docs/profile.md): a crash here is a regression, not a known flake
+    # they are excluded (ncu_command.HELPER_PROCESSES, docs/profile.md): a crash here is a regression, not a known flake
     assert r.returncode == 0, r.stderr[-3000:]
     assert wall < NCU_LIMIT_S, f"--ncu on inferred steps took {wall:.0f} s"
     raw = (run / "ncu" / "raw.csv").read_text()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from diagnose.analysis import run_analyzer
-from diagnose.ingest.loading import add_artifact
 from diagnose.ingest.profile_data import Profile
+from parsers import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY = ROOT / "fixtures" / "memory"
@@ -26,17 +26,23 @@ def stats_path(scenario: str) -> Path:
 
 
 def fake_profile() -> Profile:
-    """A Profile without an ncu table (parsers.ncu belongs to another package)."""
+    """A Profile with an empty kernels table (no ncu input)."""
     return Profile(kernels=pd.DataFrame())
+
+
+def profile_of(*paths: Path) -> Profile:
+    """A Profile of these artifacts as rank 0's, each read and put in its table as diagnose.load does (the
+    reader parsers.registry detects, then Profile.add)."""
+    profile = fake_profile()
+    for path in paths:
+        reader = registry.detect(path)
+        profile.add(reader.table, reader.read(path), 0)
+    return profile
 
 
 @cache
 def scenario_profile(scenario: str, with_stats: bool = True) -> Profile:
-    profile = fake_profile()
-    add_artifact(profile, snapshot_path(scenario), rank=0)
-    if with_stats:
-        add_artifact(profile, stats_path(scenario), rank=0)
-    return profile
+    return profile_of(snapshot_path(scenario), *([stats_path(scenario)] if with_stats else []))
 
 
 @cache

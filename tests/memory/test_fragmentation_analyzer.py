@@ -7,9 +7,8 @@ import pytest
 from diagnose.analysis import run_analyzer
 from diagnose.analyzers import fragmentation
 from diagnose.findings import Severity
-from diagnose.ingest.loading import add_artifact
 from diagnose.thresholds import Thresholds
-from tests.memory.conftest import MEMORY, fake_profile, scenario_profile, scenario_result, stats_path
+from tests.memory.conftest import MEMORY, fake_profile, profile_of, scenario_profile, scenario_result, stats_path
 
 
 def _ids(result):
@@ -130,16 +129,14 @@ def test_churn_finding_on_a_trace_that_frees_segments_every_step():
 
 
 def test_stats_only_torch():
-    profile = fake_profile()
-    add_artifact(profile, stats_path("churn"), rank=0)
+    profile = profile_of(stats_path("churn"))
     result = run_analyzer(fragmentation, profile)
     assert _ids(result) == ["fragmentation.at_peak", "fragmentation.not_measured"]
     assert result.summary["peak_reserved_bytes"] == 8264876032
 
 
 def test_jax_stats_statement():
-    profile = fake_profile()
-    add_artifact(profile, MEMORY / "jax" / "stats.jsonl.gz", rank=0)
+    profile = profile_of(MEMORY / "jax" / "stats.jsonl.gz")
     result = run_analyzer(fragmentation, profile)
     assert _ids(result) == ["fragmentation.jax_unreported"]
     statement = result.meta["jax_statement"]

@@ -174,11 +174,11 @@ def fake_starts_past_the_history(snapshot, kernels) -> pd.DataFrame:
 
 
 def test_launches_after_the_history_are_neither_after_a_new_segment_nor_other():
-    from parsers.ncu import read_ncu
     from parsers.snapshot import read_snapshot
+    from tests.ncu_read import ncu_kernels
 
     snapshot = read_snapshot(REPO / "fixtures" / "memory" / "churn" / "snapshot.pickle.gz")
-    kernels = read_ncu(REPO / "fixtures" / "ncu" / "kernel_kinds" / "raw.csv.gz")
+    kernels = ncu_kernels(REPO / "fixtures" / "ncu" / "kernel_kinds" / "raw.csv.gz")
     launches = allocator_timeline(kernels, fake_starts_past_the_history(snapshot, kernels), snapshot)["launches"]
     assert launches["in_history"].tolist() == [True] * 12 + [False] * 11  # 23 launches over twice the span
     assert not launches.loc[~launches["in_history"], "after_new_segment"].any()

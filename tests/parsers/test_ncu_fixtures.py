@@ -1,4 +1,5 @@
-"""read_ncu on the project's own H200 captures of planted problems (fixtures/ncu/, see its PROVENANCE.md).
+"""The ncu readers (through parsers.registry, as gpudiag reads a file) on the project's own H200 captures of
+planted problems (fixtures/ncu/, see its PROVENANCE.md).
 
 Each scenario was exported as raw (human units), raw (base units), details and .ncu-rep: the four
 must agree on what the analyzers read. Numbers were read off the CSV files.
@@ -9,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parsers.ncu import read_ncu, read_ncu_rules
 from parsers.ncu_kernels import KERNELS_SCHEMA
+from tests.ncu_read import ncu_kernels, ncu_rules
 from tests.paths import FIXTURES
 
 NCU = FIXTURES / "ncu"
@@ -42,7 +43,7 @@ def forms(scenario):
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
 def test_scenario_reads_the_same_in_every_form(scenario):
     launches, short, dur, l2, grid, block = EXPECTED[scenario]
-    frames = {name: read_ncu(path) for name, path in forms(scenario).items()}
+    frames = {name: ncu_kernels(path) for name, path in forms(scenario).items()}
     for name, df in frames.items():
         assert list(df.columns[: len(KERNELS_SCHEMA.columns)]) == list(KERNELS_SCHEMA.columns), name
         assert len(df) == launches, name
@@ -66,7 +67,7 @@ def test_scenario_reads_the_same_in_every_form(scenario):
 
 
 def test_read_and_write_hit_rates_from_the_extra_metrics():
-    df = read_ncu(NCU / "l2_random_gather" / "raw.csv")
+    df = ncu_kernels(NCU / "l2_random_gather" / "raw.csv")
     assert df["l2_read_hit_pct"].iloc[0] == pytest.approx(0.503369)
     # ncu says 100.326116 % for the second launch: counter noise on a saturated rate, clipped to 100
     assert df["lts__t_sector_op_write_hit_rate.pct [%]"].iloc[1] == 100.326116
@@ -75,14 +76,14 @@ def test_read_and_write_hit_rates_from_the_extra_metrics():
 
 
 def test_tiny_kernels_details_is_read_gzipped_and_has_rules():
-    df = read_ncu(NCU / "tiny_kernels" / "details.csv.gz")
+    df = ncu_kernels(NCU / "tiny_kernels" / "details.csv.gz")
     assert len(df) == 48 and (df["dur_ns"] < 5000).all()
-    rules = read_ncu_rules(NCU / "tiny_kernels" / "details.csv.gz")
+    rules = ncu_rules(NCU / "tiny_kernels" / "details.csv.gz")
     assert len(rules) == 144 and set(rules["launch_id"]) == set(range(48))
 
 
 def test_two_processes_on_stdout():
-    df = read_ncu(NCU / "two_process_stdout" / "stdout.csv")
+    df = ncu_kernels(NCU / "two_process_stdout" / "stdout.csv")
     assert len(df) == 50
     assert df["process_id"].value_counts().to_dict() == {1725.0: 48, 1692.0: 2}
     assert df.groupby("process_id")["kernel_short"].first().to_dict() == {
@@ -133,7 +134,7 @@ def capture(request):
     """One scenario's frames in the report and the two raw pages, and its details page's path."""
     pytest.importorskip("ncu_report")
     paths = forms(request.param)
-    return request.param, {name: read_ncu(paths[name]) for name in ("report", "raw", "raw_base")}, paths["details"]
+    return request.param, {name: ncu_kernels(paths[name]) for name in ("report", "raw", "raw_base")}, paths["details"]
 
 
 def test_report_and_raw_csv_agree(capture):
@@ -172,8 +173,8 @@ def test_report_metric_columns_match_the_base_page(capture):
 def test_rules_from_details_and_report_agree(capture):
     scenario, _, details = capture
     key = ["launch_id", "rule"]
-    a = read_ncu_rules(details).sort_values(key).reset_index(drop=True)
-    b = read_ncu_rules(NCU / scenario / "report.ncu-rep.gz").sort_values(key).reset_index(drop=True)
+    a = ncu_rules(details).sort_values(key).reset_index(drop=True)
+    b = ncu_rules(NCU / scenario / "report.ncu-rep.gz").sort_values(key).reset_index(drop=True)
     assert len(a) == len(b) == RULES[scenario]
     assert a[key + ["section", "type"]].equals(b[key + ["section", "type"]])
     assert a["speedup_type"].fillna("").tolist() == b["speedup_type"].fillna("").tolist()

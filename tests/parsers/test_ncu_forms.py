@@ -1,4 +1,5 @@
-"""read_ncu on every CSV form ncu writes, on the real H200 convnet capture in fixtures/shared/ncu.
+"""The ncu CSV reader (through parsers.registry, as gpudiag reads a file) on every CSV form ncu writes, on
+the real H200 convnet capture in fixtures/shared/ncu.
 
 The same 40 launches exported three ways (raw page in human units, raw page in base units,
 details page) must give the same standard columns; the stdout capture (20 launches,
@@ -13,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from parsers.ncu import read_ncu, read_ncu_rules
 from parsers.ncu_kernels import KERNELS_SCHEMA, RULES_SCHEMA
+from tests.ncu_read import ncu_kernels, ncu_rules
 from tests.paths import shared
 
 NCU = ("ncu",)
@@ -28,17 +29,17 @@ def ncu_file(name):
 
 @pytest.fixture(scope="module")
 def raw():
-    return read_ncu(ncu_file("convnet_raw.csv"))
+    return ncu_kernels(ncu_file("convnet_raw.csv"))
 
 
 @pytest.fixture(scope="module")
 def raw_base():
-    return read_ncu(ncu_file("convnet_raw_base.csv"))
+    return ncu_kernels(ncu_file("convnet_raw_base.csv"))
 
 
 @pytest.fixture(scope="module")
 def details():
-    return read_ncu(ncu_file("convnet_details.csv"))
+    return ncu_kernels(ncu_file("convnet_details.csv"))
 
 
 def assert_schema(df):
@@ -119,7 +120,7 @@ def test_details_labels_map_to_the_standard_columns(details, raw):
 
 
 def test_stdout_capture_with_ncu_lines_interleaved():
-    df = read_ncu(ncu_file("convnet_metrics_stdout.csv"))
+    df = ncu_kernels(ncu_file("convnet_metrics_stdout.csv"))
     assert len(df) == 20
     assert_schema(df)
     assert df["process_id"].eq(1050).all()
@@ -132,7 +133,7 @@ def test_stdout_capture_with_ncu_lines_interleaved():
 def test_hit_rates_above_100_pct_are_not_rates():
     """ncu reports 209.94 % for a 1.8 µs fill kernel: the raw column keeps it, l2_hit_pct is NaN;
     100.66 % is within the 1-point noise band and is clipped to 100."""
-    df = read_ncu(ncu_file("convnet_metrics_stdout.csv"))
+    df = ncu_kernels(ncu_file("convnet_metrics_stdout.csv"))
     raw_l2 = df["lts__t_sector_hit_rate.pct [%]"]
     assert raw_l2[1] == 209.94 and np.isnan(df.loc[1, "l2_hit_pct"])
     assert raw_l2[9] == 100.66 and df.loc[9, "l2_hit_pct"] == 100.0
@@ -143,7 +144,7 @@ def test_hit_rates_above_100_pct_are_not_rates():
 
 
 def test_rules_from_the_details_page():
-    a = read_ncu_rules(ncu_file("convnet_details.csv"))
+    a = ncu_rules(ncu_file("convnet_details.csv"))
     assert list(a.columns) == list(RULES_SCHEMA.columns)
     assert len(a) == 120 and a["type"].eq("OPT").all()
     assert a["speedup_type"].value_counts().to_dict() == {"local": 49, "global": 31}
@@ -155,5 +156,5 @@ def test_rules_from_the_details_page():
 
 
 def test_raw_page_has_no_rules():
-    rules = read_ncu_rules(ncu_file("convnet_raw.csv"))
+    rules = ncu_rules(ncu_file("convnet_raw.csv"))
     assert len(rules) == 0 and list(rules.columns) == list(RULES_SCHEMA.columns)

@@ -10,11 +10,8 @@ import pytest
 
 import diagnose
 from diagnose.analysis import run_analyzer
-from diagnose.analyzers import step_budget, sync
+from diagnose.analyzers import sync
 from diagnose.derive.derived import Derived
-from diagnose.derive.step_table import step_table
-from diagnose.derive.trace_window import window_of
-from diagnose.thresholds import Thresholds
 from tests.paths import FIXTURES
 
 INPUTS = [
@@ -74,9 +71,7 @@ def test_the_budget_counts_a_sync_as_the_sync_analyzer_does():
     gives the sync 0.375 ms of it (the rest is input wait); the budget's calls gave it the whole 75.4 ms gap, so a
     site read ~200 times the sync part it was named in."""
     profile = diagnose.load(FIXTURES / "runs" / "input_generator_h200")
-    steps = step_table(profile, Thresholds())
-    rows = steps[steps["rank"] == 0].reset_index(drop=True)
-    *_, calls = step_budget.rank_budget(profile, Derived(profile), 0, rows, window_of(profile.manifest), Thresholds())
+    calls = Derived(profile).step_budget().sync_calls[0]  # the budget's calls of rank 0's traced steps
     assert calls["gpu_idle_ns"].sum() == pytest.approx(374_916)
     ours = run_analyzer(sync, profile).tables["calls"]
     assert calls["gpu_idle_ns"].tolist() == ours["gpu_idle_ns"].tolist()

@@ -1,0 +1,89 @@
+"""``step_budget.compilation``: a function that compiled again after warm-up (light mode's compilation records: a
+JAX jit or torch.compile compiling for a new shape), named with its line, when the compiles cost
+``compile_min_share`` of the run after warm-up. The steps that compiled are kept out of the budget's figures
+(diagnose.derive.kept_apart_steps)."""
+
+from __future__ import annotations
+
+from diagnose.derive.kept_apart_steps import COMPILATION
+from diagnose.findings import Evidence, Finding, Subject
+from diagnose.formatting import ms_human, n_things
+from diagnose.judges.step_budget.common import NAME, SECTION, severity_of, short_location
+from diagnose.thresholds import Thresholds
+
+ADVICE = (
+    "Keep input shapes static so the function compiles once: pad batches to one length or to a few bucket sizes, "
+    "drop or pad the last partial batch of an epoch (drop_last=True), and mark arguments that select code paths as "
+    "static (jax.jit(static_argnames=...)). To see why it compiled: JAX `jax.config.update('jax_log_compiles', "
+    "True)` (or JAX_LOG_COMPILES=1), torch `TORCH_LOGS=recompiles`. With torch.compile, compile once for varying "
+    "sizes with torch.compile(dynamic=True) or torch._dynamo.mark_dynamic(tensor, dim)."
+)
+
+
+def function_words(name: str | None) -> str:
+    """``update (jit)`` of ``jit(update)``, ``forward (torch.compile)`` of ``torch.compile(forward)``."""
+    if not name:
+        return "A function"
+    head, paren, rest = name.partition("(")
+    if paren and rest.endswith(")") and head in ("jit", "pjit", "torch.compile"):
+        return f"{rest[:-1]} ({head})"
+    return name
+
+
+def compile_findings(meta: dict, th: Thresholds) -> list[Finding]:
+    """``step_budget.compilation``: compiles after warm-up that cost ``compile_min_share`` of the run after it."""
+    findings = []
+    ranks = [(rank, m) for rank, m in sorted(meta.items()) if m.get("compile_functions")]
+    for rank, m in ranks:
+        after_ms = (m.get("steady_total_ms") or 0.0) + m.get("compile_steps_wall_ms", 0.0)
+        total_ms = m["compile_ms"]
+        share = min(1.0, total_ms / after_ms) if after_ms > 0 else None
+        if share is None or share < th.step_budget.compile_min_share:
+            continue
+        top = m["compile_functions"][0]
+        steps = sorted({s for f in m["compile_functions"] for s in f["steps"]})
+        where = short_location(top["locations"][0][0]) if top["locations"] else "an unknown line"
+        others = len(m["compile_functions"]) - 1
+        title = (
+            f"{function_words(top['name'])} compiled again in {n_things(len(top['steps']), 'step')} after warm-up "
+            f"(steps {', '.join(str(s) for s in top['steps'][:6])}{', …' if len(top['steps']) > 6 else ''}): "
+            f"{ms_human(top['ms'])} in all, {ms_human(top['ms'] / top['count'])} each ({where})"
+        )
+        if others:
+            title += f"; {n_things(others, 'other function')} too, {ms_human(total_ms)} of compilation in all"
+        if len(meta) > 1:
+            title += f" on rank {rank}"
+        title += f", {100 * share:.1f} % of the run after warm-up"
+        subjects = [
+            Subject(
+                "location",
+                location,
+                figures={"what": COMPILATION, "name": f["name"] or "", "calls": calls, "ms": ms},
+            )
+            for f in m["compile_functions"]
+            for location, calls, ms in f["locations"]
+            if location
+        ]
+        subjects += [
+            Subject("step", str(s), figures={"rank": rank, "compile_ms": m["compile_ms_by_step"].get(s, 0.0)})
+            for s in steps[: th.step_budget.max_slow_steps]
+        ]
+        findings.append(
+            Finding(
+                id="step_budget.compilation",
+                analyzer=NAME,
+                severity=severity_of(share, th),
+                title=title,
+                subjects=tuple(subjects),
+                evidence=(
+                    Evidence("step_budget_compile_ms", total_ms, "ms"),
+                    Evidence("step_budget_compile_steps", float(len(steps)), "count"),
+                    Evidence("step_budget_compile_each_ms", total_ms / max(1, m["compile_count"]), "ms"),
+                    Evidence("step_budget_compile_share", share, "share", th.step_budget.compile_min_share),
+                ),
+                cost_share=share,
+                recommendation=f"At {where}: {ADVICE}",
+                section=SECTION,
+            )
+        )
+    return findings
