@@ -277,7 +277,12 @@ def test_torch_no_optimizer_marker(tmp_path):
     )
     assert r.returncode == 0
     manifest, steps, _ = _record("train_mlp --no-optimizer", "light", r, run, wall)
-    assert len(steps) == 19 and {s["source"] for s in steps} == {"marker"}
+    # 20 marked iterations give 19 steps; on CUDA the step whose start dumped the allocator snapshot is marked
+    # instrumented (gpudiag's own work ran in it: runtime/steps.py) and left out of `steps` (H200, 2026-12-05:
+    # 18 of the 19, the parent counting 19)
+    every = [e for e in _events(run) if e["kind"] == "step"]
+    assert len(every) == 19 and {s["source"] for s in every} == {"marker"}
+    assert len(every) - len(steps) == sum(bool(s["instrumented"]) for s in every) <= 1
 
 
 def test_jax_light(tmp_path):
