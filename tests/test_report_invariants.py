@@ -128,6 +128,26 @@ def test_costliest_sync_larger_than_all_syncs():
     assert invariants(check_no_line_zero(fake_doc(fake))) == ["no_line_zero"] * 2  # title and subject name
 
 
+def test_a_sites_traced_mean_may_pass_the_budgets_median_part_by_a_quarter():
+    """The H200 word LM without stacks (fixtures/trace/wordlm_sgd_h200): one sync site, 0.247 ms a traced step on
+    average, where the budget's sync part, the median step's, is 0.233 ms. Issue 28's 13.8 against 1.47 ms (above)
+    is still a violation."""
+
+    def doc(site_ms):
+        return fake_doc(
+            fake_finding(
+                "Host syncs hold the GPU idle 233 µs of the 3.54 ms median step (6.6 %)",
+                evidence=[("step_budget_sync_ms", 0.2333, "ms", None), ("step_budget_step_ms", 3.54, "ms", None)],
+                subjects=[{"kind": "location", "name": "x", "op": "aten::item", "gpu_idle_ms_per_step": site_ms}],
+            )
+        )
+
+    assert check_part_le_whole(doc(0.2466)) == []
+    assert [v.detail for v in check_part_le_whole(doc(0.30))] == [
+        "subject 'x': gpu_idle_ms_per_step 0.3 is larger than step_budget_sync_ms 0.2333"
+    ]
+
+
 def test_share_over_one_and_budget_part_over_step():
     fake = fake_finding("x", evidence=[("step_budget_sync_share", 1.2, "share", None)], cost_share=1.2)
     assert len(check_part_le_whole(fake_doc(fake))) == 2

@@ -290,7 +290,10 @@ def finding_texts(finding: dict) -> list[tuple[str, str]]:
 _PART_OF = re.compile(r"^\s+(?:[a-z]+\s+)?of\s+(?:the\s+|a\s+possible\s+|theoretical\s+)?$")
 _SHARE_AFTER = re.compile(r"^[\sA-Za-z-]*\($")
 
-# (finding id prefix, part, whole): ``e:`` an evidence metric, ``s:`` a figure of each subject that has it,
+# a mean of the traced steps against a part that is their median (a skewed handful of steps parts them): issue 28's
+# case was 9.4 times the part, this allows a quarter
+MEAN_SLACK = 1.25
+# (finding id prefix, part, whole[, "mean"]): ``e:`` an evidence metric, ``s:`` a figure of each subject that has it,
 # ``cost_share``; a subject's part is compared with the whole of the same subject when the whole is ``s:`` too
 PART_OF_WHOLE = (
     ("", "s:ms", "s:step_ms"),
@@ -303,7 +306,9 @@ PART_OF_WHOLE = (
     ("", "s:achieved_occupancy_pct", "s:theoretical_occupancy_pct"),
     ("", "s:excess_sectors", "s:sectors"),
     ("step_budget.", "s:median_step_gpu_idle_ms", "e:step_budget_{cause}_ms"),
-    ("step_budget.", "s:gpu_idle_ms_per_step", "e:step_budget_{cause}_ms"),  # a site's, per traced step
+    # a site's, per traced step: the sync analyzer's mean over the traced steps, where the budget's part is their median
+    # (the H200 word LM without stacks: one site, 0.247 ms mean, 0.233 ms part), so it may pass the part by MEAN_SLACK
+    ("step_budget.", "s:gpu_idle_ms_per_step", "e:step_budget_{cause}_ms", "mean"),
     ("step_budget.", "e:step_budget_{cause}_ms", "e:step_budget_step_ms"),
     ("step_budget.compilation", "s:compile_ms", "e:step_budget_compile_ms"),
     ("step_budget.compilation", "s:ms", "e:step_budget_compile_ms"),
@@ -391,7 +396,8 @@ def _figure_pairs(f: dict) -> list[Violation]:
     subjects = f.get("subjects") or ()
     cause = fid.split(".", 1)[1] if "." in fid else ""
     out = []
-    for prefix, part, whole in PART_OF_WHOLE:
+    for prefix, part, whole, *basis in PART_OF_WHOLE:
+        slack = MEAN_SLACK if basis == ["mean"] else 1.0
         if not fid.startswith(prefix):
             continue
         part, whole = part.replace("{cause}", cause), whole.replace("{cause}", cause)
@@ -399,7 +405,7 @@ def _figure_pairs(f: dict) -> list[Violation]:
             for s in subjects:
                 p = s.get(part[2:])
                 w = s.get(whole[2:]) if whole.startswith("s:") else _whole(whole, ev, f)
-                if _finite(p) and _finite(w) and p > w * (1 + 1e-9) + 1e-12:
+                if _finite(p) and _finite(w) and p > w * slack * (1 + 1e-9) + 1e-12:
                     out.append(
                         Violation(
                             "part_le_whole",
@@ -410,7 +416,7 @@ def _figure_pairs(f: dict) -> list[Violation]:
                     )
         else:
             p, w = ev.get(part[2:]), _whole(whole, ev, f)
-            if _finite(p) and _finite(w) and p > w * (1 + 1e-9) + 1e-12:
+            if _finite(p) and _finite(w) and p > w * slack * (1 + 1e-9) + 1e-12:
                 out.append(
                     Violation("part_le_whole", fid, title, f"{part[2:]} {p:.6g} is larger than {whole[2:]} {w:.6g}")
                 )

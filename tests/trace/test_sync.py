@@ -113,9 +113,11 @@ def test_records_without_trace_list_blocked_time():
 def test_event_sync_trace_ops_and_kinds():
     result = run_analyzer(sync, profile_of(EVENT_SYNC))
     calls = result.tables["calls"]
-    assert calls["op"].tolist() == ["aten::is_nonzero", "cudaEventSynchronize", "cudaDeviceSynchronize"]
+    # the trace's last runtime call, a cudaDeviceSynchronize under no CPU op after the last GPU work, is torch.profiler's
+    # own as it stops (profile.__exit__ synchronizes); without stacks it was counted as the script's third sync
+    assert calls["op"].tolist() == ["aten::is_nonzero", "cudaEventSynchronize"]
     assert calls["call"].iloc[0] == "cudaMemcpyAsync + cudaStreamSynchronize"
-    assert calls["blocked_ns"].tolist() == [35_000.0, 34_000.0, 8_000.0]
+    assert calls["blocked_ns"].tolist() == [35_000.0, 34_000.0]
     assert (calls["location"] == sync_calls.NO_FRAME).all()  # trace recorded without stacks
     assert calls["gpu_idle_ns"].iloc[0] > 0
 
