@@ -57,6 +57,45 @@ class Severity(IntEnum):
         except KeyError:
             raise ValueError(f"severity must be one of info, warning, critical; got {text!r}") from None
 
+    @classmethod
+    def of(
+        cls,
+        value: float | None,
+        *,
+        warning: float | None = None,
+        critical: float | None = None,
+        lower_is_worse: bool = False,
+        strict: bool = False,
+        otherwise: Severity | None = INFO,
+    ) -> Severity | None:
+        """The severity ``value`` earns against its cut-offs: the one home of every analyzer's and judge's
+        "critical from X, warning from Y", so each keeps its comparison in one word rather than an inline ternary.
+
+        A value reaches a cut-off at or above it (at or below with ``lower_is_worse``); with ``strict`` only
+        beyond it (``>``, ``<``), so a value equal to the cut-off does not. ``critical`` is tried first, then
+        ``warning``; a cut-off left None is never reached. A value that reaches neither, NaN or None gets
+        ``otherwise``: INFO, or WARNING where the caller has already judged the value a problem, or None
+        where passing means no severity at all (:func:`band`)."""
+        if value is not None and value == value:  # NaN and None reach no cut-off
+            for severity, cut in ((cls.CRITICAL, critical), (cls.WARNING, warning)):
+                if cut is None:
+                    continue
+                if lower_is_worse:
+                    reached = value < cut if strict else value <= cut
+                else:
+                    reached = value > cut if strict else value >= cut
+                if reached:
+                    return severity
+        return None if otherwise is None else cls(otherwise)  # the default INFO is the member's value, 0, here
+
+
+def band(value: float | None, warning: float, critical: float, lower_is_worse: bool = True) -> Severity | None:
+    """The severity of a kernel metric against its two bands (l2's hit-rate bands): only a value strictly beyond
+    a band is in it, and one that passes both (or NaN, or None) has none."""
+    return Severity.of(
+        value, warning=warning, critical=critical, lower_is_worse=lower_is_worse, strict=True, otherwise=None
+    )
+
 
 @dataclass(frozen=True)
 class Subject:

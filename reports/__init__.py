@@ -1,4 +1,5 @@
-"""Tables + findings → HTML / JSON / terminal. Renders only: no computation here.
+"""Tables + findings → HTML / JSON / terminal. Renders only: no computation here, apart from thinning a table
+the analysis handed over whole to a chart's mark budget (``reports/chart_budget.py``, docs/chart-budget.md).
 
 Renderers take a :class:`diagnose.analysis.Analysis` (results, ranked findings,
 summary, source) and return text. Per-analyzer report sections live in

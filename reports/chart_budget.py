@@ -182,11 +182,49 @@ def thin_line(x, y, max_points: int) -> tuple[np.ndarray, str | None]:
     return idx, width
 
 
+def log_histogram(values, bins_per_decade: int) -> pd.DataFrame:
+    """Counts and sums of the positive ``values`` per log-spaced bin (``bins_per_decade`` a decade, from the
+    decade under the smallest to the one over the largest): one bar per non-empty bin, so a histogram of a
+    million launches is a few dozen marks."""
+    d = np.asarray(values, dtype=float)
+    d = d[d > 0]
+    if not len(d):
+        return pd.DataFrame({"bin_lo": [], "bin_hi": [], "count": [], "total": []})
+    lo, hi = np.floor(np.log10(d.min())), np.ceil(np.log10(d.max()) + 1e-9)
+    edges = 10 ** np.linspace(lo, hi, int(round((hi - lo) * bins_per_decade)) + 1)
+    idx = np.clip(np.searchsorted(edges, d, side="right") - 1, 0, len(edges) - 2)
+    counts = np.bincount(idx, minlength=len(edges) - 1)
+    totals = np.bincount(idx, weights=d, minlength=len(edges) - 1)
+    keep = counts > 0
+    return pd.DataFrame(
+        {
+            "bin_lo": edges[:-1][keep],
+            "bin_hi": edges[1:][keep],
+            "count": counts[keep].astype(int),
+            "total": totals[keep],
+        }
+    )
+
+
 def group_consecutive(n: int, max_groups: int) -> tuple[np.ndarray, int]:
     """Group ``n`` consecutive items (steps, bins) into at most ``max_groups`` groups: the group of each
     item and the group size (1: no grouping)."""
     size = max(1, math.ceil(n / max(1, max_groups)))
     return np.arange(n) // size, size
+
+
+def run_maxima(frame: pd.DataFrame, x: str, columns, max_points: int) -> tuple[pd.DataFrame, int]:
+    """A line's points thinned to runs of equal numbers of consecutive rows (the last run shorter), at most
+    ``max_points`` runs: per run ``x`` of its last row and the highest value of each of ``columns`` in it, so
+    peaks stay drawn. Returns (one row per run, rows per run)."""
+    _, per = group_consecutive(len(frame), max_points)
+    starts = np.arange(0, len(frame), per)
+    ends = np.r_[starts[1:] - 1, len(frame) - 1] if len(frame) else starts
+    out = pd.DataFrame({x: frame[x].to_numpy()[ends]})
+    for col in columns:
+        values = frame[col].to_numpy()
+        out[col] = np.maximum.reduceat(values, starts) if len(frame) else values[:0]
+    return out, per
 
 
 def top_n_other(frame: pd.DataFrame, weight: str, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -11,6 +11,7 @@ import re
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import diagnose
@@ -97,10 +98,18 @@ def test_every_figure_within_budget(path):
         assert table.count("<tr>") <= MAX_TABLE_ROWS
 
 
+def l2_cells(path):
+    """The L2 heatmap's cells as the section bins them from the analyzer's every-launch table."""
+    from reports.l2_heatmap import heatmap_cells
+
+    result = analysis_of(path).results["l2"]
+    return heatmap_cells(result.tables["launches"], result.tables["kernels"])[0]
+
+
 def test_figure_marks_counts_real_heatmap_cells():
-    """The counter itself, on the real ncu_churn heatmap: kernels × bins cells, as the analyzer made them."""
+    """The counter itself, on the real ncu_churn heatmap: kernels × bins cells, as the section bins them."""
     path = FIXTURES / "runs" / "ncu_churn"
-    cells = analysis_of(path).results["l2"].tables["heatmap"]
+    cells = l2_cells(path)
     (heatmap,) = [f for f in figures_in_page(page_of(path)) if f["id"] == "fig-l2-heatmap"]
     assert figure_marks(heatmap) == cells["kernel"].nunique() * cells["bin"].nunique() == 1092
 
@@ -142,12 +151,12 @@ def test_comm_timeline_binned_keeps_each_lanes_time(monkeypatch):
 
 def test_l2_heatmap_merged_keeps_weighted_hit_rate(monkeypatch):
     path = FIXTURES / "runs" / "ncu_churn"
-    cells = analysis_of(path).results["l2"].tables["heatmap"]
+    cells = l2_cells(path)
     monkeypatch.setattr(chart_budget, "MAX_MARKS", 300)
     fig = next(f for f in section_figures("l2", path) if f["id"] == "fig-l2-heatmap")
     assert figure_marks(fig) <= 300
     assert re.search(r"binned: 1 column per [\d,]+ launches, \d+ bins", title_of(fig))
-    from reports.sections.l2 import merge_bins
+    from reports.l2_heatmap import merge_bins
 
     factor = int(np.ceil(cells["bin"].nunique() / (300 // cells["kernel"].nunique())))
     merged = merge_bins(cells, factor)
@@ -157,6 +166,35 @@ def test_l2_heatmap_merged_keeps_weighted_hit_rate(monkeypatch):
         assert np.average(mine["l2_hit_pct"], weights=mine["dur_ns"]) == pytest.approx(
             np.average(theirs["l2_hit_pct"], weights=theirs["dur_ns"]), rel=1e-9
         )
+
+
+def test_fragmentation_timeline_keeps_each_runs_highest_bytes():
+    """The analyzer hands over the allocator's bytes after every history entry (4,026 on the churn capture); the
+    section draws the highest of each run of 9 entries (at most max_timeline_bins = 500 runs), each at the time
+    of its run's last entry, where the replay read the free-block set for the fragmentation curve."""
+    path = FIXTURES / "memory" / "churn" / "snapshot.pickle.gz"
+    result = analysis_of(path).results["fragmentation"]
+    entries = result.tables["timeline"]
+    assert len(entries) == result.meta["entries"] == 4026
+    (fig,) = [f for f in section_figures("fragmentation", path) if f["id"] == "fragmentation-timeline"]
+    assert "binned: 1 point per 9 entries, 448 bins" in title_of(fig)
+    reserved = next(t for t in fig["data"] if t["name"] == "reserved")
+    x, y = decoded(reserved["x"]).astype(float), decoded(reserved["y"]).astype(float)
+    want = entries["reserved_bytes"].groupby(np.arange(4026) // 9).max().to_numpy() / 2**30
+    assert len(x) == 448 and (y == want).all() and y.max() == 8264876032 / 2**30
+    assert (x == entries["t_s"].to_numpy()[np.r_[np.arange(8, 4026, 9), 4025]]).all()
+    curve = result.tables["fragmentation_curve"]  # the free-block reads fall on those run ends (and at growths)
+    assert set(np.r_[np.arange(8, 4026, 9), 4025]) <= set(curve["entry"])
+
+
+def test_run_maxima_keeps_the_highest_and_the_last_x():
+    frame = pd.DataFrame({"x": np.arange(7.0), "a": [1, 5, 2, 0, 9, 3, 4], "b": [7, 6, 5, 4, 3, 2, 1]})
+    out, per = chart_budget.run_maxima(frame, "x", ["a", "b"], 3)
+    assert per == 3 and out["x"].tolist() == [2.0, 5.0, 6.0]
+    assert out["a"].tolist() == [5, 9, 4] and out["b"].tolist() == [7, 4, 1]
+    out, per = chart_budget.run_maxima(frame, "x", ["a"], 7)
+    assert per == 1 and out["a"].tolist() == frame["a"].tolist()
+    assert len(chart_budget.run_maxima(frame.iloc[:0], "x", ["a"], 3)[0]) == 0
 
 
 def test_utilization_envelope_keeps_peaks(monkeypatch):
@@ -258,7 +296,7 @@ def _heatmap_axis(path):
 
 def test_heatmap_labels_short_with_full_names_on_hover():
     path = shared("ncu", "convnet_raw.csv")  # the cuDNN capture: names up to 148 characters
-    cells = analysis_of(path).results["l2"].tables["heatmap"]
+    cells = l2_cells(path)
     heatmap, categories, ticks = _heatmap_axis(path)
     kernels = list(dict.fromkeys(cells["kernel"]))
     assert max(map(len, kernels)) > 100

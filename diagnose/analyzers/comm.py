@@ -315,12 +315,12 @@ def _low_overlap(overlap: pd.DataFrame, th: Thresholds) -> list[Finding]:
         return []
     exposed_share = (low["exposed_ms"] / low["span_ms"]).to_numpy()
     worst = float(exposed_share.max())
-    sev = Severity.CRITICAL if worst >= c.exposed_critical_share else Severity.WARNING
+    sev = Severity.of(worst, critical=c.exposed_critical_share, otherwise=Severity.WARNING)
     subjects = tuple(
         Subject(
             "rank",
             f"rank {int(r.rank)}",
-            severity=Severity.CRITICAL if e >= c.exposed_critical_share else Severity.WARNING,
+            severity=Severity.of(e, critical=c.exposed_critical_share, otherwise=Severity.WARNING),
             figures={
                 "overlap_pct": float(r.overlap_pct),
                 "comm_ms": float(r.comm_ms),
@@ -371,7 +371,7 @@ def _straggler(m, per_step, rank_table, times, th, on_gpu, world) -> list[Findin
     step_ms = float(rank_table["step_ms"].mean())
     share = caused_ms / step_ms if step_ms else None
     cause, advice = _cause(rank, rank_table, lag_ms, on_gpu)
-    sev = Severity.CRITICAL if share is not None and share >= c.wait_share_critical else Severity.WARNING
+    sev = Severity.of(share, critical=c.wait_share_critical, otherwise=Severity.WARNING)  # None: warning
     partial = f" (among the {len(rank_table)} of {world} ranks traced)" if world and world > len(rank_table) else ""
     return [
         Finding(
@@ -454,12 +454,12 @@ def _wait_dominates(m: pd.DataFrame, rank_table: pd.DataFrame, th: Thresholds) -
     if not len(bad):
         return []
     worst = float(bad["wait_step_share"].max())
-    sev = Severity.CRITICAL if worst >= c.wait_share_critical else Severity.WARNING
+    sev = Severity.of(worst, critical=c.wait_share_critical, otherwise=Severity.WARNING)
     subjects = [
         Subject(
             "rank",
             f"rank {int(r.rank)}",
-            severity=Severity.CRITICAL if r.wait_step_share >= c.wait_share_critical else Severity.WARNING,
+            severity=Severity.of(r.wait_step_share, critical=c.wait_share_critical, otherwise=Severity.WARNING),
             figures={
                 "wait_ms_per_step": float(r.wait_ms_per_step),
                 "step_ms": float(r.step_ms),

@@ -2,8 +2,9 @@
 
 From the allocator history (torch snapshot) the replay (:mod:`diagnose.derive.memory_replay`)
 rebuilds reserved / allocated / requested bytes and the free-block layout; this module
-bins them for the report (bounded cells, see ``Memory`` thresholds), checks them against
-the snapshot and the per-step ``memory_stats``, and judges:
+keeps them per entry (``timeline``), reads the free-block set and the segments' occupancy at
+bounded points (the fragmentation curve and the heatmap's cells, see ``Memory`` thresholds),
+checks them against the snapshot and the per-step ``memory_stats``, and judges:
 
 - ``fragmentation.at_peak``: reserved memory never allocated even at the peak, while the
   allocator grew segments although enough bytes were free (no free block was large enough);
@@ -164,9 +165,11 @@ def _replay_view(profile: Profile, rank: int, device: int, snapshot, th: Thresho
     times_known = bool(np.isfinite(t_us).all())
     mem = th.memory
     steps = step_intervals(profile.step_events.get(rank), profile.memory_stats.get(rank)) if times_known else None
-    # the curves: runs of equal numbers of entries (a history is bursts of steps between idle stretches: equal
-    # time buckets would leave the bursts a handful of points); the heatmap: steps, else equal time buckets
-    line_bins, line_bin, _ = _entry_bins(len(t_us), mem.max_timeline_bins)
+    # where the replay reads the free-block set (the fragmentation curve: each read walks every free block, so
+    # at most max_timeline_bins of them): the ends of runs of equal numbers of entries (a history is bursts of
+    # steps between idle stretches: equal time buckets would leave the bursts a handful of points), the runs the
+    # section's timeline chart draws; the heatmap's cells: steps, else equal time buckets
+    _, line_bin, _ = _entry_bins(len(t_us), mem.max_timeline_bins)
     if times_known:
         heat_cols = _heatmap_columns(snapshot, device, trace, mem)
         heat = _step_bins(t_us, steps, heat_cols) if len(steps) else None
@@ -201,8 +204,7 @@ def _replay_view(profile: Profile, rank: int, device: int, snapshot, th: Thresho
     tl = replayed.timeline
     view["peak_reserved_bytes"] = float(tl["reserved_bytes"].max())
     view["peak_allocated_bytes"] = float(tl["allocated_bytes"].max())
-    view["timeline"] = _binned_timeline(tl, line_bin, line_bins, x, t0, scale)
-    view["timeline_entries_per_point"] = int(np.ceil(len(t_us) / line_bins)) if line_bins else 1
+    view["timeline"] = _entry_timeline(tl, x, t0, scale)
     samples = replayed.samples.copy()
     samples["t_s"] = ((samples["t_us"] if times_known else samples["entry"]) - t0) / scale
     view["fragmentation_curve"] = samples
@@ -334,15 +336,12 @@ def _bin_ends(entry_bin: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.r_[entry_bin[1:] != entry_bin[:-1], True])
 
 
-def _binned_timeline(
-    tl: pd.DataFrame, entry_bin: np.ndarray, nbins: int, x: np.ndarray, t0: float, scale: float
-) -> pd.DataFrame:
-    starts = np.flatnonzero(np.r_[True, entry_bin[1:] != entry_bin[:-1]])
-    ends = np.r_[starts[1:] - 1, len(tl) - 1]
-    out = {"t_s": (x[ends] - t0) / scale, "entries": ends - starts + 1}
+def _entry_timeline(tl: pd.DataFrame, x: np.ndarray, t0: float, scale: float) -> pd.DataFrame:
+    """The allocator's bytes after each history entry (one row per entry, in order), at its time in seconds
+    from the origin (its entry number when entries have no times). The section draws runs of entries."""
+    out = {"t_s": (x - t0) / scale}
     for col in ("reserved_bytes", "allocated_bytes", "active_bytes", "requested_bytes"):
-        out[col] = np.maximum.reduceat(tl[col].to_numpy(), starts)
-        out[col.replace("_bytes", "_end_bytes")] = tl[col].to_numpy()[ends]
+        out[col] = tl[col].to_numpy()
     return pd.DataFrame(out)
 
 
@@ -519,7 +518,7 @@ def _at_peak(view: dict, th: Thresholds) -> Finding | None:
     frag = _fragmented_growth(view)
     if share < mem.frag_warning_share or not len(frag):
         return None
-    severity = Severity.CRITICAL if share >= mem.frag_critical_share else Severity.WARNING
+    severity = Severity.of(share, critical=mem.frag_critical_share, otherwise=Severity.WARNING)
     curve = view["fragmentation_curve"]
     peak_ext = (
         float(np.nanmax(curve["external_fragmentation_pct"]))
@@ -817,8 +816,7 @@ def _publish(result: Result, view: dict, views: list[dict], th: Thresholds) -> N
             "times_known": view["times_known"],
             "history_coverage_pct": view["coverage_pct"],
             "max_heatmap_cells": HEATMAP_MAX_CELLS,
-            "max_timeline_bins": th.memory.max_timeline_bins,
-            "timeline_entries_per_point": view["timeline_entries_per_point"],
+            "max_timeline_bins": th.memory.max_timeline_bins,  # the fragmentation curve's reads: the timeline's runs
             "heatmap_bin_s": view["heatmap_bin"],
             "heatmap_steps_per_column": view["heatmap_steps_per_column"],
             "time_origin": "run start" if (view.get("coverage_meta") or {}).get("run_span_known") else "first entry",
@@ -859,7 +857,7 @@ def _torch_stats_only(result: Result, rank: int, stats: pd.DataFrame, th: Thresh
     if peak_res >= mem.min_reserved_bytes and peak_res > 0:
         share = (peak_res - peak_alloc) / peak_res
         if share >= mem.frag_warning_share:
-            sev = Severity.CRITICAL if share >= mem.frag_critical_share else Severity.WARNING
+            sev = Severity.of(share, critical=mem.frag_critical_share, otherwise=Severity.WARNING)
             result.findings.append(
                 Finding(
                     id="fragmentation.at_peak",

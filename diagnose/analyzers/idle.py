@@ -204,12 +204,7 @@ def idle_finding(
     if span <= 0:
         return None
     idle_pct = 100 * b["idle_ns"] / span
-    if idle_pct >= th.sync.gpu_idle_critical_pct:
-        sev = Severity.CRITICAL
-    elif idle_pct >= th.sync.gpu_idle_warning_pct:
-        sev = Severity.WARNING
-    else:
-        sev = Severity.INFO
+    sev = Severity.of(idle_pct, warning=th.sync.gpu_idle_warning_pct, critical=th.sync.gpu_idle_critical_pct)
     main = max(("input", *tl.GAP_CAUSES), key=lambda c: by_cause.get(c, 0.0))
     labels = {
         "input": "waiting for input (the host fetching the next batch)",

@@ -41,7 +41,6 @@ from diagnose.derive.allocator_timeline import allocator_timeline, hit_after_new
 from diagnose.derive.derived import Derived
 from diagnose.derive.kernel_limiter import kernel_limiters, path_of
 from diagnose.derive.kernel_stats import (
-    band,
     kernel_subject_name,
     label_of_launch,
     launches_figure,
@@ -53,7 +52,7 @@ from diagnose.derive.kernel_stats import (
     total_gpu_time_ns,
     weighted_mean,
 )
-from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
+from diagnose.findings import Evidence, Finding, Result, Severity, Subject, band, not_measured
 from diagnose.formatting import agree, count_human, n_things, pct_human, share_human
 from diagnose.metrics import HIGHER, LOWER, Metric
 
@@ -77,8 +76,7 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
     "l2.not_measured",
     "l2.reuse_missed",
 )
-HEATMAP_MAX_KERNELS = 40
-HEATMAP_MAX_COLUMNS = 400
+HEATMAP_COLUMNS = ("l2_hit_pct", "dram_throughput_pct", "grid_size", "grid_x", "grid_y", "grid_z")  # per launch
 METRICS = [
     "l2_hit_pct",
     "l2_read_hit_pct",
@@ -151,15 +149,14 @@ def analyze(profile, derived: Derived, th) -> Result:
         ["miss_cost_ns", "kernel"], ascending=[False, True], na_position="last", kind="stable"
     ).reset_index(drop=True)
     result.tables["kernels"] = stats
-    result.tables["heatmap"] = heatmap_cells(kernels, stats, memo=derived.kernel_memo)
+    # every launch in launch order: the section bins the costliest kernels' launches into its heatmap
+    result.tables["launches"] = launches_in_order(kernels, stats, memo=derived.kernel_memo)
     result.meta.update(
         {
             "warning_pct": t.warning_pct,
             "critical_pct": t.critical_pct,
             "streaming_max": t.streaming_max,
             "reuse_min": t.reuse_min,
-            "heatmap_bin_size": int(result.tables["heatmap"].attrs.get("bin_size", 1)),
-            "heatmap_kernels_shown": int(result.tables["heatmap"]["kernel"].nunique()),
             "kernels": int(len(stats)),
         }
     )
@@ -341,10 +338,7 @@ def _reuse_finding(at_l2: pd.DataFrame, at_l1: pd.DataFrame, t, sol) -> Finding:
     next_ratio = (at_l1["next_pct"] / at_l1["limiter_pct"]).fillna(1.0).clip(upper=1.0)
     at_l1 = at_l1.assign(est_loss_share=at_l1["share"] * (1.0 - next_ratio))
     subjects = [_subject(r, t, band(r["l2_hit_pct"], t.warning_pct, t.critical_pct)) for _, r in at_l2.iterrows()]
-    subjects += [
-        _subject(r, t, Severity.WARNING if r["share"] >= sol.warning_kernel_share else Severity.INFO)
-        for _, r in at_l1.iterrows()
-    ]
+    subjects += [_subject(r, t, Severity.of(r["share"], warning=sol.warning_kernel_share)) for _, r in at_l1.iterrows()]
     rows = pd.concat([at_l2, at_l1]).sort_values(["est_loss_share", "kernel"], ascending=[False, True], kind="stable")
     top = rows.iloc[0]
     share = float(rows["share"].sum())
@@ -430,102 +424,16 @@ def _compulsory_finding(rows: pd.DataFrame, t) -> Finding:
     )
 
 
-def heatmap_cells(kernels: pd.DataFrame, stats: pd.DataFrame, memo=None) -> pd.DataFrame:
-    """Cells of the kernel × launch-order heatmap, binned to at most HEATMAP_MAX_COLUMNS columns.
-
-    Rows are the HEATMAP_MAX_KERNELS kernels costliest in time × miss rate; a column is a bin of
-    consecutive launches (launch order over the whole capture); a cell is the duration-weighted
-    L2 hit rate of that kernel's launches in the bin, with the figures the hover shows.
-    """
-    columns = [
-        "kernel",
-        "kernel_rank",
-        "bin",
-        "first_launch",
-        "last_launch",
-        "launches",
-        "l2_hit_pct",
-        "dur_ns",
-        "dram_throughput_pct",
-        "grid_size",
-        "grid",
-    ]
-    top = stats[stats["l2_hit_pct"].notna()]["kernel"].head(HEATMAP_MAX_KERNELS).tolist()
-    order_cols = [c for c in ("launch_id",) if c in kernels.columns and kernels[c].notna().all()]
-    k = slim(kernels, "launch_id", "l2_hit_pct", "dram_throughput_pct", "grid_size", "grid_x", "grid_y", "grid_z")
-    labels = label_of_launch(
-        kernels, stats, memo=memo
-    ).to_numpy()  # on the table analyze() grouped (memoized), then sorted
-    if order_cols:
+def launches_in_order(kernels: pd.DataFrame, stats: pd.DataFrame, memo=None) -> pd.DataFrame:
+    """Every profiled launch in launch order (by ``launch_id`` when every launch has one, else as ncu listed
+    them): ``launch`` counts from 0 over the whole capture, ``kernel`` is its kernel's label in ``stats``, then
+    the figures the section's kernel × launch-order heatmap shows (hit rate, duration, DRAM throughput, grid)."""
+    k = slim(kernels, "launch_id", *HEATMAP_COLUMNS)
+    labels = label_of_launch(kernels, stats, memo=memo).to_numpy()  # on the table analyze() grouped (memoized)
+    if "launch_id" in k.columns and k["launch_id"].notna().all():
         by_launch = np.argsort(k["launch_id"].to_numpy(), kind="stable")
         k, labels = k.take(by_launch), labels[by_launch]
-    k = k.reset_index(drop=True).assign(label=labels)
-    k["order"] = np.arange(len(k))
-    bin_size = max(1, int(np.ceil(len(k) / HEATMAP_MAX_COLUMNS)))
-    k = k[k["label"].isin(top) & k["l2_hit_pct"].notna()]
-    # whole-array reductions over the cells (np.*.reduceat on the launches sorted by cell): 40 kernels × 400
-    # bins of 100,000 launches is 16,000 cells; a pandas groupby took 10 s, a Python loop per cell 1 s
-    rank_of = {name: i for i, name in enumerate(top)}
-    cell_key = k["label"].map(rank_of).to_numpy(dtype=np.int64) * (len(k) + 1) + k["order"].to_numpy() // bin_size
-    by_cell = np.argsort(cell_key, kind="stable")  # launches keep their order within each cell
-    starts = np.flatnonzero(np.r_[True, np.diff(cell_key[by_cell]) != 0]) if len(by_cell) else by_cell[:0]
-    order = k["order"].to_numpy()[by_cell]
-    dur = pd.to_numeric(k["dur_ns"], errors="coerce").to_numpy(dtype=float)[by_cell]
-    hit = k["l2_hit_pct"].to_numpy(dtype=float)[by_cell]
-    dram = pd.to_numeric(k["dram_throughput_pct"], errors="coerce").to_numpy(dtype=float)[by_cell]
-    dims = {c: k[c].to_numpy()[by_cell] for c in ("grid_size", "grid_x", "grid_y", "grid_z") if c in k.columns}
-    dur_or_0 = np.where(np.isnan(dur), 0.0, dur)
-    longest = _first_max_per_cell(dur_or_0, starts)  # the cell's longest launch gives its grid
-    cells_dims = [{c: v[i] for c, v in dims.items()} for i in longest]
-    rows = {
-        "kernel": k["label"].to_numpy(dtype=object)[by_cell][starts],
-        "bin": order[starts] // bin_size,
-        "first_launch": np.minimum.reduceat(order, starts) if len(starts) else order[:0],
-        "last_launch": np.maximum.reduceat(order, starts) if len(starts) else order[:0],
-        "launches": np.diff(np.r_[starts, len(order)]),
-        "l2_hit_pct": _weighted_means_per_cell(hit, dur, starts),
-        "dur_ns": np.add.reduceat(dur_or_0, starts) if len(starts) else dur[:0],
-        "dram_throughput_pct": _weighted_means_per_cell(dram, dur, starts),
-        "grid_size": np.array([float(d["grid_size"]) for d in cells_dims], dtype=float),
-        "grid": [_grid_text(d) for d in cells_dims],
-    }
-    cells = pd.DataFrame(rows, columns=[c for c in columns if c != "kernel_rank"])
-    cells = cells.astype({"bin": int, "first_launch": int, "last_launch": int, "launches": int})
-    cells.insert(1, "kernel_rank", cells["kernel"].map({name: i for i, name in enumerate(top)}))
-    cells = cells.sort_values(["kernel_rank", "bin"]).reset_index(drop=True)
-    cells.attrs["bin_size"] = bin_size
-    return cells
-
-
-def _first_max_per_cell(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Index of each cell's first largest value (cells are the runs that begin at ``starts``)."""
-    if not len(starts):
-        return starts
-    cell = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(values)]))
-    at_max = np.flatnonzero(values == np.maximum.reduceat(values, starts)[cell])
-    return at_max[np.searchsorted(cell[at_max], np.arange(len(starts)))]
-
-
-def _weighted_means_per_cell(v: np.ndarray, w: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """:func:`diagnose.derive.kernel_stats.weighted_mean_of_arrays` of each cell, for all cells at once."""
-    if not len(starts):
-        return v[:0]
-    has_v = ~np.isnan(v)
-    ok = has_v & ~np.isnan(w)
-    n_ok = np.add.reduceat(ok, starts)
-    n_v = np.add.reduceat(has_v, starts)
-    w_ok = np.add.reduceat(np.where(ok, w, 0.0), starts)
-    vw_ok = np.add.reduceat(np.where(ok, v * np.where(ok, w, 0.0), 0.0), starts)
-    v_ok = np.add.reduceat(np.where(ok, v, 0.0), starts)
-    v_any = np.add.reduceat(np.where(has_v, v, 0.0), starts)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        weighted = np.where(w_ok > 0, vw_ok / w_ok, v_ok / n_ok)
-        return np.where(n_ok > 0, weighted, np.where(n_v > 0, v_any / n_v, np.nan))
-
-
-def _grid_text(launch) -> str:
-    dims = [launch.get(c) for c in ("grid_x", "grid_y", "grid_z")]
-    if all(d is not None and not pd.isna(d) for d in dims):
-        return "×".join(str(int(d)) for d in dims)
-    g = launch.get("grid_size")
-    return "" if g is None or pd.isna(g) else f"{int(g)}"
+    out = k[[c for c in ("launch_id", "dur_ns", *HEATMAP_COLUMNS) if c in k.columns]].reset_index(drop=True)
+    out.insert(0, "kernel", labels)
+    out.insert(0, "launch", np.arange(len(out)))
+    return out

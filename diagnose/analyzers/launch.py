@@ -226,8 +226,12 @@ def launch_finding(
     basis = "per_step" if stats["steps"] else "in_span"
     if not len(top):
         return None
-    bound = short >= th.sync.launch_bound_share and host_wait_pct >= th.sync.launch_bound_host_wait_pct
-    sev = Severity.WARNING if bound else Severity.INFO
+    # launch-bound (a warning) only when both the short kernels' share and the host wait reach theirs
+    sev = min(
+        Severity.of(short, warning=th.sync.launch_bound_share),
+        Severity.of(host_wait_pct, warning=th.sync.launch_bound_host_wait_pct),
+    )
+    bound = sev == Severity.WARNING
     names = ", ".join(str(o) for o in top["op"].head(5))
     subjects = tuple(
         Subject(

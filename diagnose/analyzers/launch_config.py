@@ -232,10 +232,9 @@ def launch_losses(kernels: pd.DataFrame, t, min_dur_ns: float = 0.0) -> pd.DataF
 def _small_grid(small: pd.DataFrame, t) -> Finding:
     subjects = []
     for _, r in small.iterrows():
-        sev = (
-            Severity.CRITICAL
-            if r["idle_sm_pct"] >= t.critical_idle_sm_pct and r["config_share"] >= t.critical_kernel_share
-            else Severity.WARNING
+        sev = min(  # critical only when both the idle SMs and the kernel's share reach theirs
+            Severity.of(r["idle_sm_pct"], critical=t.critical_idle_sm_pct, otherwise=Severity.WARNING),
+            Severity.of(r["config_share"], critical=t.critical_kernel_share, otherwise=Severity.WARNING),
         )
         f = launches_figure(r)
         f.update(

@@ -158,18 +158,10 @@ def how_to_measure(profile) -> str:
     )
 
 
-def severity_of(loss_share: float, t) -> Severity:
-    if loss_share >= t.critical_loss_share:
-        return Severity.CRITICAL
-    if loss_share >= t.warning_loss_share:
-        return Severity.WARNING
-    return Severity.INFO
-
-
 def _finding(flagged: pd.DataFrame, t, notes: list[str]) -> Finding:
     subjects, locations, parts = [], [], []
     for _, r in flagged.iterrows():
-        sev = severity_of(float(r["est_loss_share"]), t)
+        sev = Severity.of(float(r["est_loss_share"]), warning=t.warning_loss_share, critical=t.critical_loss_share)
         f = launches_figure(r)
         f.update(
             {

@@ -185,10 +185,11 @@ def _gap_finding(gap: pd.DataFrame, t) -> Finding:
     for _, r in gap.iterrows():
         if r["sol_limiter_pct"] >= t.saturated_unit_pct:
             sev = Severity.INFO  # already at a unit's peak: more warps would not help
-        elif r["gap_pts"] > t.critical_gap_pts and r["judged_share"] >= t.critical_kernel_share:
-            sev = Severity.CRITICAL
-        else:
-            sev = Severity.WARNING
+        else:  # critical only when both the gap (beyond its cut-off) and the kernel's share reach theirs
+            sev = min(
+                Severity.of(r["gap_pts"], critical=t.critical_gap_pts, strict=True, otherwise=Severity.WARNING),
+                Severity.of(r["judged_share"], critical=t.critical_kernel_share, otherwise=Severity.WARNING),
+            )
         f = launches_figure(r)
         f.update(
             {

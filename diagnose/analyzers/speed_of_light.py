@@ -118,7 +118,7 @@ def _latency_finding(lat, t) -> Finding:
                 "est_loss_share": r["est_loss_share"],
             }
         )
-        sev = Severity.WARNING if r["share"] >= t.warning_kernel_share else Severity.INFO
+        sev = Severity.of(r["share"], warning=t.warning_kernel_share)
         subjects.append(Subject("kernel", kernel_subject_name(r), sev, f))
     top = lat.iloc[0]
     share = float(lat["share"].sum())

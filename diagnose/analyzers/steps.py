@@ -61,6 +61,7 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
     "steps.own_overhead",
     "steps.unstable",
 )
+STEP_COLUMNS = ["rank", "step", "host_ms", "gpu_ms", "step_ms", "warmup", "instrumented", "outlier"]  # its table
 # what the step time looks like, not why: ranks after a cause of the same severity (diagnose.findings.rank_findings)
 SYMPTOM_FINDING_IDS = ("steps.unstable",)
 MAX_OUTLIER_SUBJECTS = 20
@@ -93,14 +94,14 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
 
     result.summary.update(_summary(steps, measured))
     result.tables["per_rank"] = _per_rank(steps)
-    result.tables["steps"], stride = _chart_rows(steps, th.steps.max_chart_steps)
+    result.tables["steps"] = steps[STEP_COLUMNS].reset_index(drop=True)  # every step: the section thins its chart
     regions = _regions(profile, steps)
     if len(regions):
         result.tables["regions"] = regions
     result.meta.update(
         {
             "step_name": str(steps["name"].iloc[0]),
-            "chart_stride": stride,
+            "max_chart_steps": th.steps.max_chart_steps,  # how many steps its chart draws, about
             "warmup_steps_per_rank": th.steps.warmup_steps,
             "warmup_excluded": int(steps["warmup"].sum()),
             "trace_window_excluded": int(steps["instrumented"].sum()),
@@ -221,21 +222,6 @@ def _per_rank(steps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _chart_rows(steps: pd.DataFrame, max_rows: int) -> tuple[pd.DataFrame, int]:
-    """At most about ``max_rows`` steps for the chart: every k-th, plus every warm-up step and outlier; when only
-    some steps have a GPU time (sampled), every k-th of those too, so the GPU line is drawn."""
-    stride = max(1, int(np.ceil(len(steps) / max_rows)))
-    position = steps.groupby("rank").cumcount()
-    keep = (position % stride == 0) | steps["warmup"] | steps["outlier"]
-    timed = steps["gpu_ms"].notna()
-    if timed.any() and not timed.all():
-        gpu_stride = max(1, int(np.ceil(timed.sum() / max_rows)))
-        gpu_position = timed.astype(int).groupby(steps["rank"]).cumsum() - 1
-        keep |= timed & (gpu_position % gpu_stride == 0)
-    columns = ["rank", "step", "host_ms", "gpu_ms", "step_ms", "warmup", "instrumented", "outlier"]
-    return steps.loc[keep, columns].reset_index(drop=True), stride
-
-
 def _regions(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame:
     """Median GPU/host time of every other timed name (forward, backward, …) next to the whole step."""
     events = pd.concat([f for f in profile.step_events.values() if len(f)], ignore_index=True)
@@ -263,7 +249,7 @@ def _host_bound(measured: pd.DataFrame, th: Thresholds) -> Finding | None:
     ratio = host / gpu
     if ratio < th.steps.host_bound_ratio:
         return None
-    severity = Severity.CRITICAL if ratio >= th.steps.host_bound_critical_ratio else Severity.WARNING
+    severity = Severity.of(ratio, critical=th.steps.host_bound_critical_ratio, otherwise=Severity.WARNING)
     subjects = []
     for rank, group in both.groupby("rank"):
         rank_ratio = float(group["host_ms"].median() / group["gpu_ms"].median())
@@ -271,7 +257,9 @@ def _host_bound(measured: pd.DataFrame, th: Thresholds) -> Finding | None:
             Subject(
                 "rank",
                 f"rank {int(rank)}",
-                severity=_ratio_severity(rank_ratio, th),
+                severity=Severity.of(
+                    rank_ratio, warning=th.steps.host_bound_ratio, critical=th.steps.host_bound_critical_ratio
+                ),
                 figures={
                     "host_median_ms": float(group["host_ms"].median()),
                     "gpu_median_ms": float(group["gpu_ms"].median()),
@@ -298,12 +286,6 @@ def _host_bound(measured: pd.DataFrame, th: Thresholds) -> Finding | None:
         "use torch.compile or CUDA graphs to cut Python and launch overhead.",
         section=SECTION,
     )
-
-
-def _ratio_severity(ratio: float, th: Thresholds) -> Severity:
-    if ratio >= th.steps.host_bound_critical_ratio:
-        return Severity.CRITICAL
-    return Severity.WARNING if ratio >= th.steps.host_bound_ratio else Severity.INFO
 
 
 def _unstable(steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds) -> Finding | None:
@@ -338,7 +320,7 @@ def _unstable(steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds) -> Fi
         Evidence("step_outlier_factor", th.steps.outlier_factor, "x"),  # "over 1.5x the median"
     )
     if spread_pct >= th.steps.unstable_spread_pct:
-        severity = Severity.CRITICAL if spread_pct >= th.steps.unstable_critical_spread_pct else Severity.WARNING
+        severity = Severity.of(spread_pct, critical=th.steps.unstable_critical_spread_pct, otherwise=Severity.WARNING)
         return Finding(
             id="steps.unstable",
             analyzer=NAME,

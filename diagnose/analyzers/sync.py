@@ -175,13 +175,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         overall = total_idle / total_span if total_span else 0.0
         worst = max(
             [s.severity for s in subjects]
-            + [
-                Severity.CRITICAL
-                if overall >= th.sync.critical_idle_share
-                else Severity.WARNING
-                if overall >= th.sync.warning_idle_share
-                else Severity.INFO
-            ]
+            + [Severity.of(overall, warning=th.sync.warning_idle_share, critical=th.sync.critical_idle_share)]
         )
         top = subjects[0]
         exact = bool(top.figures.get("line_exact"))
@@ -312,15 +306,8 @@ def record_syncs(
 def subject_of(g, rank: int, th: Thresholds, span_only: bool = False) -> Subject:
     """One sync location as a finding's subject; ``span_only``: the trace has no iterations, so its figures are
     totals over the traced span (``count``, ``blocked_ms``, ``gpu_idle_ms``, ``share_of_span``), not per step."""
-    share = g.share_of_step
-    if share != share:  # no GPU idle known (sync records without a trace): listed, not judged
-        sev = Severity.INFO
-    elif share >= th.sync.critical_idle_share:
-        sev = Severity.CRITICAL
-    elif share >= th.sync.min_idle_share:
-        sev = Severity.WARNING
-    else:
-        sev = Severity.INFO
+    share = g.share_of_step  # NaN when no GPU idle is known (sync records without a trace): listed, info
+    sev = Severity.of(share, warning=th.sync.min_idle_share, critical=th.sync.critical_idle_share)
     subject = Subject(
         "location",
         str(g.location),

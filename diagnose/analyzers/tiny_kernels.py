@@ -12,7 +12,6 @@ that share is what fusing them away could win. Grouped by kernel name.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from diagnose.derive.derived import Derived
 from diagnose.derive.kernel_stats import kernel_subject_name, launches_figure, most_common, names_list, per_kernel, slim
@@ -36,7 +35,6 @@ SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metri
 FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
     "tiny_kernels.launch_bound",
 )
-HISTOGRAM_BINS_PER_DECADE = 10
 
 
 def analyze(profile, derived: Derived, th) -> Result:
@@ -61,14 +59,15 @@ def analyze(profile, derived: Derived, th) -> Result:
     stats["launch_share"] = stats["launches"] / n_all
     stats["share_of_all_gpu_time"] = stats["gpu_time_ns"] / float(timed["dur_ns"].sum())
     result.tables["kernels"] = stats
-    result.tables["duration_histogram"] = duration_histogram(timed["dur_ns"])
+    # every timed launch's duration: the section bins them into its chart's histogram
+    result.tables["launch_durations"] = timed[["dur_ns"]].reset_index(drop=True)
     result.meta.update({"max_dur_ns": limit_ns, "launch_overhead_ns": overhead_ns, "launches": n_all})
     result.summary["tiny_kernel_launch_share"] = share
     result.summary["tiny_kernel_launches"] = float(n_tiny)
     result.summary["tiny_kernel_est_timeline_share"] = cost
     if n_tiny < t.min_launches or share < t.warning_share:
         return result
-    severity = Severity.CRITICAL if share >= t.critical_share else Severity.WARNING
+    severity = Severity.of(share, critical=t.critical_share, otherwise=Severity.WARNING)
     subjects = tuple(
         Subject(
             "kernel",
@@ -113,24 +112,3 @@ def analyze(profile, derived: Derived, th) -> Result:
         )
     )
     return result
-
-
-def duration_histogram(dur_ns: pd.Series) -> pd.DataFrame:
-    """Launch counts and GPU time per log-spaced duration bin (10 per decade), for the section's chart."""
-    d = dur_ns[dur_ns > 0].to_numpy(dtype=float)
-    if not len(d):
-        return pd.DataFrame({"bin_lo_ns": [], "bin_hi_ns": [], "launches": [], "gpu_time_ns": []})
-    lo, hi = np.floor(np.log10(d.min())), np.ceil(np.log10(d.max()) + 1e-9)
-    edges = 10 ** np.linspace(lo, hi, int(round((hi - lo) * HISTOGRAM_BINS_PER_DECADE)) + 1)
-    idx = np.clip(np.searchsorted(edges, d, side="right") - 1, 0, len(edges) - 2)
-    counts = np.bincount(idx, minlength=len(edges) - 1)
-    time_ns = np.bincount(idx, weights=d, minlength=len(edges) - 1)
-    keep = counts > 0
-    return pd.DataFrame(
-        {
-            "bin_lo_ns": edges[:-1][keep],
-            "bin_hi_ns": edges[1:][keep],
-            "launches": counts[keep].astype(int),
-            "gpu_time_ns": time_ns[keep],
-        }
-    )

@@ -252,7 +252,13 @@ def _low_gpu_util(row, th: Thresholds) -> Finding | None:
     util = float(row.gpu_util_mean_pct)
     if np.isnan(util) or util >= th.utilization.gpu_util_low_pct:
         return None
-    severity = Severity.CRITICAL if util < th.utilization.gpu_util_critical_pct else Severity.WARNING
+    severity = Severity.of(
+        util,
+        critical=th.utilization.gpu_util_critical_pct,
+        lower_is_worse=True,
+        strict=True,
+        otherwise=Severity.WARNING,
+    )
     return Finding(
         id="utilization.low_gpu_util",
         analyzer=NAME,

@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from diagnose.derive.table_values import TableValues, values_of
-from diagnose.findings import Severity
 
 KEY_COLUMNS = ["kernel", "kernel_short", "kernel_name", "launches", "gpu_time_ns", "mean_dur_ns", "share"]
 
@@ -205,23 +204,6 @@ def most_common(kernels: pd.DataFrame, column: str, stats: pd.DataFrame, memo: T
     weight = frame.groupby(["key", "v"])["w"].sum().reset_index()
     top = weight.sort_values(["key", "w", "v"], ascending=[True, False, True]).drop_duplicates("key")
     return stats["kernel_name"].map(dict(zip(keys[top["key"].to_numpy()], top["v"]))).astype(float)
-
-
-def band(value: float, warning: float, critical: float, lower_is_worse: bool = True) -> Severity | None:
-    """The severity of ``value`` against two bands, or None when it passes (NaN passes)."""
-    if value is None or np.isnan(value):
-        return None
-    if lower_is_worse:
-        if value < critical:
-            return Severity.CRITICAL
-        if value < warning:
-            return Severity.WARNING
-    else:
-        if value > critical:
-            return Severity.CRITICAL
-        if value > warning:
-            return Severity.WARNING
-    return None
 
 
 def sm_count(kernels: pd.DataFrame) -> float:

@@ -1,10 +1,13 @@
 """Memory and fragmentation: reserved/allocated/requested timeline, occupancy heatmap, fragmentation curve.
 
-Draws what ``diagnose.analyzers.fragmentation`` put in ``result.tables`` (the timeline and heatmap
-already binned there; the fragmentation curve thinned here to a min/max envelope), each chart within
-``chart_budget.MAX_MARKS`` marks and naming its binning. The charts span what the allocator history
-recorded: a run that went on after it (a light-mode run records it only up to the trace window) gets a
-grey, labelled "not recorded" band where the rest of the run would be, never its last known state.
+Draws what ``diagnose.analyzers.fragmentation`` put in ``result.tables``, each chart within
+``chart_budget.MAX_MARKS`` marks and naming its binning: the timeline (one row per history entry there) is
+thinned here to the highest bytes of each run of entries, the runs ending where the replay read the free-block
+set (``max_timeline_bins`` of its ``meta``), and the fragmentation curve to a min/max envelope; the heatmap's
+cells are the analyzer's (the replay reads the segments' occupancy per cell, so its binning is computed there).
+The charts span what the allocator history recorded: a run that went on after it (a light-mode run records it
+only up to the trace window) gets a grey, labelled "not recorded" band where the rest of the run would be, never
+its last known state.
 The band is not to scale (the rest of the run can be 20 times the recorded part): its label and the
 axis' last tick give the real span.
 """
@@ -16,7 +19,7 @@ import html
 import numpy as np
 
 from reports import chart_budget
-from reports.chart_budget import binning_note, duration_text_ms, thin_line
+from reports.chart_budget import binning_note, duration_text_ms, run_maxima, thin_line
 from reports.figures import draw_not_recorded, figure_html, titled_tables
 from reports.format import bytes_human
 
@@ -198,18 +201,15 @@ def _recorded_span(meta: dict, x) -> tuple[float, float]:
 # --- figures ------------------------------------------------------------------------------------------------
 
 
-def _timeline_figure(timeline, meta: dict, x_title: str) -> str:
+def _timeline_figure(entries, meta: dict, x_title: str) -> str:
     import plotly.graph_objects as go
 
+    curves = (("reserved_bytes", "reserved"), ("allocated_bytes", "allocated"), ("requested_bytes", "requested"))
+    timeline, per = run_maxima(entries, "t_s", [col for col, _ in curves], meta["max_timeline_bins"])
     fig = go.Figure()
-    for col, name in (
-        ("reserved_bytes", "reserved"),
-        ("allocated_bytes", "allocated"),
-        ("requested_bytes", "requested"),
-    ):
+    for col, name in curves:
         fig.add_scatter(x=timeline["t_s"], y=timeline[col] / GIB, mode="lines", name=name, line_shape="hv")
     title = "Reserved vs allocated vs requested (highest in each bin)"
-    per = meta.get("timeline_entries_per_point") or 1
     if per > 1:
         title += f"<br><sub>{binning_note(f'{per:,} entries', len(timeline), 'point')}</sub>"
     else:

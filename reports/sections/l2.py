@@ -1,9 +1,9 @@
 """L2 section: the kernel × launch-order heatmap of L2 hit rate, and the per-kernel L2 table.
 
-Draws only: the cells (one per kernel and bin of consecutive launches) come from the
-l2 analyzer's ``heatmap`` table, the bands and bin size from its ``meta``. Over the mark budget
-neighbouring bins are merged (hit rates weighted by duration, as the analyzer weights them); the
-launch timeline keeps a min/max envelope per time bucket. Kernel names are short on the axis and
+The heatmap's cells (one per kernel and bin of consecutive launches) are binned here from the l2 analyzer's
+``launches`` table, one row per profiled launch (reports/l2_heatmap.py); the bands come from its ``meta``.
+Over the mark budget neighbouring bins are merged (hit rates weighted by duration, as the analyzer weights
+them); the launch timeline keeps a min/max envelope per time bucket. Kernel names are short on the axis and
 full in the hover.
 """
 
@@ -13,13 +13,13 @@ import html
 import math
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
 from reports import chart_budget
 from reports.chart_budget import binning_note, duration_text_ms, kernel_axis, thin_line
 from reports.figures import draw_not_recorded, figure_html, table_html
 from reports.format import agree, count_human, n_things, ns_human
+from reports.l2_heatmap import heatmap_cells, merge_bins
 
 TABLE_COLUMNS = [
     "kernel",
@@ -48,9 +48,11 @@ def render(result) -> str:
     parts = []
     if result.findings and result.findings[0].id == "l2.not_measured":
         parts.append(f'<p class="muted">{html.escape(result.findings[0].recommendation)}</p>')
-    cells = result.tables.get("heatmap")
-    if cells is not None and len(cells):
-        parts.append(_heatmap(cells, result.meta, result.tables.get("kernels")))
+    every_launch, kernels = result.tables.get("launches"), result.tables.get("kernels")
+    if every_launch is not None and len(every_launch) and kernels is not None:
+        cells, bin_size = heatmap_cells(every_launch, kernels)
+        if len(cells):
+            parts.append(_heatmap(cells, bin_size, result.meta, kernels))
     launches = result.tables.get("timeline_launches")
     if launches is not None and len(launches):
         parts.append(_timeline(launches, result.tables.get("timeline_segments"), result.meta))
@@ -67,9 +69,8 @@ def render(result) -> str:
     return "\n".join(parts) or EMPTY
 
 
-def _heatmap(cells, meta, kernel_table=None) -> str:
+def _heatmap(cells, bin_size: int, meta, kernel_table=None) -> str:
     kernels = list(dict.fromkeys(cells["kernel"]))
-    bin_size = int(meta.get("heatmap_bin_size", 1))
     merge = max(1, math.ceil(cells["bin"].nunique() / max(1, chart_budget.MAX_MARKS // len(kernels))))
     if merge > 1:
         cells, bin_size = merge_bins(cells, merge), bin_size * merge
@@ -122,47 +123,13 @@ def _heatmap(cells, meta, kernel_table=None) -> str:
         height=max(320, 26 * len(kernels) + 140),
         yaxis=dict(autorange="reversed", automargin=True, tickmode="array", tickvals=categories, ticktext=ticks),
     )
-    shown, total = meta.get("heatmap_kernels_shown", len(kernels)), meta.get("kernels", len(kernels))
+    shown, total = len(kernels), meta.get("kernels", len(kernels))
     note = (
         f"<p class='muted'>Showing the {shown} kernels costliest in GPU time × miss rate of {total}.</p>"
         if total > shown
         else ""
     )
     return figure_html(fig, div_id="fig-l2-heatmap") + note
-
-
-def merge_bins(cells: pd.DataFrame, factor: int) -> pd.DataFrame:
-    """Heatmap cells with every ``factor`` neighbouring bins of a kernel merged into one: launches and
-    durations summed, hit rate and DRAM throughput weighted by duration, grid from the longest cell."""
-    c = cells.assign(bin=cells["bin"] // factor)
-    w = c["dur_ns"].fillna(0.0)
-    c = c.assign(
-        _w=w.where(c["l2_hit_pct"].notna(), 0.0),
-        _hit=(c["l2_hit_pct"] * w).fillna(0.0),
-        _wd=w.where(c["dram_throughput_pct"].notna(), 0.0),
-        _dram=(c["dram_throughput_pct"] * w).fillna(0.0),
-    )
-    g = c.groupby(["kernel", "bin"], sort=False)
-    out = g.agg(
-        first_launch=("first_launch", "min"),
-        last_launch=("last_launch", "max"),
-        launches=("launches", "sum"),
-        dur_ns=("dur_ns", "sum"),
-        _w=("_w", "sum"),
-        _hit=("_hit", "sum"),
-        _wd=("_wd", "sum"),
-        _dram=("_dram", "sum"),
-        _hit_mean=("l2_hit_pct", "mean"),
-        _dram_mean=("dram_throughput_pct", "mean"),
-    )
-    # no duration to weigh by: the plain mean, as diagnose.derive.kernel_stats.weighted_mean falls back
-    out["l2_hit_pct"] = np.where(out["_w"] > 0, out["_hit"] / out["_w"].where(out["_w"] > 0), out["_hit_mean"])
-    out["dram_throughput_pct"] = np.where(
-        out["_wd"] > 0, out["_dram"] / out["_wd"].where(out["_wd"] > 0), out["_dram_mean"]
-    )
-    longest = c.sort_values("dur_ns", ascending=False, kind="stable").drop_duplicates(["kernel", "bin"])
-    out = out.join(longest.set_index(["kernel", "bin"])[["grid_size", "grid"]])
-    return out.reset_index()[[col for col in cells.columns if col in out.reset_index().columns]]
 
 
 def _pct(v) -> str:

@@ -1,11 +1,15 @@
 """Step-time chart: host and GPU time per step, warm-up, profiler trace-window and outlier steps marked.
 
-Draws ``result.tables["steps"]`` (already thinned by the analyzer) and the median
-from ``result.meta``; tables of per-rank figures and timed regions follow. Still over the mark
-budget (many ranks), each line keeps a min/max envelope per bucket of steps, said in the title.
+Draws ``result.tables["steps"]`` (every step) thinned here to about ``max_chart_steps`` of ``result.meta``
+(every k-th step, plus every warm-up, trace-window and outlier step) and the median from ``result.meta``;
+tables of per-rank figures and timed regions follow. Still over the mark budget (many ranks), each line keeps
+a min/max envelope per bucket of steps, said in the title.
 """
 
 from __future__ import annotations
+
+import numpy as np
+import pandas as pd
 
 from reports import chart_budget
 from reports.chart_budget import binning_note, thin_line
@@ -17,8 +21,9 @@ def render(result) -> str:
     steps = result.tables.get("steps")
     if steps is None or not len(steps):
         return '<p class="muted">No per-step timings in this input.</p>'
-    parts = [_chart(result)]
     meta = result.meta
+    drawn, stride = chart_rows(steps, meta["max_chart_steps"])
+    parts = [_chart(drawn, meta)]
     window = meta.get("trace_window_excluded", 0)
     note = (
         f"The first {meta.get('warmup_steps_per_rank')} steps of each rank (at most half of them) are warm-up "
@@ -47,17 +52,31 @@ def render(result) -> str:
         )
     if meta.get("step_source_sentence"):
         note += " " + meta["step_source_sentence"]
-    if meta.get("chart_stride", 1) > 1:
-        note += f" Every {meta['chart_stride']}th step is drawn, plus all warm-up, trace-window and outlier steps."
+    if stride > 1:
+        note += f" Every {stride}th step is drawn, plus all warm-up, trace-window and outlier steps."
     parts.append(f'<p class="muted">{note}</p>')
     parts += titled_tables(result.tables, (("per_rank", "Per rank"), ("regions", "Timed regions")), "steps")
     return "\n".join(parts)
 
 
-def _chart(result) -> str:
+def chart_rows(steps: pd.DataFrame, max_rows: int) -> tuple[pd.DataFrame, int]:
+    """At most about ``max_rows`` steps for the chart, and the stride k: every k-th step of each rank, plus every
+    warm-up step and outlier; when only some steps have a GPU time (sampled), every k-th of those too, so the GPU
+    line is drawn."""
+    stride = max(1, int(np.ceil(len(steps) / max_rows)))
+    position = steps.groupby("rank").cumcount()
+    keep = (position % stride == 0) | steps["warmup"] | steps["outlier"]
+    timed = steps["gpu_ms"].notna()
+    if timed.any() and not timed.all():
+        gpu_stride = max(1, int(np.ceil(timed.sum() / max_rows)))
+        gpu_position = timed.astype(int).groupby(steps["rank"]).cumsum() - 1
+        keep |= timed & (gpu_position % gpu_stride == 0)
+    return steps.loc[keep].reset_index(drop=True), stride
+
+
+def _chart(steps: pd.DataFrame, meta: dict) -> str:
     import plotly.graph_objects as go
 
-    steps = result.tables["steps"]
     series = []  # (name, rows, y column, marker)
     many_ranks = steps["rank"].nunique() > 1
     for rank, rows in steps.groupby("rank"):
@@ -93,7 +112,7 @@ def _chart(result) -> str:
             fig.add_scatter(
                 x=rows["step"], y=rows[column], mode="markers", name=name, marker=dict(symbol=symbol, size=10)
             )
-    median = result.meta.get("median_step_ms")
+    median = meta.get("median_step_ms")
     if median is not None:
         fig.add_hline(
             y=median,

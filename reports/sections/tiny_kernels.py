@@ -1,10 +1,14 @@
-"""Tiny-kernels section: launch durations (log-spaced bins from the analyzer) and the kernels launched tiny."""
+"""Tiny-kernels section: a histogram of the launch durations (log-spaced bins, binned here from the analyzer's
+``launch_durations``, one row per timed launch) and the kernels launched tiny."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from reports.chart_budget import log_histogram
 from reports.figures import figure_html, table_html
+
+HISTOGRAM_BINS_PER_DECADE = 10
 
 TABLE_COLUMNS = [
     "kernel",
@@ -20,17 +24,18 @@ TABLE_COLUMNS = [
 
 
 def render(result) -> str:
-    hist = result.tables.get("duration_histogram")
+    durations = result.tables.get("launch_durations")
+    hist = log_histogram(durations["dur_ns"], HISTOGRAM_BINS_PER_DECADE) if durations is not None else None
     if hist is None or not len(hist):
         return '<p class="muted">No kernel durations in this input.</p>'
     limit_ns = result.meta["max_dur_ns"]  # the analysis's threshold
-    colors = ["#c0392b" if hi <= limit_ns else "#2471a3" for hi in hist["bin_hi_ns"]]
+    colors = ["#c0392b" if hi <= limit_ns else "#2471a3" for hi in hist["bin_hi"]]
     fig = go.Figure(
         go.Bar(
-            x=(hist["bin_lo_ns"] * hist["bin_hi_ns"]) ** 0.5 / 1000.0,
-            y=hist["launches"],
+            x=(hist["bin_lo"] * hist["bin_hi"]) ** 0.5 / 1000.0,  # ns → µs
+            y=hist["count"],
             marker_color=colors,
-            customdata=hist[["bin_lo_ns", "bin_hi_ns", "gpu_time_ns"]].to_numpy() / 1000.0,
+            customdata=hist[["bin_lo", "bin_hi", "total"]].to_numpy() / 1000.0,
             hovertemplate="%{customdata[0]:.2f}–%{customdata[1]:.2f} µs: %{y} launches, "
             "%{customdata[2]:,.1f} µs of GPU time<extra></extra>",
         )

@@ -8,6 +8,8 @@ from diagnose.analyzers import kernels as kernels_analyzer
 from diagnose.analyzers import l2, launch_config, occupancy, speed_of_light, tiny_kernels
 from diagnose.findings import Severity
 from diagnose.thresholds import Thresholds
+from reports.chart_budget import log_histogram
+from reports.l2_heatmap import heatmap_cells
 from tests.analyzers.fake_frames import fake_profile, repeat
 
 TH = Thresholds()
@@ -77,12 +79,26 @@ def test_l2_bands_are_thresholds():
 
 def test_l2_heatmap_cells():
     r = run_analyzer(l2, fake_profile(fake_l2_launches()), TH)
-    cells = r.tables["heatmap"]
+    launches = r.tables["launches"]  # every launch, the one without a hit rate too: the section bins them
+    assert launches["kernel"].tolist() == [
+        "fake_gather",
+        "fake_gather",
+        "fake_scatter",
+        "fake_gemm",
+        "fake_tiny",
+        "fake_tiny",
+        "fake_empty",
+    ]
+    assert launches["launch"].tolist() == list(range(7)) and launches["l2_hit_pct"].isna().sum() == 1
+    cells, bin_size = heatmap_cells(launches, r.tables["kernels"])
     rows = list(dict.fromkeys(cells["kernel"]))  # rows in the order of time × miss rate, costliest first
     assert rows[0] == "fake_gather" and sorted(rows) == ["fake_gather", "fake_gemm", "fake_scatter", "fake_tiny"]
     gather = cells[cells["kernel"] == "fake_gather"]
     assert gather["first_launch"].tolist() == [0, 1] and gather["l2_hit_pct"].tolist() == [20.0, 40.0]
-    assert r.meta["heatmap_bin_size"] == 1
+    assert bin_size == 1
+    cells, bin_size = heatmap_cells(launches, r.tables["kernels"], max_kernels=1, max_columns=3)
+    assert bin_size == 3 and cells["kernel"].tolist() == ["fake_gather"]  # launches 0-1 share bin 0
+    assert cells["launches"].tolist() == [2] and cells["l2_hit_pct"].tolist() == [35.0]  # (20·100 + 40·300) / 400
 
 
 def test_l2_metric_missing_is_not_measured():
@@ -266,6 +282,16 @@ def test_tiny_kernels_launch_bound_exact():
     # 5 µs of launch overhead each vs 10 ms of real work
     assert f.cost_share == pytest.approx(30 * 5_000 / (30 * 5_000 + 10 * 1_000_000))
     assert "CUDA graph" in f.recommendation and "torch.compile" in f.recommendation
+
+
+def test_tiny_kernels_hand_every_timed_launch_to_the_histogram():
+    r = run_analyzer(tiny_kernels, fake_profile(fake_tiny_launches()), TH)
+    assert len(r.tables["launch_durations"]) == 40 and r.tables["launch_durations"]["dur_ns"].sum() == 10_060_000.0
+    hist = log_histogram(r.tables["launch_durations"]["dur_ns"], 10)  # the section's bars: 2 µs and 1 ms
+    assert hist["count"].tolist() == [30, 10] and hist["total"].tolist() == [60_000.0, 10_000_000.0]
+    assert hist["bin_lo"].tolist() == pytest.approx([10**3.3, 10**6]) and hist["bin_hi"].tolist() == pytest.approx(
+        [10**3.4, 10**6.1]
+    )
 
 
 def test_too_few_tiny_launches_are_no_finding():

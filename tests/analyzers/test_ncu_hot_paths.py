@@ -1,6 +1,7 @@
 """The ncu hot paths made fast for 100,000-launch captures give what the plain pandas code gave.
 
-The L2 heatmap's cells (a numpy pass instead of a pandas groupby), the per-launch kernel keys (worked out
+The L2 heatmap's cells (a numpy pass instead of a pandas groupby; binned by reports/l2_heatmap.py from the l2
+analyzer's every-launch table), the per-launch kernel keys (worked out
 once per distinct name and kept by the Profile's Derived, diagnose.derive.table_values), the limiter breakdown's per-kernel
 means (kept per table): each against a straightforward reference on a real H200 capture.
 """
@@ -18,6 +19,7 @@ from diagnose.derive.kernel_stats import kernel_key, label_of_launch, per_kernel
 from diagnose.derive.table_values import TableValues
 from diagnose.ingest.loading import load
 from diagnose.thresholds import Thresholds
+from reports import l2_heatmap
 from tests.paths import FIXTURES
 
 KINDS = FIXTURES / "ncu" / "kernel_kinds" / "raw.csv.gz"
@@ -30,7 +32,7 @@ def kinds():
 
 def heatmap_by_groupby(kernels: pd.DataFrame, stats: pd.DataFrame, max_columns: int) -> pd.DataFrame:
     """The heatmap cells as the pandas groupby computed them before (the reference)."""
-    top = stats[stats["l2_hit_pct"].notna()]["kernel"].head(l2.HEATMAP_MAX_KERNELS).tolist()
+    top = stats[stats["l2_hit_pct"].notna()]["kernel"].head(l2_heatmap.MAX_KERNELS).tolist()
     k = slim(kernels, "launch_id", "l2_hit_pct", "dram_throughput_pct", "grid_size", "grid_x", "grid_y", "grid_z")
     k = k.sort_values(["launch_id"], kind="stable").reset_index(drop=True)
     k = k.assign(label=label_of_launch(k, stats).to_numpy())
@@ -62,20 +64,28 @@ def heatmap_by_groupby(kernels: pd.DataFrame, stats: pd.DataFrame, max_columns: 
 
 
 @pytest.mark.parametrize("max_columns", [400, 5, 2])
-def test_heatmap_cells_equal_the_groupby_reference(kinds, monkeypatch, max_columns):
-    monkeypatch.setattr(l2, "HEATMAP_MAX_COLUMNS", max_columns)
+def test_heatmap_cells_equal_the_groupby_reference(kinds, max_columns):
     result = run_analyzer(l2, kinds, Thresholds())
-    cells, stats = result.tables["heatmap"], result.tables["kernels"]
+    stats = result.tables["kernels"]
+    cells, bin_size = l2_heatmap.heatmap_cells(result.tables["launches"], stats, max_columns=max_columns)
     # the means are sums over each cell in another order (np.add.reduceat): equal to the last few bits
     reference = heatmap_by_groupby(kinds.kernels, stats, max_columns)
     pd.testing.assert_frame_equal(cells, reference, check_exact=False, rtol=1e-12, atol=0)
-    assert cells.attrs["bin_size"] == math.ceil(23 / max_columns)
+    assert bin_size == math.ceil(23 / max_columns)
     assert cells["launches"].sum() == 23  # every launch with a hit rate is in one cell
 
 
-def test_heatmap_cells_numbers_on_kernel_kinds(kinds, monkeypatch):
-    monkeypatch.setattr(l2, "HEATMAP_MAX_COLUMNS", 5)  # bins of 5 launches: cells that average several
-    cells = run_analyzer(l2, kinds, Thresholds()).tables["heatmap"]
+def test_every_launch_in_launch_order_on_kernel_kinds(kinds):
+    launches = run_analyzer(l2, kinds, Thresholds()).tables["launches"]
+    assert len(launches) == len(kinds.kernels) == 23 and launches["launch"].tolist() == list(range(23))
+    assert launches["launch_id"].is_monotonic_increasing
+    assert launches["dur_ns"].sum() == pytest.approx(kinds.kernels["dur_ns"].sum(), rel=1e-12)
+    assert launches.loc[launches["kernel"] == "execute_dist", "launch"].tolist() == [1, 2, 3, 4, 5, 6]
+
+
+def test_heatmap_cells_numbers_on_kernel_kinds(kinds):
+    result = run_analyzer(l2, kinds, Thresholds())  # bins of 5 launches: cells that average several
+    cells, _ = l2_heatmap.heatmap_cells(result.tables["launches"], result.tables["kernels"], max_columns=5)
     assert len(cells) == 18
     dist = cells[cells["kernel"] == "execute_dist"]
     assert dist["bin"].tolist() == [0, 1]

@@ -114,10 +114,15 @@ def test_two_ranks_each_a_subject_and_regions_table():
 
 
 def test_chart_rows_are_bounded():
+    """The analyzer keeps every step; the section draws every 4th of 10,000 (and the 3 warm-up steps)."""
+    from reports.sections.steps import chart_rows, render
+
     n = 10_000
     result = run_analyzer(steps, fake_profile(step_events={0: fake_steps([10.0] * n, [10.0] * n)}), TH)
-    assert len(result.tables["steps"]) <= TH.steps.max_chart_steps + 3
-    assert result.meta["chart_stride"] == 4
+    assert len(result.tables["steps"]) == n and result.tables["steps"]["step"].tolist() == list(range(n))
+    drawn, stride = chart_rows(result.tables["steps"], result.meta["max_chart_steps"])
+    assert stride == 4 and len(drawn) == 2_500 + 2 <= TH.steps.max_chart_steps + 3  # warm-up steps 1 and 2
+    assert "Every 4th step is drawn" in render(result)
 
 
 def test_sampled_gpu_time_is_counted_drawn_and_said():
@@ -129,9 +134,10 @@ def test_sampled_gpu_time_is_counted_drawn_and_said():
     assert result.summary["step_gpu_timed_count"] == 1_000 - 1  # step 0 is a warm-up step
     assert result.summary["step_gpu_time_median_ms"] == 1.0 and result.meta["gpu_time_every"] == 9
     assert "steps.host_bound" in ids(result)
-    chart = result.tables["steps"]
+    from reports.sections.steps import chart_rows, render
+
+    chart, _ = chart_rows(result.tables["steps"], result.meta["max_chart_steps"])
     assert chart["gpu_ms"].notna().sum() >= 500 and len(chart) <= 2 * TH.steps.max_chart_steps + 3
-    from reports.sections.steps import render
 
     html = render(result)
     assert "GPU time was measured on one step in 9 (999 of 8,997 measured steps)" in html

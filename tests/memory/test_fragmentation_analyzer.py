@@ -162,7 +162,11 @@ def test_heatmap_and_curves_are_bounded():
     assert bins["label"].iloc[0] == "before step 0" and bins["label"].iloc[-1] == "step 29"
     assert len(rows) == 42 and len(cells) == 31 * 42
     assert cells["fraction_allocated"].dropna().between(0, 1).all()
-    assert len(result.tables["timeline"]) <= th.memory.max_timeline_bins
+    # the timeline is every entry's bytes (the section draws runs of them); the free-block set is read only at the
+    # ends of those runs (at most max_timeline_bins), of the heatmap's columns and at OOMs
+    assert len(result.tables["timeline"]) == result.meta["entries"] == 4026
+    curve_reads = th.memory.max_timeline_bins + len(bins) + len(result.tables["ooms"])
+    assert len(result.tables["fragmentation_curve"]) == 475 <= curve_reads
     assert result.tables["timeline"]["reserved_bytes"].max() == 8264876032
     small = Thresholds().with_overrides({"memory": {"max_heatmap_segment_rows": 8, "max_heatmap_time_bins": 10}})
     r = run_analyzer(fragmentation, scenario_profile("churn", with_stats=False), small)

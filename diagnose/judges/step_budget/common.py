@@ -10,11 +10,10 @@ NAME = "step_budget"  # the analyzer every finding of these judges belongs to (d
 SECTION = "section-step_budget"
 
 
-def severity_of(share: float, th: Thresholds) -> Severity:
-    """The severity of a cost share: warning from ``cause_warning_share``, critical from ``cause_critical_share``."""
-    if share >= th.step_budget.cause_critical_share:
-        return Severity.CRITICAL
-    return Severity.WARNING if share >= th.step_budget.cause_warning_share else Severity.INFO
+def severity_of(share: float | None, th: Thresholds) -> Severity:
+    """The severity of a cost share: warning from ``cause_warning_share``, critical from ``cause_critical_share``,
+    info under them or when no share is known (None)."""
+    return Severity.of(share, warning=th.step_budget.cause_warning_share, critical=th.step_budget.cause_critical_share)
 
 
 def short_location(location: str | None) -> str:

@@ -4,7 +4,7 @@ steps are kept out of the budget's figures (diagnose.derive.kept_apart_steps).""
 
 from __future__ import annotations
 
-from diagnose.findings import Evidence, Finding, Severity, Subject
+from diagnose.findings import Evidence, Finding, Subject
 from diagnose.formatting import ms_human
 from diagnose.judges.step_budget.common import NAME, SECTION, severity_of
 from diagnose.thresholds import Thresholds
@@ -60,7 +60,7 @@ def new_shape_findings(meta: dict, th: Thresholds) -> list[Finding]:
             Finding(
                 id="step_budget.new_shape",
                 analyzer=NAME,
-                severity=severity_of(share, th) if share is not None else Severity.INFO,
+                severity=severity_of(share, th),  # info when no share is known
                 title=title,
                 subjects=tuple(
                     Subject(

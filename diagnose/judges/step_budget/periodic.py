@@ -127,9 +127,7 @@ def periodic_findings(meta: dict, calls_by_rank: dict, th: Thresholds) -> list[F
             Finding(
                 id="step_budget.periodic",
                 analyzer=NAME,
-                severity=Severity.CRITICAL
-                if share is not None and share >= th.step_budget.cause_critical_share
-                else Severity.WARNING,
+                severity=Severity.of(share, critical=th.step_budget.cause_critical_share, otherwise=Severity.WARNING),
                 title=title,
                 subjects=(
                     *work_subjects,
