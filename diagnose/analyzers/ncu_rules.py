@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from diagnose.derive.derived import Derived
-from diagnose.derive.kernel_access import BROADCAST_SECTORS_PER_REQUEST, access_kinds, kernel_access
+from diagnose.derive.kernel_access import BROADCAST_SECTORS_PER_REQUEST, access_kinds
 from diagnose.derive.kernel_limiter import kernel_limiters
 from diagnose.derive.kernel_stats import kernel_key, most_common, per_kernel, total_gpu_time_ns, weighted_mean
 from diagnose.derive.occupancy_limits import LIMITS, grid_ceiling_pct, limiter
@@ -138,7 +138,7 @@ def analyze(profile, derived: Derived, th) -> Result:
     rules = _with_kernels(rules, kernels, memo=derived.kernel_memo)
     stats = _kernel_stats(kernels, memo=derived.kernel_memo)
     table = rules_table(rules, stats, total_gpu_time_ns(kernels))
-    comparison = compare(rules, kernels, stats, th, memo=derived.kernel_memo, access=derived.kernel_access())
+    comparison = compare(rules, kernels, stats, th, derived.kernel_access(), memo=derived.kernel_memo)
     result.tables["rules"] = table
     result.tables["comparison"] = comparison
     shown = rules[rules["type"].isin(SHOWN_TYPES)]
@@ -274,7 +274,7 @@ def rules_table(rules: pd.DataFrame, stats: pd.DataFrame, total_ns: float) -> pd
 
 
 def compare(
-    rules: pd.DataFrame, kernels: pd.DataFrame, stats: pd.DataFrame, th, memo=None, access: pd.DataFrame | None = None
+    rules: pd.DataFrame, kernels: pd.DataFrame, stats: pd.DataFrame, th, access: pd.DataFrame, memo=None
 ) -> pd.DataFrame:
     """One row per kernel and compared rule (and MemoryCacheAccessPattern direction): both verdicts and whether
     they agree. ``access`` is the kernels' kernel_access table (the Derived's, shared with memory_access)."""
@@ -282,7 +282,7 @@ def compare(
     if not len(kernels):
         return pd.DataFrame({c: pd.Series([], dtype=object) for c in COMPARISON_COLUMNS})
     limits = kernel_limiters(kernels, stats, memo=memo).set_index(stats["kernel_name"])
-    access = (kernel_access(kernels, th, memo) if access is None else access).set_index("kernel_name")
+    access = access.set_index("kernel_name")
     occ = _occupancy(stats, limits.reset_index(drop=True), th)
     tiny_ns = th.tiny_kernels.max_dur_us * 1000.0
     for _, k in stats.iterrows():

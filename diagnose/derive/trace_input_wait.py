@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from diagnose.derive.trace_timeline import clip_sums, merge, name_mask, names_at, per_trace
+from diagnose.derive.trace_timeline import clip_sums, merge, name_mask, names_at
+from diagnose.derive.trace_view import once_per_trace
 
 DATALOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#.+\.__next__$")
 
@@ -52,7 +53,7 @@ def dataloader_fetches(trace) -> pd.DataFrame:
 def _loader_ranges(trace) -> tuple[np.ndarray, np.ndarray]:
     """(ts_ns, end_ns) of :func:`dataloader_fetches`' rows, as plain arrays; worked out once per trace (sync, idle,
     launch and the step budget all ask, and a concat, drop_duplicates and sort of frames was ~6 ms each)."""
-    return per_trace(trace, "dataloader_ranges", None, lambda: _read_only_ranges(dataloader_fetches(trace)))
+    return once_per_trace(trace, "dataloader_ranges", None, lambda: _read_only_ranges(dataloader_fetches(trace)))
 
 
 def _read_only_ranges(fetches: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -110,7 +111,7 @@ def iterator_fetches(trace, steps: pd.DataFrame, source_dirs=()) -> pd.DataFrame
     starts = steps["cpu_start_ns"].to_numpy(np.int64) if len(steps) else np.zeros(0, dtype=np.int64)
     span = (int(starts.min()), int(starts.max())) if len(starts) else ()
     name = f"iterator_fetches {dirs} {len(starts)} {span}"
-    return per_trace(trace, name, None, lambda: _iterator_fetches(trace, steps, dirs), shared=True)
+    return once_per_trace(trace, name, None, lambda: _iterator_fetches(trace, steps, dirs), shared=True)
 
 
 def _iterator_fetches(trace, steps: pd.DataFrame, dirs: tuple[str, ...]) -> pd.DataFrame:

@@ -151,7 +151,7 @@ def gaps(trace, kernel_gap_ns: float, sync_slack_ns: float = 2000.0) -> pd.DataF
     each caller gets its own copy.
     """
     key = (float(kernel_gap_ns), float(sync_slack_ns))
-    return per_trace(trace, "gaps", key, lambda: _gaps(trace, kernel_gap_ns, sync_slack_ns)).copy()
+    return once_per_trace(trace, "gaps", key, lambda: _gaps(trace, kernel_gap_ns, sync_slack_ns)).copy()
 
 
 def name_mask(names: pd.Series, test) -> np.ndarray:
@@ -211,7 +211,7 @@ def _gaps(trace, kernel_gap_ns: float, sync_slack_ns: float) -> pd.DataFrame:
 def host_syncs(trace) -> np.ndarray:
     """Rows of runtime that block the host (not the profiler's own), in time order (worked out once per trace:
     gaps and the sync analyzer ask, and the step budget through it)."""
-    return per_trace(trace, "host_syncs", None, lambda: _host_syncs(trace)).copy()
+    return once_per_trace(trace, "host_syncs", None, lambda: _host_syncs(trace)).copy()
 
 
 def _host_syncs(trace) -> np.ndarray:
@@ -253,7 +253,7 @@ def profiler_stop_sync(rt: pd.DataFrame) -> int | None:
 def profiler_internal(trace, python_index: np.ndarray) -> np.ndarray:
     """True where the Python stack passes through the profiler itself (its start/stop syncs)."""
     parent = trace.python["parent_index"].to_numpy()
-    is_prof = per_trace(trace, "profiler_frames", None, lambda: _profiler_frames(trace.python["file"]))
+    is_prof = once_per_trace(trace, "profiler_frames", None, lambda: _profiler_frames(trace.python["file"]))
     hit = np.zeros(len(python_index), dtype=bool)
     cur = python_index.copy()
     for _ in range(256):
@@ -293,19 +293,12 @@ def host_sync_covering(trace, t_ns: np.ndarray, slack_ns: int = 2000) -> np.ndar
     return out
 
 
-def per_trace(trace, name: str, key, compute, *, shared: bool = False):
-    """``compute()`` once per :class:`TraceView`, ``name`` and ``key`` (diagnose.derive.trace_view): sync, idle,
-    launch and the step budget each ask for the gaps (0.4 s each on a 1 GB trace), the steps and their GPU
-    windows, ~10 times a report (3-10 ms each on a small trace)."""
-    return once_per_trace(trace, name, key, compute, shared=shared)
-
-
 def steps(trace) -> pd.DataFrame:
     """Step windows on the host: ProfilerStep#N, else what repeats once per iteration (diagnose.derive.trace_iterations),
     else none: ``attrs["source"]`` is then "whole trace" and figures are over the span, not per step.
 
     Worked out once per trace; each caller gets its own copy."""
-    return per_trace(trace, "steps", None, lambda: _steps(trace)).copy()
+    return once_per_trace(trace, "steps", None, lambda: _steps(trace)).copy()
 
 
 def _steps(trace) -> pd.DataFrame:
@@ -374,7 +367,7 @@ def gpu_step_windows(trace, step_windows: pd.DataFrame) -> pd.DataFrame:
     if len(columns) < 3 or any(c.dtype.kind not in "iuf" for c in columns):
         return _gpu_step_windows(trace, step_windows)
     key = tuple((c.dtype.str, c.tobytes()) for c in columns)
-    return per_trace(trace, "gpu_step_windows", key, lambda: _gpu_step_windows(trace, step_windows)).copy()
+    return once_per_trace(trace, "gpu_step_windows", key, lambda: _gpu_step_windows(trace, step_windows)).copy()
 
 
 def _gpu_step_windows(trace, step_windows: pd.DataFrame) -> pd.DataFrame:
