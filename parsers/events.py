@@ -9,7 +9,10 @@ Two sources (docs/step-timings.md describes both):
   user's line, or the first batch of a new input shape) that cannot be read is dropped with a warning: it only names what ran in a slow
   step, and the step timings stay usable without it. Of the ``run`` records only the ``gpu-time-every`` ones are
   kept (``GpuTimeChoice``, in ``steps.attrs["gpu_time_choices"]``): when and why the
-  runtime timed only one step in k, and against which budget. A run killed mid-write
+  runtime timed only one step in k, and against which budget; the ``dataloader`` ones (``DataLoaderConfig``, in
+  ``steps.attrs["dataloaders"]``, a table through :func:`loaders_frame`): each torch DataLoader's configuration;
+  and the ``start`` and ``end`` ones' times (``RunMarks``, in ``steps.attrs["run_marks"]``): when the process's
+  runtime was installed, its first step boundary and its end. A run killed mid-write
   leaves a last line without its newline: it is dropped with a warning. Any other bad
   line is an error naming it.
 * step timings a user wrote themselves: CSV with header ``name,step,elapsed_ms`` or
@@ -36,9 +39,12 @@ from parsers.errors import InputError
 from parsers.limits import read_input
 from parsers.reader import EVENTS, JSON, TEXT, Reader, compact_json, first_line
 from parsers.run_records import (
+    DATALOADER,
     GPU_TIME_EVERY,
     INPUT_FROM_LOOP,
     RUN,
+    RUN_END,
+    RUN_START,
     STEP,
     STEP_NAME,
     STEP_SOURCES,
@@ -124,18 +130,51 @@ WORK_SCHEMA = Schema(
         "t_ns": F64,
         "name": STR,
         "cudnn_benchmark": BOOL,
+        "library_location": STR,
     },
     docs={
-        "step": "the step in progress when the work began (its time is in that step's host_ms)",
-        "what": "'checkpoint' (a torch.save call), 'evaluation' (model.eval() until the next model.train()) or "
-        "'compilation' (a JAX jit or torch.compile compile) or 'new-shape' (the first DataLoader batch of a shape)",
+        "step": "the step in progress when the work began (its time is in that step's host_ms); -1 before the first "
+        "step",
+        "what": "'checkpoint' (torch.save, safetensors or torch.distributed.checkpoint), 'evaluation' "
+        "(model.eval() until the next model.train()), 'compilation' (a JAX jit or torch.compile compile), "
+        "'new-shape' (the first DataLoader batch of a shape), 'import' (an import before the first step) or "
+        "'gpudiag' (gpudiag's own work: trace start, trace export, snapshot dump)",
         "ms": "host wall time of the call or the span",
-        "location": "'file:line' of the user's call (torch.save or model.eval()); empty when no user frame",
+        "location": "'file:line' of the user's call (torch.save, model.eval(), an import); empty when no user frame",
         "t_ns": "when the work began, unix epoch ns",
-        "name": "what was compiled ('jit(update)', 'torch.compile(forward)') or the new batch's tensor shapes "
-        "('(64, 3, 224, 224), (64,)'); empty for other work",
+        "name": "what was compiled ('jit(update)', 'torch.compile(forward)'), the new batch's tensor shapes "
+        "('(64, 3, 224, 224), (64,)'), what saved the checkpoint ('torch.save', 'safetensors', "
+        "'torch.distributed.checkpoint'), the module imported ('torch', '(other imports)') or gpudiag's work "
+        "('trace export'); empty for other work",
         "cudnn_benchmark": "torch.backends.cudnn.benchmark when a new shape was seen (cuDNN re-tunes its "
         "convolutions for it); False for other work",
+        "library_location": "'file:line' of the library frame that made the call when it is not the user's (HF "
+        "Trainer's model.eval() beside the user's trainer.train() in location); empty otherwise",
+    },
+)
+
+LOADERS_SCHEMA = Schema(
+    name="dataloaders",
+    columns={
+        "rank": I64,
+        "step": I64,
+        "num_workers": I64,
+        "prefetch_factor": F64,
+        "batch_size": F64,
+        "persistent_workers": BOOL,
+        "dataset": STR,
+        "t_ns": F64,
+        "location": STR,
+    },
+    docs={
+        "step": "the step in progress at the loader's first batch; -1 before the first step",
+        "num_workers": "the loader's worker processes (0: batches are made in the training process)",
+        "prefetch_factor": "batches each worker loads ahead (NaN with no workers)",
+        "batch_size": "samples a batch (NaN when the loader has none: a batch sampler without one)",
+        "persistent_workers": "workers kept between epochs",
+        "dataset": "the dataset's class name",
+        "t_ns": "when the first batch's fetch began, unix epoch ns",
+        "location": "'file:line' of the user's frame that asked for the first batch; empty when none",
     },
 )
 
@@ -167,6 +206,36 @@ class GpuTimeChoice:
     t_ns: float
 
 
+@dataclass(frozen=True)
+class DataLoaderConfig:
+    """A ``{"kind": "run", "event": "dataloader"}`` record: one torch DataLoader's configuration, as rank ``rank``
+    saw it at its first batch (``step``, -1 before the first step; ``t_ns``). Absent numbers are NaN; a tuple of
+    these, in file order, is ``steps.attrs["dataloaders"]`` (plain values, like GpuTimeChoice)."""
+
+    rank: int
+    step: int
+    num_workers: int
+    prefetch_factor: float
+    batch_size: float
+    persistent_workers: bool
+    dataset: str | None
+    t_ns: float
+    location: str | None
+
+
+@dataclass(frozen=True)
+class RunMarks:
+    """When one rank's process installed gpudiag's runtime (``install_ns``, the run start record's; None in a log
+    older than it), reached its first step boundary (``start_ns``, the start record's time) and flushed its end
+    (``end_ns``, None when it never did: killed), unix ns. ``steps.attrs["run_marks"]``: a tuple of these, one per
+    rank."""
+
+    rank: int
+    install_ns: int | None
+    start_ns: int | None
+    end_ns: int | None
+
+
 INPUT_FROM_DATALOADER = "dataloader"  # input_from of a step whose input_ms is a DataLoader's __next__
 
 
@@ -182,10 +251,11 @@ def read_event_tables(path: str | os.PathLike) -> EventTables:
         )
     choices: list[GpuTimeChoice] = []
     work: list[dict] = []
+    run = _RunRecords()
     if body.startswith("["):
         steps, syncs, dropped = _user_records(path, _json_list(path, text), "entry"), [], []
     elif body.startswith("{"):
-        steps, syncs, dropped, choices, work = _jsonl(path, text)
+        steps, syncs, dropped, choices, work = _jsonl(path, text, run)
     else:
         rows, dropped = _csv_rows(path, text)
         steps, syncs = _user_records(path, rows, "line"), []
@@ -195,7 +265,56 @@ def read_event_tables(path: str | os.PathLike) -> EventTables:
         warnings.warn(message, stacklevel=2)
     steps_frame.attrs["warnings"] = dropped
     steps_frame.attrs["gpu_time_choices"] = tuple(sorted(choices, key=lambda c: (c.rank, c.from_step)))
+    steps_frame.attrs["dataloaders"] = tuple(run.loaders)
+    steps_frame.attrs["run_marks"] = run.marks()
     return EventTables(steps_frame, syncs_frame, _work_frame(work))
+
+
+def loaders_frame(configs) -> pd.DataFrame:
+    """The DataLoaderConfig records (``steps.attrs["dataloaders"]`` of one or more ranks) as a LOADERS_SCHEMA table,
+    by rank and time."""
+    if not configs:
+        return LOADERS_SCHEMA.empty()
+    frame = pd.DataFrame.from_records([vars(c) for c in configs])
+    frame = frame.sort_values(["rank", "t_ns"], kind="stable", na_position="last").reset_index(drop=True)
+    return conform(frame, LOADERS_SCHEMA)
+
+
+class _RunRecords:
+    """What the run records of one events file say besides the GPU-time choices: the loaders and the run marks."""
+
+    def __init__(self):
+        self.loaders: list[DataLoaderConfig] = []
+        self._marks: dict[int, dict] = {}
+
+    def add(self, record: dict) -> None:
+        """Take ``record`` when it is a dataloader, start or end record (other run records are skipped). A malformed
+        dataloader record raises ValueError; a start or end record's time that is not a whole number is None (a run
+        is read without them)."""
+        if DATALOADER.is_kind_of(record):
+            self.loaders.append(_loader_config(record))
+        elif RUN_START.is_kind_of(record) or RUN_END.is_kind_of(record):
+            try:
+                rank = _index(record, "rank", default=0)
+            except ValueError:
+                return
+            marks = self._marks.setdefault(rank, {})
+            if RUN_START.is_kind_of(record):
+                marks["start_ns"] = _ns_or_none(record, "t_ns")
+                marks["install_ns"] = _ns_or_none(record, "install_ns")
+            else:
+                marks["end_ns"] = _ns_or_none(record, "t_ns")
+
+    def marks(self) -> tuple[RunMarks, ...]:
+        return tuple(
+            RunMarks(
+                rank=rank,
+                install_ns=m.get("install_ns"),
+                start_ns=m.get("start_ns"),
+                end_ns=m.get("end_ns"),
+            )
+            for rank, m in sorted(self._marks.items())
+        )
 
 
 # --- gpudiag's own JSONL -------------------------------------------------------------------------
@@ -210,7 +329,9 @@ def _lines(text: str) -> tuple[list[str], bool]:
     return [line.rstrip("\r") for line in lines], ends_cleanly
 
 
-def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str], list[GpuTimeChoice], list[dict]]:
+def _jsonl(
+    path, text: str, run: _RunRecords
+) -> tuple[list[dict], list[dict], list[str], list[GpuTimeChoice], list[dict]]:
     lines, ends_cleanly = _lines(text)
     steps: list[dict] = []
     syncs: list[dict] = []
@@ -238,6 +359,14 @@ def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str], list[Gpu
             except ValueError as e:
                 dropped.append(f"{os.fspath(path)}: line {number}: work record not read ({e}); ignored")
             continue
+        if kind == RUN and not GPU_TIME_EVERY.is_kind_of(record):
+            try:
+                run.add(record)  # dataloader, start, end; other run records are skipped
+            except ValueError as e:
+                dropped.append(
+                    f"{os.fspath(path)}: line {number}: {record.get('event')} record not read ({e}); ignored"
+                )
+            continue
         try:
             if kind == STEP.kind:
                 steps.append(_step_record(record))
@@ -245,7 +374,7 @@ def _jsonl(path, text: str) -> tuple[list[dict], list[dict], list[str], list[Gpu
                 syncs.append(_sync_record(record))
             elif GPU_TIME_EVERY.is_kind_of(record):
                 choices.append(_gpu_time_choice(record))
-            # other "run" records and kinds newer than this reader are skipped
+            # kinds newer than this reader are skipped
         except ValueError as e:
             raise InputError(path, f"line {number}: {e}") from None
     if not steps and not syncs and not any(_is_record_line(line) for line in lines):
@@ -311,12 +440,34 @@ def _gpu_time_choice(r: dict) -> GpuTimeChoice:
     )
 
 
+def _loader_config(r: dict) -> DataLoaderConfig:
+    location, dataset = r.get("location"), r.get("dataset")
+    if location is not None and not isinstance(location, str):
+        raise ValueError(f"location should be 'file:line', found {str(location)[:40]!r}")
+    persistent = r.get("persistent_workers", False)
+    if not isinstance(persistent, bool):
+        raise ValueError(f"persistent_workers should be true or false, found {str(persistent)[:40]!r}")
+    return DataLoaderConfig(
+        rank=_index(r, "rank", default=0),
+        step=_index(r, "step"),
+        num_workers=_index(r, "num_workers", default=0),
+        prefetch_factor=_duration(r, "prefetch_factor"),
+        batch_size=_duration(r, "batch_size"),
+        persistent_workers=persistent,
+        dataset=None if dataset is None else str(dataset),
+        t_ns=_number(r, "t_ns"),
+        location=location or None,
+    )
+
+
 def _work_record(r: dict) -> dict:
     what, location = r.get("what"), r.get("location")
     if not isinstance(what, str) or not what:
         raise ValueError(f"needs what ({', '.join(WORK_WHATS)}), found {str(what)[:40]!r}")
-    if location is not None and not isinstance(location, str):
-        raise ValueError(f"location should be 'file:line', found {str(location)[:40]!r}")
+    for key in ("location", "library_location"):
+        value = r.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{key} should be 'file:line', found {str(value)[:40]!r}")
     name = r.get("name")
     if name is not None and not isinstance(name, str):
         raise ValueError(f"name should be the compiled function's name or a shape, found {str(name)[:40]!r}")
@@ -335,6 +486,7 @@ def _work_record(r: dict) -> dict:
         "t_ns": _number(r, "t_ns"),
         "name": name or None,
         "cudnn_benchmark": cudnn_benchmark,
+        "library_location": r.get("library_location") or None,
     }
 
 
@@ -491,6 +643,14 @@ def _number(record: dict, key: str) -> float:
     if not math.isfinite(number):
         raise ValueError(f"{key} should be a finite number, found {value!r}")
     return number
+
+
+def _ns_or_none(record: dict, key: str) -> int | None:
+    """A time in unix ns as written (a whole number), None when absent or not one."""
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return int(value) if value == int(value) else None
 
 
 def _duration(record: dict, key: str) -> float:

@@ -157,11 +157,21 @@ _STEP_WRITTEN_AS = {
 STEP = RecordKind("step", tuple(_STEP_WRITTEN_AS), optional=("input_ms", "input_from", "name"))
 # a synchronizing call inside the trace window, with the user's line and stack
 SYNC = RecordKind("sync", ("rank", "step", "t_ns", "dur_ns", "op", "file", "line", "function", "stack"))
-# work that ran between steps: a checkpoint, an evaluation span, a compile, the first batch of a new input shape
-WORK = RecordKind("work", ("what", "rank", "step", "t_ns", "ms", "location"), optional=("name", "cudnn_benchmark"))
+# work that ran between steps (or before the first one, step -1): a checkpoint, an evaluation span, a compile, the
+# first batch of a new input shape, an import before the first step, gpudiag's own work (trace export, snapshot dump).
+# library_location: the innermost frame when it is a library's, beside the user's line in location
+WORK = RecordKind(
+    "work",
+    ("what", "rank", "step", "t_ns", "ms", "location"),
+    optional=("name", "cudnn_benchmark", "library_location"),
+)
+# the first line; install_ns: when the runtime was installed (just after interpreter start and the sitecustomize)
 RUN_START = RecordKind(
-    RUN, ("rank", "world_size", "pid", "framework", "mode", "cuda", "versions", "t_ns"), event="start"
-)  # the first line
+    RUN,
+    ("rank", "world_size", "pid", "framework", "mode", "cuda", "versions", "t_ns"),
+    optional=("install_ns",),
+    event="start",
+)
 RUN_EXPECT = RecordKind(RUN, ("rank", "artifact", "t_ns"), event="expect")  # an artifact this rank will write
 RUN_END = RecordKind(RUN, ("rank", "reason", "steps", "written", "t_ns"), event="end")  # the last line of a rank
 # from from_step on only one step in `every` is timed on the GPU, and why
@@ -169,20 +179,55 @@ GPU_TIME_EVERY = RecordKind(
     RUN, ("rank", "from_step", "every", "event_us", "step_host_ms", "budget_pct", "t_ns"), event="gpu-time-every"
 )
 NVTX = RecordKind(RUN, ("rank", "ranges", "backend", "why_not", "t_ns"), event="nvtx")  # whether steps carry ranges
+# a torch DataLoader's configuration, once per loader, at the first batch the loop takes from it
+DATALOADER = RecordKind(
+    RUN,
+    ("rank", "step", "num_workers", "prefetch_factor", "batch_size", "persistent_workers", "dataset", "t_ns"),
+    optional=("location",),
+    event="dataloader",
+)
 MEMORY_STATS_RECORD = RecordKind(
     "memory_stats", ("rank", "step", "t_ns", "framework", "device", "stats"), file=MEMORY_STATS
 )  # the allocator's statistics now and then
 
-RECORD_KINDS = (STEP, SYNC, WORK, RUN_START, RUN_EXPECT, RUN_END, GPU_TIME_EVERY, NVTX, MEMORY_STATS_RECORD)
+RECORD_KINDS = (
+    STEP,
+    SYNC,
+    WORK,
+    RUN_START,
+    RUN_EXPECT,
+    RUN_END,
+    GPU_TIME_EVERY,
+    NVTX,
+    DATALOADER,
+    MEMORY_STATS_RECORD,
+)
 
 STEP_NAME = "step"  # a step record's name when it times a whole step (other writers may time a named region)
 STEP_SOURCES = ("marker", "optimizer", "backward", "jit", "time")  # what ended a step
 INPUT_FROM_LOOP = "loop"  # input_ms is the loop's own wait on its iterator (else a DataLoader's __next__)
-WORK_CHECKPOINT = "checkpoint"  # a torch.save
+WORK_CHECKPOINT = "checkpoint"  # a torch.save, a safetensors save or a torch.distributed.checkpoint save
 WORK_EVALUATION = "evaluation"  # model.eval() until the next model.train()
 WORK_COMPILATION = "compilation"  # a JAX jit or torch.compile compile
 WORK_NEW_SHAPE = "new-shape"  # the first DataLoader batch of a shape
-WORK_WHATS = (WORK_CHECKPOINT, WORK_EVALUATION, WORK_COMPILATION, WORK_NEW_SHAPE)
+WORK_IMPORT = "import"  # an outermost import statement before the first step (the short ones summed in one record)
+WORK_GPUDIAG = "gpudiag"  # gpudiag's own work: the trace window's start and export, the allocator snapshot's dump
+WORK_WHATS = (WORK_CHECKPOINT, WORK_EVALUATION, WORK_COMPILATION, WORK_NEW_SHAPE, WORK_IMPORT, WORK_GPUDIAG)
+# a checkpoint record's name: what saved it
+CHECKPOINT_TORCH_SAVE = "torch.save"
+CHECKPOINT_SAFETENSORS = "safetensors"
+CHECKPOINT_DISTRIBUTED = "torch.distributed.checkpoint"
+CHECKPOINT_NAMES = (CHECKPOINT_TORCH_SAVE, CHECKPOINT_SAFETENSORS, CHECKPOINT_DISTRIBUTED)
+IMPORT_OTHERS = (
+    "(other imports)"  # the import record that sums every outermost import shorter than IMPORT_RECORD_MIN_MS
+)
+IMPORT_RECORD_MIN_MS = 5.0  # an outermost import at least this long gets a record of its own
+# a gpudiag record's name: which of gpudiag's own work it was
+GPUDIAG_TRACE_START = "trace start"
+GPUDIAG_TRACE_EXPORT = "trace export"
+GPUDIAG_SNAPSHOT_DUMP = "snapshot dump"
+GPUDIAG_NAMES = (GPUDIAG_TRACE_START, GPUDIAG_TRACE_EXPORT, GPUDIAG_SNAPSHOT_DUMP)
+BEFORE_FIRST_STEP = -1  # the step of work done before the first step boundary
 RUN_END_REASONS = ("exit", "context-exit")
 
 

@@ -27,6 +27,12 @@ class Profile:
     step_events: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → per-step CUDA-event timings
     sync_records: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → exact-line sync records
     work_records: dict[int, pd.DataFrame] = field(default_factory=dict)  # rank → checkpoint saves, evaluation spans
+    loaders: pd.DataFrame | None = (
+        None  # every rank's torch DataLoaders' configurations (parsers.events.LOADERS_SCHEMA)
+    )
+    run_marks: dict[int, dict] = field(
+        default_factory=dict
+    )  # rank → install_ns, start_ns, end_ns (unix ns; None: unknown)
     nvml: pd.DataFrame | None = None  # NVML samples
     launch_starts: pd.DataFrame | None = None  # under --ncu: when each launch's profiling began (unix ns)
     warnings: list[str] = field(default_factory=list)  # what could not be read, said in the report
@@ -49,6 +55,10 @@ class Profile:
             from parsers.ncu_launch_starts import LAUNCH_STARTS_SCHEMA
 
             self.launch_starts = LAUNCH_STARTS_SCHEMA.empty()
+        if self.loaders is None:
+            from parsers.events import LOADERS_SCHEMA
+
+            self.loaders = LOADERS_SCHEMA.empty()
 
     def add(self, table: str, value: Any, rank: int) -> None:
         """Put what a reader read (``parsers.reader.Reader.read``) into the table it declares; ``rank`` is the
@@ -74,12 +84,28 @@ class Profile:
                 self.sync_records[rank] = syncs
             if rest and len(rest[0]):
                 self.work_records[rank] = rest[0]
+            self._add_run_records(steps.attrs)
         elif table == tables.NVML:
             self.nvml = value
         elif table == tables.LAUNCH_STARTS:
             self.launch_starts = value
         else:
             raise ValueError(f"a Profile has no table {table!r}")
+
+    def _add_run_records(self, attrs: dict) -> None:
+        """The run records parsers.events keeps beside the steps: the DataLoaders and each rank's run marks."""
+        from parsers.events import loaders_frame
+
+        loaders = attrs.get("dataloaders") or ()
+        if loaders:
+            frame = loaders_frame(loaders)
+            self.loaders = frame if not len(self.loaders) else pd.concat([self.loaders, frame], ignore_index=True)
+        for marks in attrs.get("run_marks") or ():
+            self.run_marks[marks.rank] = {
+                "install_ns": marks.install_ns,
+                "start_ns": marks.start_ns,
+                "end_ns": marks.end_ns,
+            }
 
     def has(self, what: str) -> bool:
         value = getattr(self, what)

@@ -86,13 +86,16 @@ def run_profiled(command: list[str] | tuple[str, ...], options: ProfileOptions =
     mode.announce(folder, manifest, config)
     tail = EventsTail(folder)
     env = child_environment(config, extra={**mode.child_env(), **options.extra_env})
-    exit_code, killed_by, faults = _run_child(mode, options, folder, child_command, env, tail)
+    exit_code, killed_by, faults, (child_start_ns, child_end_ns) = _run_child(
+        mode, options, folder, child_command, env, tail
+    )
+    manifest["child_start_ns"], manifest["child_end_ns"] = child_start_ns, child_end_ns  # the main run's, not a rerun's
     notes: list[str] = []
     mode.finish(folder, tail, killed_by, start_ns, faults, notes)
     if mode.rerun is not None:  # --ncu saw no step: the same command again under a launch window, by itself
         child_command = mode.prepare_rerun(folder, command, manifest)
         env = child_environment(config, extra={**mode.child_env(), **options.extra_env, ENV_DISABLE: "1"})
-        exit_code, killed_by, more_faults = _run_child(mode, options, folder, child_command, env, tail)
+        exit_code, killed_by, more_faults, _ = _run_child(mode, options, folder, child_command, env, tail)
         faults += more_faults
         mode.finish(folder, tail, killed_by, start_ns, faults, notes)
     return _close_run(options, folder, manifest, exit_code, mode.expected, notes, faults, tail)
@@ -101,10 +104,12 @@ def run_profiled(command: list[str] | tuple[str, ...], options: ProfileOptions =
 def _run_child(
     mode: CaptureMode, options: ProfileOptions, folder: Path, child_command: list[str], env: dict, tail: EventsTail
 ):
-    """One run of the child to its end: (exit code, the signal that killed it or None, the faults it reported)."""
+    """One run of the child to its end: (exit code, the signal that killed it or None, the faults it reported,
+    (unix ns just before the child was spawned, unix ns just after it was waited for)): the run budget's wall time."""
     printer = ProgressPrinter(tail, options.progress_interval_s) if not options.quiet else None
     listener = fault_reports.Listener()
     try:
+        child_start_ns = time.time_ns()
         child = Child(child_command, {**env, **listener.env()}, on_signal=mode.on_signal)
     except BaseException:
         listener.close()
@@ -115,6 +120,7 @@ def _run_child(
     mode.watch(child)
     try:
         exit_code = child.wait()
+        child_end_ns = time.time_ns()
     finally:
         if printer:
             printer.stop()
@@ -124,7 +130,7 @@ def _run_child(
     tail.poll()
     faults = listener.receive()
     listener.close()
-    return exit_code, killed_by, faults
+    return exit_code, killed_by, faults, (child_start_ns, child_end_ns)
 
 
 def _close_run(

@@ -33,7 +33,7 @@ def test_periodic_work_is_named_with_its_line(tmp_path, work, call):
     assert r.returncode == 0, r.stderr[-3000:]
     findings = _report(run)
     _record(f"periodic_{work}", "light", r, run, wall, findings)
-    records = [e for e in _events(run) if e["kind"] == "work"]
+    records = [e for e in _events(run) if e["kind"] == "work" and e["what"] in ("checkpoint", "evaluation")]
     assert [e["step"] for e in records][:4] == [19, 39, 59, 79] and {e["what"] for e in records} == {work}
     assert all(e["location"].endswith(f"periodic_work.py:{_line_of(call)}") for e in records), records
     (periodic,) = [f for f in findings["findings"] if f["id"] == "step_budget.periodic"]

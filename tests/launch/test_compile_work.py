@@ -1,5 +1,6 @@
-"""Light mode's compilation records (issue 18): each JAX jit compile and torch.compile compile after the first step,
-with its step, the compiled function and the user's line; nothing before the first step or off the main thread."""
+"""Light mode's compilation records (issue 18): each JAX jit compile and torch.compile compile, with its step, the
+compiled function and the user's line; those before the first step with step -1 (issue 30); nothing off the main
+thread."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def compiles_of(run_dir) -> list[dict]:
 def test_a_jax_loop_that_meets_new_shapes_writes_one_record_per_compile_in_its_step(tmp_path):
     """examples/jax_recompile.py, 40 iterations, a new sequence length at iterations 10, 20, 30. The step function
     is chosen at the 8th call (iteration 7 is step 0), so those iterations are steps 3, 13 and 23; the first
-    compile (iteration 0) came before the first step and is not recorded."""
+    compile (iteration 0) came before the first step: step -1, with the other compiles before it (the script's
+    setup), written right after the run's start record."""
     pytest.importorskip("jax")
     pytest.importorskip("jax.monitoring")
     script = EXAMPLES / "jax_recompile.py"
@@ -34,13 +36,21 @@ def test_a_jax_loop_that_meets_new_shapes_writes_one_record_per_compile_in_its_s
         "python3", script, "--steps", "40", "--new-every", "10",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    found = compiles_of(run)
+    everything = records(run)
+    found = [r for r in compiles_of(run) if r["step"] >= 0]
+    before = [r for r in compiles_of(run) if r["step"] == -1]
     assert [(r["step"], r["name"], r["rank"]) for r in found] == [
         (3, "jit(update)", 0),
         (13, "jit(update)", 0),
         (23, "jit(update)", 0),
     ]
     assert {r["location"] for r in found} == {f"{script.resolve()}:{line_of(script, '# RECOMPILE')}"}
+    first_update = [r for r in before if r["name"] == "jit(update)"]
+    assert [r["location"] for r in first_update] == [f"{script.resolve()}:{line_of(script, '# RECOMPILE')}"]
+    start = [i for i, r in enumerate(everything) if r["kind"] == "run" and r["event"] == "start"]
+    held = [i for i, r in enumerate(everything) if r["kind"] == "work" and r["step"] == -1]
+    assert start == [0] and held == list(range(1, len(held) + 1))  # right after the start record, in time order
+    assert [everything[i]["t_ns"] for i in held] == sorted(everything[i]["t_ns"] for i in held)
     steps = {r["step"]: r for r in records(run) if r["kind"] == "step"}
     for r in found:  # trace + lowering + XLA compile, inside the step that dispatched it
         assert 5 < r["ms"] < steps[r["step"]]["host_ms"]
@@ -52,15 +62,18 @@ def test_a_jax_loop_that_meets_new_shapes_writes_one_record_per_compile_in_its_s
 
 def test_torch_compile_recompiles_are_recorded_on_the_main_thread_only(tmp_path):
     """tests/launch/scripts/torch_compile_recompile.py: dynamic=False compiles per batch size (steps 0, 4, 8); the
-    compile before the first step and the one on another thread (step 6) are not recorded."""
+    compile before the first step has step -1 and its own line; the one on another thread (step 6) is not recorded."""
     pytest.importorskip("torch")
     script = SCRIPTS / "torch_compile_recompile.py"
     run = tmp_path / "run"
     done = gpudiag("profile", "-q", "--trace-steps", "0", "-o", run, "--", "python3", script, timeout=300)
     assert done.returncode == 0, done.stderr
-    found = compiles_of(run)
+    before, *found = compiles_of(run)
     assert [(r["step"], r["name"]) for r in found] == [(s, "torch.compile(forward)") for s in (0, 4, 8)]
     assert {r["location"] for r in found} == {f"{script.resolve()}:{line_of(script, '# COMPILE-CALL')}"}
+    assert (before["step"], before["name"]) == (-1, "torch.compile(forward)")
+    assert before["location"] == f"{script.resolve()}:{line_of(script, '# COMPILE-BEFORE')}"
+    assert not any("library_location" in r for r in [before, *found])  # the user called the compiled function
     assert all(r["ms"] > 0 for r in found)  # no ceiling: a compile on a busy machine takes what it takes
 
 

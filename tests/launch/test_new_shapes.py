@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from diagnose.launch.runtime.input_wait import InputWait  # noqa: E402
 from diagnose.launch.runtime.new_shapes import MAX_SHAPES, NewShapes, shape_words, signature_key  # noqa: E402
+from parsers.run_records import format_record  # noqa: E402
 from tests.launch.launch_helpers import EXAMPLES, gpudiag, records  # noqa: E402
 
 
@@ -32,7 +33,7 @@ def test_the_example_writes_one_record_for_the_first_short_batch_with_its_step(t
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "last batch 8" in done.stdout
-    found = [r for r in records(run) if r["kind"] == "work"]
+    found = [r for r in records(run) if r["kind"] == "work" and r["what"] == "new-shape"]
     assert [(r["what"], r["step"], r["rank"], r["name"], r["cudnn_benchmark"]) for r in found] == [
         ("new-shape", 2, 0, "(8, 3, 16, 16), (8,)", True)
     ]
@@ -73,6 +74,9 @@ class FakeRuntime:
 
     def append_line(self, line: bytes):
         self.appended.append(json.loads(line))
+
+    def write_record(self, kind, **fields):
+        self.append_line(format_record(kind, rank=self.rank, **fields))
 
     def internal_error(self, where, error):
         self.errors.append((where, error))

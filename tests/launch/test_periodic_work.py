@@ -20,7 +20,8 @@ def line_of(path, marker: str) -> int:
 
 
 def work_of(run_dir) -> list[dict]:
-    return [r for r in records(run_dir) if r["kind"] == "work"]
+    """The checkpoint and evaluation records (not the imports, compiles and gpudiag's own work)."""
+    return [r for r in records(run_dir) if r["kind"] == "work" and r["what"] in ("checkpoint", "evaluation")]
 
 
 @pytest.mark.parametrize(("work", "marker"), [("checkpoint", "# WORK-CHECKPOINT"), ("evaluation", "# WORK-EVALUATION")])
@@ -43,24 +44,26 @@ def test_the_example_writes_one_record_per_save_or_evaluation_with_its_line(tmp_
 
 
 def test_saves_that_must_not_count_and_spans_on_two_modules(tmp_path):
-    """Not recorded: a save before the first step, one on another thread, the inner one of a nested save, a
-    train() with no evaluation open, the children's recursive train(). A save that raises is recorded and raises."""
+    """Not recorded: a save on another thread, the inner one of a nested save, a train() with no evaluation open, the
+    children's recursive train(). A save that raises is recorded and raises; a save before the first step is
+    recorded with step -1, written right after the run's start record."""
     script = SCRIPTS / "periodic_work_edges.py"
     run = tmp_path / "run"
     (tmp_path / "out").mkdir()
     done = gpudiag("profile", "-q", "--trace-steps", "0", "-o", run, "--", "python3", script, tmp_path / "out")
     assert done.returncode == 0, done.stderr
     assert "save failed as it should: RuntimeError" in done.stdout
-    markers = ("# EDGE-NESTED", "# EDGE-EVAL", "# EDGE-OTHER", "# EDGE-FAILS")
+    markers = ("# EDGE-BEFORE", "# EDGE-NESTED", "# EDGE-EVAL", "# EDGE-OTHER", "# EDGE-FAILS")
     at = {m: f"{script.resolve()}:{line_of(script, m)}" for m in markers}
     found = sorted(work_of(run), key=lambda r: r["t_ns"])
     assert [(r["what"], r["step"], r["location"]) for r in found] == [
+        ("checkpoint", -1, at["# EDGE-BEFORE"]),
         ("checkpoint", 1, at["# EDGE-NESTED"]),
         ("evaluation", 2, at["# EDGE-EVAL"]),  # model.eval() ... model.train(): other's span inside it does not end it
         ("evaluation", 2, at["# EDGE-OTHER"]),
         ("checkpoint", 3, at["# EDGE-FAILS"]),
     ]
-    model_span, other_span = found[1], found[2]
+    model_span, other_span = found[2], found[3]
     assert model_span["ms"] > other_span["ms"]  # the model's span holds the other module's
 
 

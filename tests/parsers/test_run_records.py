@@ -9,7 +9,6 @@ import fnmatch
 import json
 import math
 import sys
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,6 +17,8 @@ import pytest
 import diagnose.launch.runtime  # noqa: F401  (registers the modules the runtime shares; a plain import in the parent)
 from diagnose.derive.trace_window import window_of
 from diagnose.launch.event_log import JsonlAppender
+from diagnose.launch.runtime.coordinator import Runtime
+from diagnose.launch.runtime.dataloader_config import LoaderConfigs
 from diagnose.launch.runtime.gpu_time import GpuTime
 from diagnose.launch.runtime.memory_capture import jax_memory_stats_record
 from diagnose.launch.runtime.nvtx_ranges import TOOL_ENV, open_for_steps
@@ -31,11 +32,11 @@ from parsers.memory_stats import read_memory_stats
 T_NS = 1796239003581976984
 
 
-def _runtime(events) -> SimpleNamespace:
-    """What periodic_work.write_work reads of the runtime."""
-    return SimpleNamespace(
-        rank=2, disabled=False, faults=SimpleNamespace(writes_off=False), events=events, lock=threading.RLock()
-    )
+def _runtime(events) -> Runtime:
+    """A runtime past its first step boundary (rank 2, in step 1) that writes to ``events``."""
+    runtime = Runtime(SimpleNamespace(mode="light", run_dir=None))
+    runtime.rank, runtime.events, runtime.steps.current_step = 2, events, 1
+    return runtime
 
 
 def _write_every_kind(folder, monkeypatch) -> list[bytes]:
@@ -52,6 +53,7 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
             cuda=True,
             versions={"torch": "2.13.0"},
             t_ns=T_NS,
+            install_ns=T_NS - 3_000_000_000,
         ),
         rr.format_record(rr.RUN_EXPECT, rank=2, artifact=rr.TRACE.path(2), t_ns=T_NS + 1),
         rr.step_line(2, 0, T_NS + 2, 12.5, 11.25, "optimizer", False, 21.437),
@@ -80,6 +82,24 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
     runtime = _runtime(events)
     write_work(runtime, rr.WORK_CHECKPOINT, 1, T_NS + 7, 812_250_000, "/abs/train.py:90")
     write_work(runtime, rr.WORK_NEW_SHAPE, 2, T_NS + 8, 0, None, name="(64, 3), (64,)", cudnn_benchmark=True)
+    write_work(runtime, rr.WORK_IMPORT, None, T_NS - 2_000_000_000, 1_250_500_000, "/abs/train.py:1", name="torch")
+    write_work(
+        runtime,
+        rr.WORK_EVALUATION,
+        3,
+        T_NS + 8,
+        812_000_000,
+        "/abs/train.py:120",
+        library_location="/site-packages/transformers/trainer.py:3120",
+    )
+    write_work(runtime, rr.WORK_GPUDIAG, 4, T_NS + 8, 70_000_000, None, name=rr.GPUDIAG_TRACE_EXPORT)
+    loaders = LoaderConfigs(runtime)
+    iterator = object()
+    loader = SimpleNamespace(
+        num_workers=2, prefetch_factor=2, batch_size=64, persistent_workers=True, dataset=FakeDataset()
+    )
+    loaders.on_iterator(iterator, loader)
+    loaders.on_first_batch(iterator, T_NS + 8, sys._getframe())
     gpu = GpuTime(0, events, 2)
     gpu.event_ns.extend([100_000] * 16)  # 100 µs an event against 2 ms steps: one step in 20 is timed
     gpu.host_ns.extend([2_000_000] * 32)
@@ -93,6 +113,15 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
     )
     events.close()
     return (folder / rr.EVENTS.path(2)).read_bytes().splitlines()
+
+
+class FakeDataset:
+    """Fake: a dataset the loader record names by its class."""
+
+
+_LOADER_LINE = next(
+    n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "loaders.on_first_batch(" in text
+)
 
 
 def _same(read, written) -> bool:
@@ -115,6 +144,7 @@ def test_every_record_the_runtime_writes_is_read_back_field_for_field(tmp_path, 
         rr.SYNC: tables.syncs.to_dict("records"),
         rr.WORK: tables.work.to_dict("records"),
         rr.GPU_TIME_EVERY: [vars(c) for c in tables.steps.attrs["gpu_time_choices"]],
+        rr.DATALOADER: [vars(c) for c in tables.steps.attrs["dataloaders"]],
         # the run records' reader: the parent's (the manifest's ranks, artifacts, end of each rank)
         **{k: run_folder.read_child_records(tmp_path) for k in (rr.RUN_START, rr.RUN_EXPECT, rr.RUN_END, rr.NVTX)},
     }
@@ -141,6 +171,28 @@ def test_every_record_the_runtime_writes_is_read_back_field_for_field(tmp_path, 
     assert list(steps["source"]) == ["optimizer", "marker", "", "marker"]  # an unknown source is read as none
     assert list(steps["input_from"]) == ["", "loop", "dataloader", "loop"]
     assert tables.syncs.loc[0, "location"] == "/abs/train.py:88"
+    work = tables.work.set_index("step")
+    assert (work.loc[-1, "what"], work.loc[-1, "name"], work.loc[-1, "ms"]) == ("import", "torch", 1250.5)
+    assert work.loc[3, "library_location"] == "/site-packages/transformers/trainer.py:3120"
+    assert work["library_location"].isna().sum() == len(work) - 1
+    (marks,) = tables.steps.attrs["run_marks"]
+    assert (marks.rank, marks.install_ns, marks.start_ns, marks.end_ns) == (
+        2,
+        T_NS - 3_000_000_000,
+        T_NS,
+        written[-1]["t_ns"],
+    )
+    assert vars(tables.steps.attrs["dataloaders"][0]) == {
+        "rank": 2,
+        "step": 1,
+        "num_workers": 2,
+        "prefetch_factor": 2.0,
+        "batch_size": 64.0,
+        "persistent_workers": True,
+        "dataset": "FakeDataset",
+        "t_ns": pytest.approx(T_NS + 8),
+        "location": f"{Path(__file__).resolve()}:{_LOADER_LINE}",
+    }
     assert vars(tables.steps.attrs["gpu_time_choices"][0]) == {
         "rank": 2,
         "from_step": 9,

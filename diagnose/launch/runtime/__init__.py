@@ -9,6 +9,10 @@ One module per concern, wired by one coordinator:
                        marker, the optimizer hook, the end of each backward pass
     jit_steps.py       JAX without a marker: the jitted function dispatched once per iteration
     input_wait.py      the time the loop blocks in torch DataLoader iterators: each step's input_ms
+    dataloader_config.py  each torch DataLoader's configuration, as a run record at its first batch
+    import_times.py    the imports before the first step boundary, timed, as work records
+    periodic_work.py   checkpoints (torch.save, safetensors, torch.distributed.checkpoint) and evaluation spans
+    compile_work.py    JAX and torch.compile compiles, as work records
     gpu_time.py        CUDA-event GPU time per step, and k when only one step in k is timed
     nvtx_ranges.py     an NVTX range per step, when a tool can receive it (always under ncu)
     trace_window.py    the profiler window of a few steps

@@ -17,8 +17,11 @@ like periodic_work's), on the main thread only; nothing runs per step, only whil
   line the user's call into it. ``torch._dynamo`` is never imported here: the callbacks go in when the script's
   own torch.compile imports it.
 
-Before the first step boundary there is no events file and no step: compiles then are not recorded (the steps
-analyzer counts those steps as warm-up anyway). Any error goes to runtime.faults and the compile runs unchanged.
+A compile before the first step boundary (a torch.compile's first compile usually comes before the first optimizer
+step; JAX's first jit compile likewise) has step -1: the runtime holds its record and writes it right after the
+run's start record at the first boundary (coordinator.Runtime.write_record). Each record also names the library
+frame that called into the compiled function when it is not the user's (``library_location``, periodic_work). Any
+error goes to runtime.faults and the compile runs unchanged.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import sys
 import threading
 import time
 
-from diagnose.launch.runtime.periodic_work import caller_location, write_work
+from diagnose.launch.runtime.periodic_work import call_sites, write_work
 from parsers.run_records import WORK_COMPILATION
 
 JAX_PHASES = (
@@ -64,7 +67,7 @@ class CompileWork:
         self._phases_step = None
         self._jax_monitoring = None
         self._dynamo_handler = None
-        self._dynamo_open = None  # (perf ns, unix ns, step, location, name) of the torch.compile in progress
+        self._dynamo_open = None  # (perf ns, unix ns, step, call sites, name) of the torch.compile in progress
 
     # ---- hooking
     def hook_jax(self, jax) -> None:
@@ -144,7 +147,7 @@ class CompileWork:
             start = min(s for s, _ in phases)
             t_ns = time.time_ns() - (end - start)
             name = kwargs.get("fun_name")
-            self._write(step, t_ns, union_ns(phases), caller_location(sys._getframe(1)), name)
+            self._write(step, t_ns, union_ns(phases), call_sites(sys._getframe(1)), name)
         except Exception as e:
             self._runtime.faults.internal_error("compilation record", e)
 
@@ -158,7 +161,7 @@ class CompileWork:
                 time.perf_counter_ns(),
                 time.time_ns(),
                 self._runtime.steps.current_step,
-                caller_location(caller),
+                call_sites(caller),
                 f"torch.compile({compiled_function(caller, args)})",
             )
         except Exception as e:
@@ -168,15 +171,20 @@ class CompileWork:
         if not self._active() or self._dynamo_open is None:
             return
         try:
-            started_ns, t_ns, step, location, name = self._dynamo_open
+            started_ns, t_ns, step, sites, name = self._dynamo_open
             self._dynamo_open = None
-            self._write(step, t_ns, time.perf_counter_ns() - started_ns, location, name)
+            self._write(step, t_ns, time.perf_counter_ns() - started_ns, sites, name)
         except Exception as e:
             self._runtime.faults.internal_error("compilation record", e)
 
     # ---- writing
-    def _write(self, step, t_ns: int, elapsed_ns: int, location: str | None, name) -> None:
-        write_work(self._runtime, WORK_COMPILATION, step, t_ns, elapsed_ns, location, name=str(name) if name else None)
+    def _write(self, step, t_ns: int, elapsed_ns: int, sites: tuple[str | None, str | None], name) -> None:
+        """``sites``: periodic_work.call_sites, (the user's line, the library's line beside it)."""
+        location, library = sites
+        extra = {} if library is None else {"library_location": library}
+        write_work(
+            self._runtime, WORK_COMPILATION, step, t_ns, elapsed_ns, location, name=str(name) if name else None, **extra
+        )
 
 
 def compiled_function(frame, args) -> str:

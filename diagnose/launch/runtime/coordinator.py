@@ -7,8 +7,11 @@ nvtx_ranges, trace_window.StepWindow, memory_capture.MemoryCapture, faults.Fault
 their own state and reach the shared state through the Runtime they are given.
 
 Everything waits for the first step boundary (``start``): a process that never steps
-(torchrun's launcher, a DataLoader worker) writes nothing. The per-step path is steps.Steps,
-which calls the parts it was wired to directly; the Runtime is not on it.
+(torchrun's launcher, a DataLoader worker) writes nothing. Work recorded before it (imports, a
+compile, a checkpoint, an evaluation, a DataLoader's configuration; step -1) is held in memory,
+at most MAX_HELD_RECORDS records, and written in time order right after the run's start record.
+The per-step path is steps.Steps, which calls the parts it was wired to directly; the Runtime is
+not on it.
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ from diagnose.launch.runtime.faults import Faults
 from diagnose.launch.runtime.steps import Steps
 from parsers.run_records import EVENTS, RUN_END, RUN_EXPECT, RUN_START, SNAPSHOT, RankFile, format_record
 
+MAX_HELD_RECORDS = 10_000  # records held before the first step boundary; later ones are dropped
+
 
 class Runtime:
     """gpudiag inside one process: its parts, what they share, its start (first step) and its end (flush)."""
 
     def __init__(self, config):
+        self.install_ns = time.time_ns()  # the runtime's start: just after the interpreter's and the sitecustomize
         self.config = config
         self.disabled = False
         self.lock = threading.RLock()
@@ -46,6 +52,8 @@ class Runtime:
         self.window = None  # trace_window.StepWindow, from the first boundary when a window is asked for
         self.periodic_work = None  # periodic_work.PeriodicWork: torch.save and eval spans, once torch is imported
         self.compile_work = None  # compile_work.CompileWork: JAX and torch.compile compiles, once either is imported
+        self.imports = None  # import_times.ImportTimes: the imports until the first step boundary
+        self.held = []  # (t_ns, kind, fields) of the records made before the first step boundary
         self._torch_hooked = False
 
     # ---- the run folder
@@ -66,7 +74,53 @@ class Runtime:
                     format_record(RUN_EXPECT, rank=self.rank, artifact=relative, t_ns=time.time_ns())
                 )
 
+    def write_record(self, kind, **fields) -> None:
+        """Append one record of ``kind`` (a parsers.run_records.RecordKind written with this process's rank; ``fields``
+        without it). Before the first step boundary (no events file, no rank yet) it is held, up to
+        MAX_HELD_RECORDS, and written at ``start``; after the files closed, or while writes are off, nothing."""
+        if self.disabled or self.faults.writes_off:
+            return
+        events = self.events
+        if events is None:
+            if len(self.held) < MAX_HELD_RECORDS:
+                self.held.append((fields["t_ns"], kind, fields))
+            return
+        if not events.opened:
+            return
+        line = format_record(kind, rank=self.rank, **fields)
+        with self.lock:
+            events.append_line(line)
+
+    def _write_held(self) -> None:
+        """The records held before the first boundary, in time order, in one write (one the fault injection's line
+        count does not see: how many imports are held varies, the kill tests count the lines after them)."""
+        held, self.held = self.held, []
+        if held:
+            held.sort(key=lambda r: r[0])
+            self.events.write(b"".join(format_record(kind, rank=self.rank, **fields) for _, kind, fields in held))
+
     # ---- the start
+    def start_import_timing(self) -> None:
+        """Time the imports from now until the first step boundary (import_times)."""
+        try:
+            from diagnose.launch.runtime.import_times import ImportTimes
+
+            imports = ImportTimes(self, threading.get_ident())
+            imports.install()
+            self.imports = imports
+        except Exception as e:
+            self.faults.log_once("import-times", f"imports before the first step not timed ({e})")
+
+    def stop_import_timing(self, keep: bool) -> None:
+        """Take the import wrapper off; ``keep``: hand what it timed to write_record (the first boundary)."""
+        imports, self.imports = self.imports, None
+        if imports is None:
+            return
+        if keep:
+            imports.finish()
+        else:
+            imports.uninstall()
+
     def on_torch_imported(self, torch) -> None:
         if self._torch_hooked or self.disabled:
             return
@@ -156,6 +210,15 @@ class Runtime:
             except Exception:
                 pass
         self.rank = 0 if self.rank is None else self.rank
+        try:
+            self.stop_import_timing(keep=True)  # its records join the held ones
+        except Exception as e:
+            self.faults.log_once("import-times", f"imports before the first step not recorded ({e})")
+        if self.periodic_work is not None:
+            try:
+                self.periodic_work.catch_up()
+            except Exception as e:
+                self.faults.log_once("periodic-work-late", f"cannot watch the saves of a module imported early ({e})")
         self.events = JsonlAppender(self.in_run_dir(self.artifact(EVENTS)))
         try:
             self.events.append_line(
@@ -169,6 +232,7 @@ class Runtime:
                     cuda=self.cuda,
                     versions=_framework_versions(torch, jax),
                     t_ns=time.time_ns(),
+                    install_ns=self.install_ns,
                 )
             )
         except FileExistsError:
@@ -177,8 +241,10 @@ class Runtime:
                 f"another process already records rank {self.rank} in this run "
                 f"folder; this process (pid {self.pid}) records nothing",
             )
+            self.held = []
             self.disabled = True
             return False
+        self._write_held()
         self.expect(self.artifact(EVENTS))
         self.written.add(self.artifact(EVENTS))
         self._wire_parts(torch, jax)

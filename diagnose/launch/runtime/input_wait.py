@@ -9,12 +9,17 @@ step boundary reads ``total_ns`` and records the difference since the previous b
 step's ``input_ms``: how long the step waited for its input. A step that asked no DataLoader for a batch
 (a loop over a generator or any other iterable) gets no ``input_ms``: its wait is not measured here, not 0
 (the trace window's steps measure it from their Python frames, diagnose/derive/trace_input_wait.py).
+
+With ``loaders`` (dataloader_config.LoaderConfigs) the iterator's ``__init__`` is wrapped too, once per iterator,
+to note its loader's configuration; an iterator's first batch then writes the loader's record. The per-batch path
+pays one test of whether any configuration waits (an empty dict's truth value).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import sys
 import threading
 import time
 
@@ -25,14 +30,16 @@ _ITERATOR_CLASS = "_BaseDataLoaderIter"
 class InputWait:
     """Sums the time spent in DataLoader iterators' ``__next__`` on one thread."""
 
-    def __init__(self, main_thread: int, on_batch=None):
+    def __init__(self, main_thread: int, on_batch=None, loaders=None):
         self.total_ns = 0  # wall time in outermost __next__ calls on the main thread, since hooked
         self.calls = 0  # those calls: a step that made none did not fetch from a DataLoader (its wait is unknown)
         self._main_thread = main_thread
         self._on_batch = on_batch  # called with each batch of an outermost call that returned one; never raises
+        self._loaders = loaders  # dataloader_config.LoaderConfigs: each loader's configuration, at its first batch
         self._depth = 0
         self._iterator_class = None
         self._original = None
+        self._original_init = None
 
     def hook(self, torch) -> bool:
         """Wrap ``_BaseDataLoaderIter.__next__``; False when this torch has no such class (nothing hooked)."""
@@ -43,6 +50,8 @@ class InputWait:
         if original is None:
             return False
         wait, perf_ns, get_ident, on_batch = self, time.perf_counter_ns, threading.get_ident, self._on_batch
+        loaders = self._loaders
+        pending = loaders.pending if loaders is not None else {}
 
         @functools.wraps(original)
         def __next__(iterator):
@@ -56,6 +65,8 @@ class InputWait:
             finally:
                 wait.total_ns += perf_ns() - started_ns
                 wait._depth = 0
+            if pending:  # a loader's configuration waits for its first batch (dataloader_config)
+                loaders.on_first_batch(iterator, time.time_ns() - (perf_ns() - started_ns), sys._getframe(1))
             if on_batch is not None:
                 on_batch(batch)
             return batch
@@ -63,14 +74,27 @@ class InputWait:
         __next__._gpudiag_original = original
         iterator_class.__next__ = __next__
         self._iterator_class, self._original = iterator_class, original
+        init = iterator_class.__dict__.get("__init__")
+        if loaders is not None and init is not None:
+
+            @functools.wraps(init)
+            def __init__(iterator, loader, *args, **kwargs):
+                init(iterator, loader, *args, **kwargs)
+                loaders.on_iterator(iterator, loader)  # never raises
+
+            __init__._gpudiag_original = init
+            iterator_class.__init__ = __init__
+            self._original_init = init
         return True
 
     def unhook(self) -> None:
         """Put the original ``__next__`` back, unless someone wrapped it after us (then ours stays, harmless)."""
-        iterator_class, original = self._iterator_class, self._original
-        self._iterator_class = self._original = None
+        iterator_class, original, init = self._iterator_class, self._original, self._original_init
+        self._iterator_class = self._original = self._original_init = None
         if original is None:
             return
         current = iterator_class.__dict__.get("__next__")
         if getattr(current, "_gpudiag_original", None) is original:
             iterator_class.__next__ = original
+        if init is not None and getattr(iterator_class.__dict__.get("__init__"), "_gpudiag_original", None) is init:
+            iterator_class.__init__ = init

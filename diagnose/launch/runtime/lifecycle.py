@@ -21,6 +21,7 @@ def install(config) -> Runtime | None:
         return _RUNTIME
     runtime = Runtime(config)
     _RUNTIME = runtime
+    runtime.start_import_timing()  # from here to the first step boundary (import_times)
     torch = sys.modules.get("torch")
     if torch is not None:
         runtime.on_torch_imported(torch)
@@ -41,6 +42,10 @@ def _disable_in_fork_child() -> None:
     runtime = _RUNTIME
     if runtime is not None and runtime.pid != os.getpid():
         runtime.disabled = True
+        try:
+            runtime.stop_import_timing(keep=False)
+        except Exception:
+            pass
 
 
 def install_from_env() -> Runtime | None:
@@ -62,6 +67,7 @@ def uninstall() -> list[dict]:
     if runtime is None:
         return []
     remove_all()
+    runtime.stop_import_timing(keep=False)
     runtime.flush("context-exit")
     runtime.steps.unhook_all()
     runtime.unhook_torch()

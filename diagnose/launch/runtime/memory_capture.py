@@ -6,7 +6,9 @@ pay for it every time. The allocator history is recorded from CUDA's first use (
 lazy-init queue, so gpudiag never initialises CUDA itself) until the snapshot step, then
 written as ``torch.cuda.memory._snapshot()`` in JSON with ``"schema": "gpudiag.snapshot/1"``
 and switched off, so steady-state steps do not pay for it either. ``MemoryCapture`` is the
-runtime's part that does all three; the functions below it are the framework calls.
+runtime's part that does all three; the functions below it are the framework calls. The snapshot's
+dump is gpudiag's own cost: a ``{"kind": "work", "what": "gpudiag", "name": "snapshot dump"}`` record,
+written as it ends (at exit before the run's end record).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from diagnose.launch.event_log import JsonlAppender
 from diagnose.launch.fault_injection import due as _fault_due
 from diagnose.launch.fault_injection import write_half_and_die as _die_mid_write
-from parsers.run_records import MEMORY_STATS, MEMORY_STATS_RECORD, SNAPSHOT, record
+from parsers.run_records import GPUDIAG_SNAPSHOT_DUMP, MEMORY_STATS, MEMORY_STATS_RECORD, SNAPSHOT, WORK_GPUDIAG, record
 
 SNAPSHOT_SCHEMA = "gpudiag.snapshot/1"
 
@@ -93,12 +95,17 @@ class MemoryCapture:
             and finished >= self._snapshot_step
         )
 
-    def take_snapshot(self) -> None:
-        """Write the snapshot and stop the history (a failed write is the runtime's fault to report)."""
+    def take_snapshot(self, step: int | None = None) -> None:
+        """Write the snapshot and stop the history (a failed write is the runtime's fault to report), then the
+        dump's record. ``step``: the step whose time holds the dump (the one the boundary starts; at exit the step
+        in progress)."""
         runtime = self._runtime
+        if step is None:
+            step = runtime.steps.current_step
         torch = sys.modules["torch"]
         relative = runtime.artifact(SNAPSHOT)
         self.snapshot_written = True
+        t_ns, started_ns = time.time_ns(), time.perf_counter_ns()
         try:
             write_snapshot(torch, runtime.in_run_dir(relative))
             runtime.written.add(relative)
@@ -109,6 +116,16 @@ class MemoryCapture:
         except Exception:
             pass
         self.history_on = False
+        self._dump_record(step, t_ns, time.perf_counter_ns() - started_ns)
+
+    def _dump_record(self, step, t_ns: int, elapsed_ns: int) -> None:
+        runtime = self._runtime
+        try:
+            from diagnose.launch.runtime.periodic_work import write_work
+
+            write_work(runtime, WORK_GPUDIAG, step, t_ns, elapsed_ns, None, name=GPUDIAG_SNAPSHOT_DUMP)
+        except Exception as e:
+            runtime.faults.internal_error("snapshot dump record", e)
 
     def stop_history_quietly(self) -> None:
         if self.history_on:

@@ -97,8 +97,10 @@ class NewShapes:
             self._runtime.faults.internal_error("new-shape record", e)
 
     def _write(self, key) -> None:
-        cudnn = getattr(self._torch.backends, "cudnn", None)
         step = self._runtime.steps.current_step
+        if step is None:
+            return  # before the first boundary: remembered, not recorded (the run budget reads no new shape there)
+        cudnn = getattr(self._torch.backends, "cudnn", None)
         write_work(
             self._runtime,
             WORK_NEW_SHAPE,

@@ -180,12 +180,18 @@ class Steps:
 
     def hook_input_wait(self, torch) -> None:
         """Time the loop's waits in torch DataLoader iterators: each step record's ``input_ms`` (input_wait); the
-        batches' new shapes as work records (new_shapes)."""
+        batches' new shapes as work records (new_shapes); each loader's configuration as a run record
+        (dataloader_config)."""
+        from diagnose.launch.runtime.dataloader_config import LoaderConfigs
         from diagnose.launch.runtime.input_wait import InputWait
         from diagnose.launch.runtime.new_shapes import NewShapes
 
         if self.input_wait is None:
-            wait = InputWait(self._main_thread, on_batch=NewShapes(self._runtime, torch).on_batch)
+            wait = InputWait(
+                self._main_thread,
+                on_batch=NewShapes(self._runtime, torch).on_batch,
+                loaders=LoaderConfigs(self._runtime),
+            )
             if wait.hook(torch):
                 self._input_mark_ns, self._input_mark_calls = wait.total_ns, wait.calls
                 self.input_wait = wait
@@ -424,13 +430,13 @@ class Steps:
         if window is not None and window.profiler is not None and finished == window.last_step:
             self.drain(block_s=0.0)
             self.window = None  # one window a run: later boundaries skip it
-            window.close()
+            window.close(step=finished + 1)  # this boundary starts step finished + 1: the export's time is in it
             if self.loop_input is not None:
                 self.loop_input.rearm()
             heavy = True
         if self.memory.snapshot_due(finished):
             self.drain(block_s=0.0)
-            self.memory.take_snapshot()
+            self.memory.take_snapshot(step=finished + 1)
             heavy = True
         return heavy
 

@@ -40,6 +40,24 @@ def _library_prefixes() -> tuple[str, ...]:
 
 
 _LIBRARY_PREFIXES = _library_prefixes()
+_STDLIB_PREFIXES = tuple(
+    sorted({os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib")})
+)
+
+
+def is_gpudiag_file(filename: str) -> bool:
+    """True for gpudiag's own code (diagnose/, parsers/, reports/ of this checkout)."""
+    return bool(filename) and os.path.abspath(filename).startswith(_GPUDIAG_DIRS)
+
+
+def is_stdlib_file(filename: str) -> bool:
+    """True for the standard library's own modules (not the site-packages folder inside it)."""
+    if not filename:
+        return False
+    path = os.path.abspath(filename)
+    if os.sep + "site-packages" + os.sep in path or os.sep + "dist-packages" + os.sep in path:
+        return False
+    return path.startswith(_STDLIB_PREFIXES)
 
 
 def is_user_file(filename: str) -> bool:

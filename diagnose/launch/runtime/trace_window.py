@@ -6,14 +6,20 @@ and the rest of the run stays light. While it is open, sync warnings are capture
 (sync_capture); after it closes, each captured sync is given its op and wait time
 from the profiler's own events when the two lists line up one to one. ``StepWindow`` is
 the runtime's part that opens and closes it; the classes below it drive each profiler.
+
+What the window costs outside its steps is gpudiag's own, and recorded as such: the profiler's start
+(``{"kind": "work", "what": "gpudiag", "name": "trace start"}``) and its stop and export of the trace
+(``"trace export"``, the whole call, written whether or not the export succeeded), each with the step whose
+time holds it.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 from diagnose.launch.fault_reports import is_disk_full
-from parsers.run_records import JAX_TRACE, TRACE
+from parsers.run_records import GPUDIAG_TRACE_EXPORT, GPUDIAG_TRACE_START, JAX_TRACE, TRACE, WORK_GPUDIAG
 
 
 class StepWindow:
@@ -33,6 +39,7 @@ class StepWindow:
 
     def open(self, step: int) -> None:
         runtime = self._runtime
+        t_ns, started_ns = time.time_ns(), time.perf_counter_ns()
         try:
             from diagnose.launch.runtime.profilers import JaxTraceWindow, TorchTraceWindow
 
@@ -47,6 +54,7 @@ class StepWindow:
         except Exception as e:
             runtime.faults.log_once("trace", f"no profiler trace ({type(e).__name__}: {e})")
             return
+        self._own_cost(GPUDIAG_TRACE_START, step, t_ns, time.perf_counter_ns() - started_ns)
         self.profiler = profiler
         self.steps = []
         if runtime.config.sync_debug:
@@ -63,9 +71,25 @@ class StepWindow:
                 jax_capture.start(jax)
                 self._jax_sync = jax_capture
 
-    def close(self) -> None:
-        """Stop, write the trace, then the sync records; a failed write is reported, never raised."""
+    def _own_cost(self, name: str, step, t_ns: int, elapsed_ns: int) -> None:
+        """A gpudiag work record of the window's own cost (never raises: the window goes on without it)."""
         runtime = self._runtime
+        try:
+            from diagnose.launch.runtime.periodic_work import write_work
+
+            write_work(runtime, WORK_GPUDIAG, step, t_ns, elapsed_ns, None, name=name)
+        except Exception as e:
+            if is_disk_full(e):
+                runtime.faults.disk_full(e)
+            else:
+                runtime.faults.log_once("own-cost", f"gpudiag's own cost not recorded ({type(e).__name__}: {e})")
+
+    def close(self, step: int | None = None) -> None:
+        """Stop, write the trace, then the sync records; a failed write is reported, never raised. ``step``: the
+        step whose time holds the export (the one the boundary starts; at exit the step in progress)."""
+        runtime = self._runtime
+        if step is None:
+            step = runtime.steps.current_step
         profiler, self.profiler = self.profiler, None
         capture, self._sync = self._sync, None
         if capture is not None:
@@ -74,12 +98,15 @@ class StepWindow:
         if jax_capture is not None:
             jax_capture.stop()
         relative = runtime.artifact(TRACE)
+        t_ns, started_ns = time.time_ns(), time.perf_counter_ns()
         try:
             profiler.stop_and_export(runtime.in_run_dir(relative))
             runtime.written.add(relative)
         except Exception as e:
+            self._own_cost(GPUDIAG_TRACE_EXPORT, step, t_ns, time.perf_counter_ns() - started_ns)
             runtime.faults.artifact_failed(relative, "profiler trace", e)
             return
+        self._own_cost(GPUDIAG_TRACE_EXPORT, step, t_ns, time.perf_counter_ns() - started_ns)
         try:
             self._write_sync_records(profiler, capture, jax_capture)
         except Exception as e:

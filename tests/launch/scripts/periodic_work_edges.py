@@ -1,5 +1,5 @@
-"""Edge cases of light mode's work records (tests/launch/test_periodic_work.py): saves that must not count,
-a nested save, an evaluation with children, a save that fails. Prints nothing; writes into argv[1]."""
+"""Edge cases of light mode's work records (tests/launch/test_periodic_work.py): a save before the first step,
+saves that must not count, a nested save, an evaluation with children, a save that fails. Prints nothing; writes into argv[1]."""
 
 import io
 import os
@@ -23,7 +23,7 @@ class SavesInsideItsPickling:
 model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 4), nn.Dropout(0.1)))
 other = nn.Linear(4, 4)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-torch.save(model.state_dict(), os.path.join(out, "before.pt"))  # before the first step: no record
+torch.save(model.state_dict(), os.path.join(out, "before.pt"))  # EDGE-BEFORE the first step: step -1
 
 
 def train_step():

@@ -1,7 +1,8 @@
 """torch.compile compiling again mid-run (test script for compile_work's dynamo callbacks).
 
 A marked loop (diagnose.step) over batches whose size changes at steps 4 and 8: torch.compile(backend="eager")
-compiles `forward` (dynamic=False: one graph per size) at steps 0, 4 and 8. A compile on another thread (not recorded) and one before the first step (not recorded) too.
+compiles `forward` (dynamic=False: one graph per size) at steps 0, 4 and 8, and once before the first step (step -1).
+A compile on another thread is not recorded.
 """
 
 import threading
@@ -23,7 +24,7 @@ def elsewhere(x):
     return (x * 2).sum()
 
 
-forward(torch.randn(1, 8))  # before the first step: no events file yet, not recorded
+forward(torch.randn(1, 8))  # COMPILE-BEFORE the first step: step -1, written after the run's start record
 for step in range(12):
     diagnose.step()
     rows = 2 if step < 4 else 3 if step < 8 else 5
