@@ -267,6 +267,30 @@ class StepBudget:
 
 
 @dataclass(frozen=True)
+class RunBudget:
+    """Where the run's wall time went, process start to exit (diagnose.derive.run_budget_table), and which parts of
+    it are findings.
+
+    Named work outside the steady steps (evaluation, checkpoints) is a finding when one kind holds
+    ``named_work_min_share`` (5 %) of the run, periodic or not; compilation when it holds ``compile_min_share``
+    (5 %); each a warning from its own minimum and critical from ``critical_share`` (30 %) of the run. The time
+    before the first step (interpreter, imports, setup) is an info finding when it holds ``startup_min_share`` (20 %). Input wait is
+    summed over every step (not the median step's): a finding from ``input_min_share`` (5 %) of the steps' time.
+    Stalls are the steps that waited ``stall_factor`` x the median input wait and at least ``stall_min_ms``; they
+    recur every num_workers steps when ``stall_period_hit_share`` of them sit on one residue of that period.
+    """
+
+    named_work_min_share: float = 0.05
+    compile_min_share: float = 0.05
+    startup_min_share: float = 0.2
+    critical_share: float = 0.3
+    input_min_share: float = 0.05
+    stall_factor: float = 10.0
+    stall_min_ms: float = 1.0
+    stall_period_hit_share: float = 0.6
+
+
+@dataclass(frozen=True)
 class Thresholds:
     l2: L2 = field(default_factory=L2)
     occupancy: Occupancy = field(default_factory=Occupancy)
@@ -281,6 +305,7 @@ class Thresholds:
     steps: Steps = field(default_factory=Steps)
     comm: Comm = field(default_factory=Comm)
     step_budget: StepBudget = field(default_factory=StepBudget)
+    run_budget: RunBudget = field(default_factory=RunBudget)
 
     def with_overrides(self, overrides: dict[str, dict[str, float]], origin: str = "--threshold") -> Thresholds:
         """A copy with ``{"l2": {"warning_pct": 80}}`` applied; unknown names are an error."""

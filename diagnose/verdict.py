@@ -9,6 +9,7 @@ was judged and nothing crossed a threshold) and ``unjudged`` (no analyzer had da
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -107,16 +108,92 @@ class StepBudget:
 
 
 @dataclass(frozen=True)
+class RunPart:
+    """One part of the run's wall time (diagnose.derive.run_budget_table.RUN_PARTS), with the line that holds most
+    of it and the library frame beside it, when timed work holds it."""
+
+    part: str
+    label: str
+    ms: float
+    share: float  # of the run's wall time
+    location: str | None = None
+    library_location: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "part": self.part,
+            "label": self.label,
+            "ms": jsonable(self.ms),
+            "share": jsonable(self.share),
+            "location": self.location,
+            "library_location": self.library_location,
+        }
+
+
+@dataclass(frozen=True)
+class RunBudgetBar:
+    """The run budget of the lowest rank, process start to exit: its parts add up to ``wall_ms``."""
+
+    rank: int
+    wall_ms: float
+    wall_of: str  # what the wall time runs from and to, in words
+    parts: tuple[RunPart, ...]
+
+    def basis(self) -> str:
+        return f"rank {self.rank}, {ms_human(self.wall_ms)}, {self.wall_of}"
+
+    def line(self, most: int = 5) -> str:
+        """One line for a terminal: the wall time and its largest parts, gpudiag's own cost always."""
+        top = sorted(self.parts, key=lambda p: -p.ms)[:most]
+        own = [p for p in self.parts if p.part == "gpudiag" and p not in top]
+        words = [f"{p.label} {ms_human(p.ms)} ({percent(p.share, 1)})" for p in (*top, *own)]
+        return f"Run {ms_human(self.wall_ms)} ({self.wall_of}): " + ", ".join(words)
+
+    def to_json(self) -> dict:
+        return {
+            "rank": self.rank,
+            "wall_ms": jsonable(self.wall_ms),
+            "wall_of": self.wall_of,
+            "basis": self.basis(),
+            "parts": [p.to_json() for p in self.parts],
+        }
+
+
+def run_budget_bar(result) -> RunBudgetBar | None:
+    """The run budget analyzer's parts of the lowest rank as a RunBudgetBar, or None when there is no run budget."""
+    parts = result.tables.get("parts") if result is not None else None
+    ranks = (result.meta.get("ranks") or {}) if result is not None else {}
+    if parts is None or not len(parts) or not ranks:
+        return None
+    rank = min(ranks)
+    rows = parts[parts["rank"] == rank]
+
+    def text(value) -> str | None:
+        return None if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+    return RunBudgetBar(
+        rank,
+        float(ranks[rank]["wall_ms"]),
+        str(ranks[rank].get("wall_of") or "the process's start to its exit"),
+        tuple(
+            RunPart(r.part, r.label, float(r.ms), float(r.share), text(r.location), text(r.library_location))
+            for r in rows.itertuples()
+        ),
+    )
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The report's first sentence and what it rests on."""
 
     sentence: str
     state: str  # limited | clean | unjudged
     cost_share: float | None  # what fixing the named limit could save, 0..1; None when not estimated
-    cost_basis: str | None  # "step time", "traced time" or "GPU time": what cost_share is a share of
+    cost_basis: str | None  # "step time", "traced time", "GPU time" or "run time": what cost_share is a share of
     top_finding_ids: tuple[str, ...]  # the findings the sentence names, most costly first
     budget: StepBudget | None  # None when the input has no trace with GPU activity
     cost_of: str | None = None  # what cost_share is a share of, as the sentence says it ("the median step", ...)
+    run: RunBudgetBar | None = None  # the run's wall time in parts (None: no run folder, or a run under ncu)
 
     def __str__(self) -> str:
         """The sentence: ``print(analysis.verdict)`` shows the answer, not the dataclass."""
@@ -131,22 +208,33 @@ class Verdict:
             "cost_of": self.cost_of,
             "top_finding_ids": list(self.top_finding_ids),
             "step_budget": self.budget.to_json() if self.budget else None,
-        }
+        } | {"run_budget": self.run.to_json() if self.run else None}  # a key of its own: not a list of analyzers
 
 
 def decide(analysis: Any) -> Verdict:
-    """The verdict on an Analysis (its ``results``, ranked ``findings`` and ``summary``)."""
+    """The verdict on an Analysis (its ``results``, ranked ``findings`` and ``summary``), with the run budget's bar
+    when there is one."""
+    verdict = decide_sentence(analysis)
+    bar = run_budget_bar(analysis.results.get("run_budget"))
+    return dataclasses.replace(verdict, run=bar) if bar is not None else verdict
+
+
+def decide_sentence(analysis: Any) -> Verdict:
+    """The verdict's sentence, state, cost and step budget."""
     measured = [f for f in analysis.findings if not is_not_measured(f)]
     judged = judged_analyzers(analysis.results)
     described = getattr(analysis, "analyzers", None) or {}
     top_idle = next((f for f in measured if f.id == "idle.gpu_idle"), None)
     budget = step_budget(analysis.results.get("idle"), rank_of(top_idle))
     limits = [f for f in measured if f.severity >= Severity.WARNING]
+    run = run_figures(analysis.results.get("run_budget"))
+    if limits and run is not None:  # over the whole run: the most recoverable seconds lead, on either budget
+        limits = run_leader_first(limits, described, run)
     if limits:
         lead = described.get(limits[0].analyzer)
         if lead is not None and lead.shows_step_budget:  # the verdict names a cause of the step: show its budget
             budget = median_step_budget(analysis.results.get("step_budget")) or budget
-        return limited(limits[0], measured, budget, described)
+        return limited(limits[0], measured, budget, described, run)
     if judged:
         return Verdict(clean_sentence(analysis.summary, budget, judged, described), CLEAN, None, None, (), budget)
     sentence = "Nothing could be judged: the input holds none of the measurements gpudiag analyses"
@@ -156,7 +244,11 @@ def decide(analysis: Any) -> Verdict:
 
 
 def limited(
-    top: Finding, measured: list[Finding], budget: StepBudget | None, described: dict[str, AnalyzerDescription]
+    top: Finding,
+    measured: list[Finding],
+    budget: StepBudget | None,
+    described: dict[str, AnalyzerDescription],
+    run: RunFigures | None = None,
 ) -> Verdict:
     """The verdict when ``top`` (the most costly warning or critical finding) limits the run; ``described``: the
     analyzers' descriptions, by name (what each finding's cost is a share of).
@@ -179,6 +271,10 @@ def limited(
     cost = top.cost_share if top.cost_share is not None and math.isfinite(top.cost_share) else None
     of = cost_of(top, described)
     basis = "GPU time" if of == "GPU time" else "traced time" if of == "the traced time" else "step time"
+    if of == RUN_BASIS:
+        basis = "run time"
+        if run is not None:
+            of = f"the run's {ms_human(run.wall_ms)}"
     sentence = phrase
     if cost is not None and cost > 0:
         # the cited finding's figure as its title shows it (one decimal), on the basis it is a share of
@@ -192,6 +288,52 @@ def limited(
         budget,
         of if cost is not None else None,
     )
+
+
+RUN_BASIS = "the run's wall time"  # the run budget's findings' basis (diagnose/analyzers/run_budget.py)
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """What a finding's share converts to seconds of the run with: the run's wall time and its steps' time after
+    warm-up (a share of the median step, of the steady steps or of traced time is taken over those steps)."""
+
+    wall_ms: float
+    steps_ms: float
+
+
+def run_figures(result) -> RunFigures | None:
+    """The lowest rank's wall time and steps' time from the run budget's result, or None (no run budget)."""
+    ranks = (result.meta.get("ranks") or {}) if result is not None else {}
+    if not ranks:
+        return None
+    meta = ranks[min(ranks)]
+    return RunFigures(float(meta["wall_ms"]), float(meta.get("steps_after_warmup_ms") or 0.0))
+
+
+def run_leader_first(
+    limits: list[Finding], described: dict[str, AnalyzerDescription], run: RunFigures
+) -> list[Finding]:
+    """``limits`` (ranked: severity, causes before the symptoms they explain, cost) with the run budget's findings
+    weighed against the first of the others by recoverable time over the whole run: a 27 % evaluation leads over a
+    critical cause that holds 3 % of each step; the order among the others stays the ranking's."""
+    on_run = [f for f in limits if cost_of(f, described) == RUN_BASIS and f.cost_share is not None]
+    others = [f for f in limits if f not in on_run]
+    candidates = on_run + others[:1]
+    if not on_run:
+        return limits
+    lead = max(candidates, key=lambda f: (recoverable_ms(f, described, run), f in others[:1]))
+    return [lead, *(f for f in limits if f is not lead)]
+
+
+def recoverable_ms(finding: Finding, described: dict[str, AnalyzerDescription], run: RunFigures) -> float:
+    """The run's milliseconds a finding's cost share stands for: of the wall time for the run budget's findings,
+    of the steps after warm-up for a share of a step (the median step, the steady steps, the traced time), which
+    every such step pays. A finding without a share counts 0 (it cannot lead over one with a cost)."""
+    share = finding.cost_share
+    if share is None or not math.isfinite(share):
+        return 0.0
+    return share * (run.wall_ms if cost_of(finding, described) == RUN_BASIS else run.steps_ms)
 
 
 def cost_of(finding: Finding, described: dict[str, AnalyzerDescription]) -> str:

@@ -57,6 +57,40 @@ def cause_color(name: str) -> str:
     return CAUSE_COLORS[cause.id] if cause is not None else UNKNOWN_CAUSE_COLOR
 
 
+# One colour per part of the run budget (diagnose.derive.run_budget_table.RUN_PARTS; tests/reports/
+# test_run_budget_html.py keeps the keys equal) in the verdict's run bar and the run budget's chart. A part that means
+# what a cause means takes the cause's colour; the others are distinct from each other and from the causes'
+RUN_PART_COLORS = {
+    "interpreter": "#79706e",
+    "imports": "#b6992d",
+    "setup": "#499894",
+    "compilation": "#ff9da7",
+    "warmup": "#8cd17d",
+    "steady": "#2f5d8a",
+    "input": CAUSE_COLORS["input"],
+    "slow_new_shape": "#d95f02",
+    "slow_unexplained": CAUSE_COLORS["unexplained"],
+    "evaluation": "#1b9e77",
+    "checkpoint": "#e7298a",
+    "gpudiag": CAUSE_COLORS["trace_window"],
+    "teardown": "#5e3c99",
+}
+
+
+def run_part_color(part: str) -> str:
+    """The colour of the run budget's part ``part`` (``evaluation``, ``gpudiag``, ...)."""
+    return RUN_PART_COLORS.get(part, UNKNOWN_CAUSE_COLOR)
+
+
+def ink_on(color: str) -> str:
+    """Text colour readable on the fill ``color`` (``#rrggbb``): dark on light fills, white on dark ones."""
+    digits = color.lstrip("#")
+    if len(digits) == 3:
+        digits = "".join(d * 2 for d in digits)
+    r, g, b = (int(digits[i : i + 2], 16) for i in (0, 2, 4))
+    return "#222" if 0.299 * r + 0.587 * g + 0.114 * b > 160 else "#fff"
+
+
 def figure_html(fig, div_id: str | None = None) -> str:
     """A plotly figure as a div + script that use the page's inlined plotly.js. A figure over the mark
     budget (``reports/chart_budget.py``) is a bug in its section: it warns, so tests can catch it."""

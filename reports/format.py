@@ -38,3 +38,19 @@ def input_name(paths: list[str]) -> str:
         return "(no input named)"
     more = len(paths) - 1
     return paths[0] + (f" (+ {n_things(more, 'file')} read)" if more else "")
+
+
+LIBRARY_ROOTS = ("site-packages/", "dist-packages/")
+
+
+def short_location(location) -> str:
+    """A code location short enough for a bar's legend: ``char_lm_eval.py:56`` of ``/abs/path/char_lm_eval.py:56``;
+    a library's file keeps its package path (``torch/serialization.py:652``). '' where none is known."""
+    if is_missing(location) or not str(location):
+        return ""
+    path = str(location).replace("\\", "/")
+    for root in LIBRARY_ROOTS:
+        if root in path:
+            return path.rsplit(root, 1)[1]
+    file, _, line = path.rpartition(":")
+    return f"{file.rsplit('/', 1)[-1]}:{line}" if file and line.isdigit() else path.rsplit("/", 1)[-1]

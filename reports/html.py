@@ -1,6 +1,6 @@
 """The self-contained HTML report: the verdict first, then the findings, then one section per analyzer with data.
 
-The page opens on the answer (``analysis.verdict``: one sentence and the step-time budget bar),
+The page opens on the answer (``analysis.verdict``: one sentence, the run budget's bar and the step-time budget's),
 then the findings ranked by cost, each with its fix and evidence; analyzers whose input was
 missing are one "not measured" line, not cards or empty sections; every summary number is in a
 collapsed appendix at the end, labelled by its declared metric (``analysis.metrics``).
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from markupsafe import Markup
 
 from reports.chart_budget import short_kernel_name
-from reports.figures import cause_color, table_html
-from reports.format import cell_text, label_of_key, share_human, value_human
+from reports.figures import cause_color, ink_on, run_part_color, table_html
+from reports.format import cell_text, label_of_key, ms_human, share_human, short_location, value_human
 from reports.templating import render_page
 
 MAX_SUBJECT_ROWS = 50
@@ -259,6 +259,36 @@ def budget_view(budget) -> dict | None:
     return {"basis": budget.basis(), "parts": parts, "what": what}
 
 
+def run_budget_view(run) -> dict | None:
+    """The verdict's run budget (``verdict.run``: the lowest rank's wall time, process start to exit) as bar segments,
+    each with its time, share and code location (the user's line, and the library's frame beside it), or None."""
+    if run is None:
+        return None
+    parts = []
+    for p in run.parts:
+        pct = f"{100 * p.share:.1f} %"
+        where = short_location(p.location)
+        library = short_location(p.library_location)
+        at = (f" at {where}" if where else "") + (f" (in {library})" if library else "")
+        color = run_part_color(p.part)
+        parts.append(
+            {
+                "part": p.part,
+                "label": p.label,
+                "ms": ms_human(p.ms),
+                "pct": pct,
+                "width": f"{100 * max(p.share, 0.0):.3f}",
+                "color": color,
+                "ink": ink_on(color),
+                "wide": p.share >= BAR_LABEL_MIN_SHARE,
+                "location": where,
+                "library_location": library,
+                "title": f"{p.label}: {ms_human(p.ms)}, {pct} of the run{at}",
+            }
+        )
+    return {"basis": run.basis(), "parts": parts}
+
+
 def render_html(analysis) -> str:
     """The report: header, the verdict and its step budget, the findings, the sections with data, the appendix."""
     metrics = getattr(analysis, "metrics", None) or {}
@@ -286,6 +316,7 @@ def render_html(analysis) -> str:
         verdict=verdict,
         verdict_sentence=code_spans(verdict.sentence) if verdict is not None else "",
         budget=budget_view(getattr(verdict, "budget", None)),
+        run_budget=run_budget_view(getattr(verdict, "run", None)),
         top_ids=set(getattr(verdict, "top_finding_ids", ()) or ()),
         findings=findings,
         not_measured=not_measured_items(analysis.findings),

@@ -14,6 +14,8 @@ def to_dict(analysis) -> dict:
     return {
         "schema": SCHEMA,
         "verdict": verdict.to_json() if verdict is not None else None,
+        # the run's wall time in parts, process start to exit (docs/run-budget.md); null without a run folder
+        "run_budget": verdict.run.to_json() if getattr(verdict, "run", None) is not None else None,
         "source": jsonable(analysis.source),
         "summary": {k: jsonable(v) for k, v in sorted(analysis.summary.items())},
         "findings": [f.to_json() for f in analysis.findings],

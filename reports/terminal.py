@@ -36,6 +36,9 @@ def render_terminal(analysis, color: bool = False, limit: int | None = 15, width
     verdict = getattr(analysis, "verdict", None)
     if getattr(verdict, "sentence", None):
         lines.append(fit(verdict.sentence, width))
+    run = getattr(verdict, "run", None)
+    if run is not None:  # the run budget in one line: where the wall time went, process start to exit
+        lines.append(fit(run.line(), width))
     counts = {s: sum(1 for f in analysis.findings if f.severity.label == s) for s in ("critical", "warning", "info")}
     lines.append(f"{counts['critical']} critical, {counts['warning']} warning, {counts['info']} info")
     shown = analysis.findings if limit is None else analysis.findings[:limit]

@@ -93,7 +93,7 @@ def test_report_md_has_verdict_findings_table_and_what_was_not_measured(tmp_path
     lines = md.splitlines()
     assert lines[0] == f"## gpudiag: `{TINY}` on NVIDIA H200"
     assert "**Verdict:** 48 of 48 launches (100 %) run under 5 µs (mean 2.17 µs, 2 kernels): launch-bound;" in md
-    assert "1 critical, 0 warning, 0 info, 9 not measured" in lines
+    assert "1 critical, 0 warning, 0 info, 10 not measured" in lines
     header = lines.index("| Severity | Id | Finding | Cost | Fix |")
     assert lines[header + 1] == "|---|---|---|---:|---|"
     row = lines[header + 2]
@@ -101,7 +101,7 @@ def test_report_md_has_verdict_findings_table_and_what_was_not_measured(tmp_path
     assert row.count(" | ") == 4 and row.endswith(" |")
     nm = lines.index("### Not measured")
     not_measured = [x for x in lines[nm + 1 :] if x.startswith("- ")]
-    assert len(not_measured) == 9  # step_budget.not_measured among them
+    assert len(not_measured) == 10  # step_budget.not_measured and run_budget.not_measured among them
     assert not_measured[1].startswith("- GPU idle time was not measured: Profile with `gpudiag profile`")
     assert not_measured[1].endswith("(`idle.not_measured`)")
 
@@ -117,6 +117,7 @@ def test_check_md_has_the_gate_line(tmp_path):
         "`idle.gpu_idle`",
         "`sync.host_sync`",
         "`step_budget.sync`",
+        "`run_budget.startup`",
         "`launch.launch_bound`",
     ]
     assert "| 28.8 % |" in rows[0] and "| 9.5 % |" in rows[1] and "| 8.9 % |" in rows[2]
@@ -155,12 +156,18 @@ def test_repr_html_is_a_compact_summary_with_verdict_and_findings(sync_planted):
     parser.feed(html)
     assert parser.rows[0] == ["Severity", "Id", "Finding", "Cost", "Fix"]
     body = parser.rows[1:]
-    assert [r[1] for r in body] == ["idle.gpu_idle", "sync.host_sync", "step_budget.sync", "launch.launch_bound"]
-    assert [r[3] for r in body] == ["28.8 %", "9.5 %", "8.9 %", "–"]
+    assert [r[1] for r in body] == [
+        "idle.gpu_idle",
+        "sync.host_sync",
+        "step_budget.sync",
+        "run_budget.startup",
+        "launch.launch_bound",
+    ]
+    assert [r[3] for r in body] == ["28.8 %", "9.5 %", "8.9 %", "–", "–"]
     assert body[1][2].startswith("5 host syncs per step; the costliest, aten::to at ")
     verdict = re.search(r'<p class="gpudiag-verdict"><b>(.*?)</b></p>', html).group(1)
     assert verdict == sync_planted.verdict.sentence.replace("'", "&#x27;")
-    assert "0 critical, 2 warning, 2 info, 0 not measured" in html
+    assert "0 critical, 2 warning, 3 info, 0 not measured" in html
 
 
 def test_every_summary_renders_an_empty_analysis():

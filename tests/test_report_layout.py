@@ -120,7 +120,8 @@ def test_clean_run_says_what_was_judged():
     assert v.state == "clean" and v.top_finding_ids == () and v.cost_share is None
     assert v.sentence == (
         "Nothing crossed a threshold (GPU idle 17.8 % of the traced time, median step 1.81 ms): judged GPU idle "
-        "time, host syncs, launch overhead, step times, the step-time budget, NVML utilisation and allocator memory."
+        "time, host syncs, launch overhead, step times, the run's wall time, the step-time budget, NVML utilisation "
+        "and allocator memory."
     )
     assert v.budget is not None and round(100 * v.budget.idle_share, 1) == 17.8
 
@@ -144,6 +145,7 @@ def test_findings_json_carries_the_verdict_and_keeps_not_measured_findings():
     assert not_measured == [
         "idle.not_measured",
         "launch.not_measured",
+        "run_budget.not_measured",  # a snapshot alone has no run budget (issue 30)
         "step_budget.not_measured",
         "steps.not_measured",
         "sync.not_measured",

@@ -21,6 +21,7 @@ from diagnose.ingest.profile_data import Profile
 from diagnose.judges.step_budget.causes import cause_findings
 from diagnose.judges.step_budget.common import NAME, SECTION  # every judge's finding carries them
 from diagnose.judges.step_budget.compilation import compile_findings
+from diagnose.judges.step_budget.input_stalls import stall_findings
 from diagnose.judges.step_budget.new_shape import new_shape_findings
 from diagnose.judges.step_budget.periodic import periodic_findings
 from diagnose.metrics import LOWER, NEUTRAL, Metric, rank_key
@@ -33,10 +34,11 @@ JUDGES = "the step-time budget"
 COST_BASIS = "the median step"  # what a finding's cost share is a share of, unless COST_BASIS_BY_ID says otherwise
 COST_BASIS_BY_ID = {
     "step_budget.periodic": "the steady steps' time",
+    "step_budget.input_stalls": "the steady steps' time",
     "step_budget.compilation": "the time of the steps after warm-up",
     "step_budget.new_shape": "the time of the steps after warm-up",
 }
-THRESHOLDS = ("step_budget", "steps", "sync")  # the Thresholds groups the budget and its judges read
+THRESHOLDS = ("step_budget", "steps", "sync", "run_budget")  # the Thresholds groups the budget and its judges read
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary, plain for the lowest rank, else rank<N>.<key>
     Metric("step_budget_step_ms", "Median steady step (budget)", "ms", LOWER, 0.001),
     Metric("step_budget_{part}_ms", "Median step budget: {part}", "ms", NEUTRAL, 0.001),
@@ -55,6 +57,7 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
     "step_budget.allocator",
     "step_budget.compilation",
     "step_budget.input",
+    "step_budget.input_stalls",
     "step_budget.launch_bound",
     "step_budget.new_shape",
     "step_budget.not_measured",
@@ -69,6 +72,7 @@ SHOWS_STEP_BUDGET = True
 # and the verdict share, where the idle finding covers the whole traced span: issue 28)
 CAUSE_FINDING_IDS = (
     "step_budget.input",
+    "step_budget.input_stalls",
     "step_budget.periodic",
     "step_budget.allocator",
     "step_budget.compilation",
@@ -126,8 +130,19 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
     if budget.traced_steps is not None:
         result.tables["traced_steps"] = budget.traced_steps
     meta, calls = budget.ranks, budget.sync_calls
-    result.findings.extend(cause_findings(profile, budget.budget, meta, calls, budget.traced_by_rank, th))
-    result.findings.extend(periodic_findings(meta, calls, th))
+    causes = cause_findings(profile, budget.budget, meta, calls, budget.traced_by_rank, th)
+    result.findings.extend(causes)
+    median_input = {int(s.name) for f in causes if f.id == "step_budget.input" for s in f.subjects if s.kind == "rank"}
+    result.findings.extend(stall_findings(meta, median_input, th))
+    named_in_run = {  # the named work the run budget's own findings name: the periodic judge does not name it again
+        rank: {
+            part
+            for part in ("evaluation", "checkpoint")
+            if run.part_ms(part) >= th.run_budget.named_work_min_share * run.wall_ms
+        }
+        for rank, run in derived.run_budget().items()
+    }
+    result.findings.extend(periodic_findings(meta, calls, th, named_in_run))
     result.findings.extend(compile_findings(meta, th))
     result.findings.extend(new_shape_findings(meta, th))
     return result

@@ -12,7 +12,7 @@ What it holds:
 - ``kernel_memo``: the kernels table's groupings and limiter means (diagnose.derive.table_values), passed as
   ``memo=`` to the kernel_stats / kernel_limiter functions;
 - the profile-level tables below (``step_table``, ``trace_window``, ``source_dirs``, ``kernel_access``,
-  ``rank_calls``, ``step_budget``), each a method whose result is kept.
+  ``rank_calls``, ``step_budget``, ``run_budget``), each a method whose result is kept.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from diagnose.ingest.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
 if TYPE_CHECKING:
+    from diagnose.derive.run_budget_table import RankRunBudget
     from diagnose.derive.step_budget_table import StepBudget
 
 T = TypeVar("T")
@@ -97,3 +98,13 @@ class Derived:
         from diagnose.derive.step_budget_table import step_budget
 
         return self.once("step_budget", lambda: step_budget(self.profile, self, self.thresholds)).copy()
+
+    def run_budget(self) -> dict[int, RankRunBudget]:
+        """Every rank's run budget, process start to exit (diagnose.derive.run_budget_table), by rank; {} when the
+        run's wall time is unknown. Do not change it."""
+        from diagnose.derive.run_budget_table import run_budget
+
+        return self.once(
+            "run_budget",
+            lambda: run_budget(self.profile, self.step_table(), self.trace_window(), self.thresholds),
+        )

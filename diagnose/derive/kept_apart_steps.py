@@ -44,7 +44,7 @@ def add_compile_meta(meta: dict, compiles: pd.DataFrame, rows: pd.DataFrame, war
         meta["notes"].append(
             f"of the {n_things(meta['warmup_steps'], 'warm-up step')} ({ms_human(meta['warmup_ms'])}), "
             f"{ms_human(warm_ms)} was compilation ({n_things(int(in_warmup.sum()), 'compile')}; compiles before the "
-            "first step are not recorded)"
+            "first step are in the run budget)"
         )
     meta["compile_ms"] = float(after["ms"].sum())
     meta["compile_count"] = int(len(after))

@@ -28,6 +28,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from diagnose.derive.input_stalls import input_stalls
 from diagnose.derive.kept_apart_steps import COMPILATION, NEW_SHAPE, add_compile_meta, add_new_shape_meta, work_of
 from diagnose.derive.periodic_work import slow_step_period
 from diagnose.derive.trace_step_rows import trace_step_table
@@ -158,6 +159,7 @@ def rank_budget(
     instrumented = rows["instrumented"].fillna(False).astype(bool) if "instrumented" in rows else rows["warmup"] & False
     warm = rows["warmup"] & ~instrumented
     compiles = work_of(profile.work_records.get(rank), rank, COMPILATION)
+    compiles = compiles[compiles["step"] >= rows["step"].min()]  # before the first step: the run budget's
     compiled = rows["step"].isin(compiles["step"]) & ~rows["warmup"]  # compiled after warm-up: kept apart too
     shapes = work_of(profile.work_records.get(rank), rank, NEW_SHAPE)
     new_shaped = rows["step"].isin(shapes["step"]) & ~rows["warmup"] & ~compiled  # a compile explains it first
@@ -182,6 +184,7 @@ def rank_budget(
     median_ms = float(step_ms.median())
     meta["median_step_ms"] = median_ms
     meta["steady_total_ms"] = float(step_ms.sum())
+    meta["input_stalls"] = input_stalls(steady, getattr(profile, "loaders", None), rank, median_ms, th)
     add_new_shape_meta(meta, shapes, rows[new_shaped], median_ms, th)
     input_ms = pd.to_numeric(rows["input_ms"], errors="coerce") if "input_ms" in rows else pd.Series(np.nan, rows.index)
     steady_input = input_ms[steady.index].dropna()

@@ -48,13 +48,20 @@ def work_words(work: list[dict]) -> tuple[str, str, list[Subject]]:
     return "; ".join(words), " ".join(advice), subjects
 
 
-def periodic_findings(meta: dict, calls_by_rank: dict, th: Thresholds) -> list[Finding]:
+def periodic_findings(
+    meta: dict, calls_by_rank: dict, th: Thresholds, named_in_run: dict[int, set[str]] | None = None
+) -> list[Finding]:
     """``step_budget.periodic`` per rank whose slow steps recur (``meta[rank]["period"]``); cost share: their time
-    over the median / the steady steps' time. ``calls_by_rank``: the sync calls of each rank's traced steps."""
+    over the median / the steady steps' time. ``calls_by_rank``: the sync calls of each rank's traced steps;
+    ``named_in_run``: per rank, the work (evaluation, checkpoint) the run budget's findings already name, with
+    their share of the whole run: a period whose work is all among them is not named twice."""
     findings = []
     for rank, m in sorted(meta.items()):
         p = m.get("period")
         if not p:
+            continue
+        named = (named_in_run or {}).get(rank, set())
+        if p.get("work") and all(w["what"] in named for w in p["work"]):
             continue
         n, k, median = p["period"], p["offset"], m["median_step_ms"]
         steps_words = f"step {k} + {n}i" if k else f"step {n}i"
