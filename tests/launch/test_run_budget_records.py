@@ -307,3 +307,27 @@ def test_an_import_wrapper_put_over_ours_stays_in_place():
     finally:
         builtins.__import__ = original
     assert times.others_count == 0
+
+
+def test_an_evaluation_loaders_batches_are_no_input_wait_and_no_new_shape(tmp_path):
+    """While model.eval() holds, the DataLoader hook is paused: the evaluation loader's 8 items of 30 ms (240 ms a
+    batch, of 8 rows where training takes 4) are neither the step's input wait nor a new input shape (HF Trainer's
+    evaluation batches read as a new shape of its training loop, CPU 2026-12-05)."""
+    run = tmp_path / "run"
+    done = gpudiag(
+        "profile", "-q", "--trace-steps", "0", "-o", run, "--", "python3", SCRIPTS / "eval_loader_apart.py",
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = records(run)
+    evaluations = [r for r in found if r["kind"] == "work" and r["what"] == "evaluation"]
+    assert len(evaluations) == 4 and all(r["ms"] >= 240 for r in evaluations)
+    assert not [r for r in found if r["kind"] == "work" and r["what"] == "new-shape"]
+    steps = {r["step"]: r for r in found if r["kind"] == "step"}
+    timed = [r for r in evaluations if r["step"] in steps]  # the last one ran in the step the run ended in
+    assert len(timed) == 3
+    for r in timed:  # the evaluation ran inside this step: its 240 ms of fetching is not the step's input
+        assert steps[r["step"]]["host_ms"] >= 240
+        assert steps[r["step"]]["input_ms"] < 100, steps[r["step"]]
+    loaders = [r for r in found if r.get("event") == "dataloader"]
+    assert [r["batch_size"] for r in loaders] == [4]  # the evaluation's loader is not the training loop's

@@ -40,6 +40,9 @@ class InputWait:
         self._iterator_class = None
         self._original = None
         self._original_init = None
+        # True while an evaluation runs (periodic_work): its loader's batches are not the training loop's input
+        # (no input wait, no new shape; HF Trainer's eval batches of 32 read as a new shape of a batch-16 loop)
+        self.paused = False
 
     def hook(self, torch) -> bool:
         """Wrap ``_BaseDataLoaderIter.__next__``; False when this torch has no such class (nothing hooked)."""
@@ -55,7 +58,7 @@ class InputWait:
 
         @functools.wraps(original)
         def __next__(iterator):
-            if wait._depth or get_ident() != wait._main_thread:
+            if wait._depth or wait.paused or get_ident() != wait._main_thread:
                 return original(iterator)
             wait._depth = 1
             wait.calls += 1

@@ -1,6 +1,8 @@
 """Work that runs between steps every so often: checkpoint saving (``torch.save``, safetensors'
 ``save_file``/``save_model``, ``torch.distributed.checkpoint``'s ``save``/``async_save``) and evaluation
-(``model.eval()`` … ``model.train()``), one ``{"kind": "work"}`` record each, with the user's line.
+(``model.eval()`` … ``model.train()``), one ``{"kind": "work"}`` record each, with the user's line. While an
+evaluation runs, DataLoader fetches are not the training loop's input: input_wait is paused (no input wait, no new
+shape from the evaluation's batches).
 
 The step budget analyzer finds slow steps that recur every N steps; these records say what ran in them, and the run
 budget what ran before the first step. Nothing here runs per step: only the wrapped calls pay, and only on the main
@@ -210,6 +212,7 @@ class PeriodicWork:
             post_import.remove()
         self._import_hooks = []
         self._open_evals.clear()
+        self._pause_input(False)
         for module, name, original in wrapped:
             if getattr(getattr(module, name, None), "_gpudiag_original", None) is original:
                 setattr(module, name, original)
@@ -262,6 +265,12 @@ class PeriodicWork:
             self._runtime.faults.internal_error("checkpoint record", e)
             return _NO_STEP
 
+    def _pause_input(self, paused: bool) -> None:
+        """Input wait and new shapes off while an evaluation runs: its DataLoader feeds no training step."""
+        wait = getattr(self._runtime.steps, "input_wait", None)
+        if wait is not None:
+            wait.paused = paused
+
     def _on_top_level_train(self, module, mode, caller) -> None:
         try:
             key = id(module)
@@ -274,8 +283,11 @@ class PeriodicWork:
                         BEFORE_FIRST_STEP if step is None else step,
                         *call_sites(caller),
                     )
+                    self._pause_input(True)
                 return
             span = self._open_evals.pop(key, None)
+            if span is not None and not self._open_evals:
+                self._pause_input(False)
             if span is not None:
                 started_ns, t_ns, step, location, library = span
                 write_work(
