@@ -212,7 +212,10 @@ class PeriodicWork:
             post_import.remove()
         self._import_hooks = []
         self._open_evals.clear()
-        self._pause_input(False)
+        try:
+            self._pause_input(False)
+        except Exception:  # noqa: BLE001 - the runtime is going away: nothing left to pause
+            pass
         for module, name, original in wrapped:
             if getattr(getattr(module, name, None), "_gpudiag_original", None) is original:
                 setattr(module, name, original)
