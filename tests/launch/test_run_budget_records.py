@@ -331,3 +331,21 @@ def test_an_evaluation_loaders_batches_are_no_input_wait_and_no_new_shape(tmp_pa
         assert steps[r["step"]]["input_ms"] < 100, steps[r["step"]]
     loaders = [r for r in found if r.get("event") == "dataloader"]
     assert [r["batch_size"] for r in loaders] == [4]  # the evaluation's loader is not the training loop's
+
+
+def test_an_evaluation_ended_by_setting_training_back_is_closed_and_input_resumes(tmp_path):
+    """Lightning 2.6 ends its evaluation by setting each submodule's ``training`` back, never calling train(): the
+    span is closed at the training loop's next fetch (or step boundary), and the steps after it measure their input
+    again (the hook stayed paused for the rest of the run before: a real Lightning run on CPU, 2026-12-05)."""
+    run = tmp_path / "run"
+    script = SCRIPTS / "eval_restored_by_attribute.py"
+    done = gpudiag("profile", "-q", "--trace-steps", "0", "-o", run, "--", "python3", script, timeout=300)
+    assert done.returncode == 0, done.stderr
+    found = records(run)
+    evaluations = [r for r in found if r["kind"] == "work" and r["what"] == "evaluation"]
+    assert [r["step"] for r in evaluations] == [4, 9, 14]  # the last one (step 15) is in the step the run ended in
+    assert all(240 <= r["ms"] < 1000 for r in evaluations), evaluations
+    assert all(r["location"] == at(script, "# EVALUATION") for r in evaluations)
+    steps = {r["step"]: r for r in found if r["kind"] == "step"}
+    after = [steps[s]["input_ms"] for s in (5, 6, 10, 11)]  # 4 items of 5 ms each: ~20 ms, measured again
+    assert all(ms >= 15 for ms in after), after

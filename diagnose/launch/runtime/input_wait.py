@@ -27,6 +27,10 @@ _ITERATOR_MODULE = "torch.utils.data.dataloader"
 _ITERATOR_CLASS = "_BaseDataLoaderIter"
 
 
+def _nothing() -> None:
+    return None
+
+
 class InputWait:
     """Sums the time spent in DataLoader iterators' ``__next__`` on one thread."""
 
@@ -43,6 +47,9 @@ class InputWait:
         # True while an evaluation runs (periodic_work): its loader's batches are not the training loop's input
         # (no input wait, no new shape; HF Trainer's eval batches of 32 read as a new shape of a batch-16 loop)
         self.paused = False
+        # asked while paused (at a fetch, at a step boundary): periodic_work ends an evaluation whose module is back
+        # in training mode without a train() call, and un-pauses
+        self.resume_check = _nothing
 
     def hook(self, torch) -> bool:
         """Wrap ``_BaseDataLoaderIter.__next__``; False when this torch has no such class (nothing hooked)."""
@@ -58,8 +65,12 @@ class InputWait:
 
         @functools.wraps(original)
         def __next__(iterator):
-            if wait._depth or wait.paused or get_ident() != wait._main_thread:
+            if wait._depth or get_ident() != wait._main_thread:
                 return original(iterator)
+            if wait.paused:
+                wait.resume_check()  # the evaluation may have ended without train() (Lightning restores .training)
+                if wait.paused:
+                    return original(iterator)
             wait._depth = 1
             wait.calls += 1
             started_ns = perf_ns()

@@ -130,7 +130,7 @@ class PeriodicWork:
         self._main_thread = threading.get_ident()
         self._save_depth = 0
         self._train_depth = 0
-        self._open_evals: dict[int, tuple[int, int, int, str | None, str | None]] = {}  # id(module) → span start
+        self._open_evals: dict[int, tuple] = {}  # id(module) → (perf ns, unix ns, step, location, library, module)
         self._torch = None
         self._original_train = None
         self._wrapped: list[tuple[object, str, object]] = []  # (module, attribute, original) of each save wrapped
@@ -273,6 +273,21 @@ class PeriodicWork:
         wait = getattr(self._runtime.steps, "input_wait", None)
         if wait is not None:
             wait.paused = paused
+            wait.resume_check = self.end_restored_evaluations
+
+    def end_restored_evaluations(self) -> None:
+        """End the evaluations whose module is back in training mode though no train() call said so: Lightning's
+        evaluation loop restores each submodule's ``training`` attribute directly (lightning 2.6, _ModuleMode), so
+        the span would never close and input wait would stay paused for the rest of the run. Asked at the next
+        DataLoader fetch (the training loop's next batch: the evaluation's end, within that call) or step boundary."""
+        try:
+            for key, span in list(self._open_evals.items()):
+                if span[-1].training:
+                    self._close(key)
+        except Exception as e:
+            self._runtime.faults.internal_error("evaluation span", e)
+            self._open_evals.clear()
+            self._pause_input(False)
 
     def _on_top_level_train(self, module, mode, caller) -> None:
         try:
@@ -285,25 +300,31 @@ class PeriodicWork:
                         time.time_ns(),
                         BEFORE_FIRST_STEP if step is None else step,
                         *call_sites(caller),
+                        module,
                     )
                     self._pause_input(True)
                 return
-            span = self._open_evals.pop(key, None)
-            if span is not None and not self._open_evals:
-                self._pause_input(False)
-            if span is not None:
-                started_ns, t_ns, step, location, library = span
-                write_work(
-                    self._runtime,
-                    WORK_EVALUATION,
-                    step,
-                    t_ns,
-                    time.perf_counter_ns() - started_ns,
-                    location,
-                    **_library(library),
-                )
+            self._close(key)
         except Exception as e:
             self._runtime.faults.internal_error("evaluation span", e)
+
+    def _close(self, key: int) -> None:
+        """Write the evaluation record of the span open on module ``key`` (if any); un-pause input when none is left."""
+        span = self._open_evals.pop(key, None)
+        if span is None:
+            return
+        if not self._open_evals:
+            self._pause_input(False)
+        started_ns, t_ns, step, location, library, _ = span
+        write_work(
+            self._runtime,
+            WORK_EVALUATION,
+            step,
+            t_ns,
+            time.perf_counter_ns() - started_ns,
+            location,
+            **_library(library),
+        )
 
     def _record(self, checkpoint_name: str, step, t_ns: int, elapsed_ns: int, caller) -> None:
         if step is _NO_STEP:

@@ -305,6 +305,9 @@ class Steps:
         if finished is None and not self._runtime.start():  # the first boundary wires the parts
             return
         step = 0 if finished is None else finished + 1
+        wait = self.input_wait
+        if wait is not None and wait.paused:  # an evaluation whose module went back to training without train()
+            wait.resume_check()
         input_ms, input_from = self._input_of_step(finished)
         gpu = self.gpu
         event = None
