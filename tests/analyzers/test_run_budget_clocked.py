@@ -1,5 +1,5 @@
 """Issue 30's done-when on real runs of our own scripts (fixtures/runs/PROVENANCE.md): each figure of the run budget
-against the script's own stopwatch (fixtures/runs/clocks/<run>.json, written by the script with time.time_ns() around
+against the script's own stopwatch (fixtures/run_clocks/<run>.json, written by the script with time.time_ns() around
 the code in question). The captures: CPU ones (char_gpt_cpu, char_gpt_compile_cpu; no H200 was lent on 2026-12-05),
 and H200 ones where tools/gpu_capture_run_budget.sh has run (CAPTURES lists what fixtures/runs/ holds).
 
@@ -25,7 +25,7 @@ from diagnose.derive.derived import Derived
 from tests.paths import FIXTURES
 
 RUNS = FIXTURES / "runs"
-CLOCKS = RUNS / "clocks"
+CLOCKS = FIXTURES / "run_clocks"
 
 
 def clocks(name: str) -> dict:
