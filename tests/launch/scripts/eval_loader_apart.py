@@ -1,23 +1,9 @@
 """Training batches of 4 from one DataLoader, and every 5 steps an evaluation under model.eval() over a second
 DataLoader whose items take 30 ms each, with batches of 8 (a new shape, were it the training loop's input)."""
 
-import time
-
 import torch
-from torch.utils.data import DataLoader, Dataset
-
-
-class Items(Dataset):
-    def __init__(self, n, delay_s):
-        self.n, self.delay_s = n, delay_s
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        time.sleep(self.delay_s)
-        return torch.full((16,), float(i))
-
+from slow_items import Items  # beside this script
+from torch.utils.data import DataLoader
 
 model = torch.nn.Linear(16, 2)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -2,23 +2,9 @@
 ``training`` attribute set back directly (its _ModuleMode.restore), never a train() call. Training items take 5 ms
 each (batches of 4: 20 ms of input wait a step), evaluation items 30 ms."""
 
-import time
-
 import torch
-from torch.utils.data import DataLoader, Dataset
-
-
-class Items(Dataset):
-    def __init__(self, n, delay_s):
-        self.n, self.delay_s = n, delay_s
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        time.sleep(self.delay_s)
-        return torch.full((16,), float(i))
-
+from slow_items import Items  # beside this script
+from torch.utils.data import DataLoader
 
 model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
