@@ -43,12 +43,19 @@ class Analysis:
         return render_notebook_html(self)
 
 
-def analyze(profile: Profile, thresholds: Thresholds | None = None, only: list[str] | None = None) -> Analysis:
+def analyze(
+    profile: Profile,
+    thresholds: Thresholds | None = None,
+    only: list[str] | None = None,
+    rank_parts: dict[tuple[str, int], Any] | None = None,
+) -> Analysis:
+    """Every analyzer over ``profile``. ``rank_parts``: the trace analyzers' per-rank parts worked out on a
+    cluster's workers (diagnose.cluster.rank_analysis), used instead of reading those ranks here."""
     from diagnose.analyzers import description_of, discover
 
     th = thresholds or Thresholds()
     analysis = Analysis(source=describe_source(profile), warnings=list(profile.warnings), analyzers={})
-    derived = Derived(profile, th)  # the tables two analyzers read, each worked out once for this report
+    derived = Derived(profile, th, rank_parts)  # the tables two analyzers read, each worked out once for this report
     for mod in discover():
         if only and mod.NAME not in only:
             continue

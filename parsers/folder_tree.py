@@ -65,6 +65,10 @@ class FolderTree:
         return notes
 
 
+# where gpudiag's cluster read keeps each trace's tables, next to the traces (diagnose.cluster.rank_cache)
+CACHE_FOLDER = ".gpudiag-cache"
+
+
 def scan(folder: str | os.PathLike) -> FolderTree:
     """Every file under ``folder`` (subfolders too) that gpudiag reads, with its reader, and what is left out.
 
@@ -108,6 +112,8 @@ def _walk(root: Path) -> Iterator[tuple[Path, str | None]]:
         keep = []
         for name in sorted(folders):
             path = here_path / name
+            if name == CACHE_FOLDER:
+                continue  # gpudiag's own tables of these traces (its cluster read): not an input, not a note
             if name.startswith("."):
                 yield path, "hidden"
             elif path.is_symlink():

@@ -48,21 +48,20 @@ MAX_TIMELINE_ROWS = 6000
 
 def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
-    occ, times = [], {}
+    occ, times, worlds = [], {}, []
     for rank in sorted(derived.traces):
-        trace = derived.traces[rank]
-        gpu = trace.gpu
-        has_comm = len(gpu) and bool((gpu["kind"] == "comm").any())
-        o = col.occurrences(trace, rank, trace.collectives if has_comm else None)
-        if len(o):
-            occ.append(o)
-            times[rank] = col.rank_times(trace)
+        part = derived.rank_part(NAME, rank, lambda r=rank: rank_part(profile, derived, r, th))
+        worlds.append(part["world_size"])
+        if len(part["occurrences"]):
+            occ.append(part["occurrences"])
+            times[rank] = part["times"]
+    times = col.RankTimesByRank(times)  # a cluster read's are on disk: read one rank at a time when asked for
     if not occ:
         return result
     occ = pd.concat(occ, ignore_index=True)
     on_gpu = bool((occ["source"] == "kernel").any())
     ranks = sorted(times)
-    world = _world_size(derived)
+    world = next((w for w in worlds if w is not None), None)
     result.meta.update(
         {
             "ranks": ranks,
@@ -125,12 +124,17 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
     return result
 
 
-def _world_size(derived: Derived) -> int | None:
-    for trace in derived.traces.values():
-        info = (trace.metadata.get("header") or {}).get("distributedInfo")
-        if isinstance(info, dict) and isinstance(info.get("world_size"), int):
-            return int(info["world_size"])
-    return None
+def rank_part(profile: Profile, derived: Derived, rank: int, th: Thresholds, lowest: int | None = None) -> dict:
+    """What comm works out from one rank's trace alone: its collectives (one row per occurrence), its merged
+    compute, busy and communication intervals (None without collectives) and the world size its trace states.
+    A cluster read works it out on a worker and keeps the intervals on disk (diagnose.cluster)."""
+    trace = derived.traces[rank]
+    gpu = trace.gpu
+    has_comm = len(gpu) and bool((gpu["kind"] == "comm").any())
+    o = col.occurrences(trace, rank, trace.collectives if has_comm else None)
+    info = (trace.metadata.get("header") or {}).get("distributedInfo")
+    world = int(info["world_size"]) if isinstance(info, dict) and isinstance(info.get("world_size"), int) else None
+    return {"occurrences": o, "times": col.rank_times(trace) if len(o) else None, "world_size": world}
 
 
 def _overlap_table(times: dict) -> pd.DataFrame:

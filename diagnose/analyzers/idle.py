@@ -96,97 +96,106 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         )
         return result
     lowest = min(derived.traces)
-    breakdown_rows, step_tables, stream_tables, gap_tables = [], [], [], []
+    breakdown_rows, step_tables, stream_tables = [], [], []
     for rank in sorted(derived.traces):
-        trace = tl.analysed(derived.traces[rank])
-        for w in trace.warnings:
-            result.findings.append(
-                Finding(
-                    id="idle.trace_warning",
-                    analyzer=NAME,
-                    severity=Severity.INFO,
-                    title=f"Trace of rank {rank}: {w}",
-                    subjects=(Subject("rank", str(rank)),),
-                    recommendation="Nothing to do unless the numbers look wrong; the trace may come from a newer or "
-                    "modified profiler.",
-                    section=SECTION,
-                )
-            )
-        if not len(trace.gpu):
-            result.findings.append(
-                Finding(
-                    id="idle.no_gpu_activity",
-                    analyzer=NAME,
-                    severity=Severity.INFO,
-                    title=f"No GPU activity in the trace of rank {rank}",
-                    subjects=(Subject("rank", str(rank)),),
-                    recommendation="The trace holds no kernels, copies or memsets: the run used only the CPU, or the "
-                    "profiler ran without ProfilerActivity.CUDA.",
-                    section=SECTION,
-                )
-            )
+        part = derived.rank_part(NAME, rank, lambda r=rank: rank_part(profile, derived, r, th, lowest))
+        result.findings.extend(part["findings"])
+        if part["breakdown"] is None:
             continue
-        b = tl.temporal_breakdown(trace.gpu)
-        span = b["span_ns"] or float("nan")
-        idle_pct, compute_pct, non_pct = (100 * b[k] / span for k in ("idle_ns", "compute_ns", "non_compute_ns"))
-        for key, value in (
-            ("gpu_idle_pct", idle_pct),
-            ("gpu_compute_pct", compute_pct),
-            ("gpu_non_compute_pct", non_pct),
-            ("gpu_span_ns", b["span_ns"]),
-        ):
-            result.summary[rank_key(rank, lowest, key)] = float(value)
-        streams = tl.stream_idle(trace, th.sync.stream_kernel_wait_us * 1e3)
-        for rec in streams.itertuples():
-            if not np.isnan(rec.idle_ratio):
-                result.summary[rank_key(rank, lowest, f"gpu_idle_stream{rec.stream}_{rec.idle_category}_pct")] = float(
-                    100 * rec.idle_ratio
-                )
-        streams.insert(0, "rank", rank)
-        stream_tables.append(streams)
-
-        gaps = tl.gaps(trace, th.sync.kernel_gap_us * 1e3, th.sync.sync_slack_us * 1e3)
-        gap_cause, gap_ns = gaps["cause"].to_numpy(), gaps["dur_ns"].to_numpy()
-        by_cause = {c: float(gap_ns[gap_cause == c].sum()) for c in tl.GAP_CAUSES}  # int64 ns: exact in any order
-        # the host fetching the next batch (a DataLoader range, the loop's iterator) is the cause of that idle,
-        # whatever gap it falls in (after a sync, before a launch): said as input, taken out of the others
-        fetches = input_fetches(trace, tl.steps(trace), derived.source_dirs())
-        input_by_cause = input_idle_by_cause(gaps, fetches) if len(fetches) else {}
-        breakdown_rows.append(
-            {
-                "rank": rank,
-                **b,
-                "idle_pct": idle_pct,
-                "compute_pct": compute_pct,
-                "non_compute_pct": non_pct,
-                **{f"idle_{c}_ns": by_cause[c] for c in tl.GAP_CAUSES},
-                "idle_input_ns": sum(input_by_cause.values()),
-            }
-        )
-        windows = tl.steps(trace)
-        result.meta.setdefault("step_source", {})[rank] = windows.attrs.get("source")
-        per_step = step_breakdown(trace, gaps, windows)
-        columns = {"rank": rank, **{c: per_step[c].to_numpy() for c in per_step.columns}}  # one frame, not 8 inserts
-        for col in ("step_ns", "busy_ns", *(f"idle_{c}_ns" for c in tl.GAP_CAUSES)):
-            columns[col.replace("_ns", "_ms")] = columns[col] / 1e6
-        per_step = pd.DataFrame(columns)
-        step_tables.append(per_step)
-        g = gaps.copy()
-        g.insert(0, "rank", rank)
-        gap_tables.append(g)
-
-        shown = host_activity_words(trace) if by_cause["unlinked"] > 0 else ""
-        by_cause = {c: by_cause[c] - input_by_cause.get(c, 0.0) for c in tl.GAP_CAUSES}
-        by_cause["input"] = sum(input_by_cause.values())
-        finding = idle_finding(rank, b, by_cause, per_step, th, shown, capture_advice.from_run_folder(profile))
-        if finding:
-            result.findings.append(finding)
+        result.summary.update({rank_key(rank, lowest, k): v for k, v in part["summary"].items()})
+        stream_tables.append(part["streams"])
+        breakdown_rows.append(part["breakdown"])
+        result.meta.setdefault("step_source", {})[rank] = part["step_source"]
+        step_tables.append(part["per_step"])
     if breakdown_rows:
         result.tables["breakdown"] = pd.DataFrame(breakdown_rows)
         result.tables["per_step"] = pd.concat(step_tables, ignore_index=True)
         result.tables["per_stream"] = pd.concat(stream_tables, ignore_index=True)
-        result.tables["gaps"] = pd.concat(gap_tables, ignore_index=True)
     return result
+
+
+def rank_part(profile: Profile, derived: Derived, rank: int, th: Thresholds, lowest: int) -> dict:
+    """What idle works out from one rank's trace alone: its findings, summary (plain keys), breakdown row, per-step
+    and per-stream tables. A cluster read works it out on a worker (diagnose.cluster); ``analyze`` puts the ranks
+    together (``lowest`` only names the summary keys there)."""
+    trace = tl.analysed(derived.traces[rank])
+    part = {"findings": [], "summary": {}, "breakdown": None}
+    for w in trace.warnings:
+        part["findings"].append(
+            Finding(
+                id="idle.trace_warning",
+                analyzer=NAME,
+                severity=Severity.INFO,
+                title=f"Trace of rank {rank}: {w}",
+                subjects=(Subject("rank", str(rank)),),
+                recommendation="Nothing to do unless the numbers look wrong; the trace may come from a newer or "
+                "modified profiler.",
+                section=SECTION,
+            )
+        )
+    if not len(trace.gpu):
+        part["findings"].append(
+            Finding(
+                id="idle.no_gpu_activity",
+                analyzer=NAME,
+                severity=Severity.INFO,
+                title=f"No GPU activity in the trace of rank {rank}",
+                subjects=(Subject("rank", str(rank)),),
+                recommendation="The trace holds no kernels, copies or memsets: the run used only the CPU, or the "
+                "profiler ran without ProfilerActivity.CUDA.",
+                section=SECTION,
+            )
+        )
+        return part
+    b = tl.temporal_breakdown(trace.gpu)
+    span = b["span_ns"] or float("nan")
+    idle_pct, compute_pct, non_pct = (100 * b[k] / span for k in ("idle_ns", "compute_ns", "non_compute_ns"))
+    for key, value in (
+        ("gpu_idle_pct", idle_pct),
+        ("gpu_compute_pct", compute_pct),
+        ("gpu_non_compute_pct", non_pct),
+        ("gpu_span_ns", b["span_ns"]),
+    ):
+        part["summary"][key] = float(value)
+    streams = tl.stream_idle(trace, th.sync.stream_kernel_wait_us * 1e3)
+    for rec in streams.itertuples():
+        if not np.isnan(rec.idle_ratio):
+            part["summary"][f"gpu_idle_stream{rec.stream}_{rec.idle_category}_pct"] = float(100 * rec.idle_ratio)
+    streams.insert(0, "rank", rank)
+    part["streams"] = streams
+
+    gaps = tl.gaps(trace, th.sync.kernel_gap_us * 1e3, th.sync.sync_slack_us * 1e3)
+    gap_cause, gap_ns = gaps["cause"].to_numpy(), gaps["dur_ns"].to_numpy()
+    by_cause = {c: float(gap_ns[gap_cause == c].sum()) for c in tl.GAP_CAUSES}  # int64 ns: exact in any order
+    # the host fetching the next batch (a DataLoader range, the loop's iterator) is the cause of that idle,
+    # whatever gap it falls in (after a sync, before a launch): said as input, taken out of the others
+    fetches = input_fetches(trace, tl.steps(trace), derived.source_dirs())
+    input_by_cause = input_idle_by_cause(gaps, fetches) if len(fetches) else {}
+    part["breakdown"] = {
+        "rank": rank,
+        **b,
+        "idle_pct": idle_pct,
+        "compute_pct": compute_pct,
+        "non_compute_pct": non_pct,
+        **{f"idle_{c}_ns": by_cause[c] for c in tl.GAP_CAUSES},
+        "idle_input_ns": sum(input_by_cause.values()),
+    }
+    windows = tl.steps(trace)
+    part["step_source"] = windows.attrs.get("source")
+    per_step = step_breakdown(trace, gaps, windows)
+    columns = {"rank": rank, **{c: per_step[c].to_numpy() for c in per_step.columns}}  # one frame, not 8 inserts
+    for col in ("step_ns", "busy_ns", *(f"idle_{c}_ns" for c in tl.GAP_CAUSES)):
+        columns[col.replace("_ns", "_ms")] = columns[col] / 1e6
+    per_step = pd.DataFrame(columns)
+    part["per_step"] = per_step
+
+    shown = host_activity_words(trace) if by_cause["unlinked"] > 0 else ""
+    by_cause = {c: by_cause[c] - input_by_cause.get(c, 0.0) for c in tl.GAP_CAUSES}
+    by_cause["input"] = sum(input_by_cause.values())
+    finding = idle_finding(rank, b, by_cause, per_step, th, shown, capture_advice.from_run_folder(profile))
+    if finding:
+        part["findings"].append(finding)
+    return part
 
 
 def idle_finding(

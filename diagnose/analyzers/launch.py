@@ -47,8 +47,11 @@ TOP_QUEUES = 20
 
 def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
-    traces = {r: t for r, t in derived.traces.items() if len(t.gpu)}
-    if not traces:
+    parts = {
+        r: derived.rank_part(NAME, r, lambda r=r: rank_part(profile, derived, r, th)) for r in sorted(derived.traces)
+    }
+    ranks = [r for r, part in parts.items() if part["has_gpu"]]
+    if not ranks:
         result.findings.append(
             not_measured(
                 NAME,
@@ -59,60 +62,25 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
             )
         )
         return result
-    lowest = min(traces)
+    lowest = min(ranks)
     per_op_all, queues_all, stats_rows = [], [], []
-    for rank in sorted(traces):
-        trace = tl.analysed(traces[rank])
-        launches = launch_table(trace)
-        if not len(launches):
+    for rank in ranks:
+        part = parts[rank]
+        stats = part["stats"]
+        if stats is None:
             continue
-        windows = tl.steps(trace)
-        gwin = tl.gpu_step_windows(trace, windows) if len(windows) else pd.DataFrame()
-        n_steps = len(gwin)  # 0: nothing repeats in the trace, figures are totals over the span (never "per step")
-        per = max(n_steps, 1)
-        host_span_ns = float(launches["launch_ts_ns"].max() - launches["launch_ts_ns"].min()) or float("nan")
-        short_share = float(launches["shorter_than_launch"].mean())
-        stats = {
-            "rank": rank,
-            "kernels": len(launches),
-            "steps": n_steps,
-            "kernels_per_step": len(launches) / n_steps if n_steps else float("nan"),
-            "launch_rate_per_s": len(launches) / (host_span_ns / 1e9),
-            "shorter_than_launch_pct": 100 * short_share,
-            "queue_median_ns": float(launches["queue_ns"].median()),
-            "queue_max_ns": float(launches["queue_ns"].max()),
-            "launch_median_ns": float(launches["launch_ns"].median()),
-            "kernel_median_ns": float(launches["dur_ns"].median()),
-        }
         stats_rows.append(stats)
         key = (lambda k: k) if rank == lowest else (lambda k, r=rank: f"rank{r}.{k}")
-        if n_steps:
+        if stats["steps"]:
             result.summary[key("launch_kernels_per_step")] = float(stats["kernels_per_step"])
         else:
-            result.summary[key("launch_kernels_in_span")] = float(len(launches))
+            result.summary[key("launch_kernels_in_span")] = float(stats["kernels"])
         result.summary[key("launch_rate_per_s")] = float(stats["launch_rate_per_s"])
         result.summary[key("launch_shorter_than_launch_pct")] = float(stats["shorter_than_launch_pct"])
         result.summary[key("launch_queue_median_ns")] = stats["queue_median_ns"]
-
-        per_op = ops_table(launches, per)
-        per_op.insert(0, "rank", rank)
-        per_op_all.append(per_op)
-        q = launches.nlargest(TOP_QUEUES, "queue_ns")[
-            ["kernel", "op", "launch_ts_ns", "queue_ns", "launch_ns", "dur_ns", "stream"]
-        ].copy()
-        q.insert(0, "rank", rank)
-        queues_all.append(q)
-
-        gaps = tl.gaps(trace, th.sync.kernel_gap_us * 1e3, th.sync.sync_slack_us * 1e3)
-        span = tl.temporal_breakdown(trace.gpu)["span_ns"]
-        host_wait_ns = float(gaps.loc[gaps["cause"] == "host", "dur_ns"].sum())
-        # waiting while the host fetched the next batch is input, not launch overhead (the idle analyzer's split)
-        fetches = input_fetches(trace, tl.steps(trace), derived.source_dirs())
-        host_wait_ns -= input_idle_by_cause(gaps, fetches).get("host", 0.0) if len(fetches) else 0.0
-        host_wait_pct = 100 * host_wait_ns / span if span else 0.0
-        finding = launch_finding(rank, stats, per_op, host_wait_pct, th)
-        if finding:
-            result.findings.append(finding)
+        per_op_all.append(part["ops"])
+        queues_all.append(part["queues"])
+        result.findings.extend(part["findings"])
     if not stats_rows:
         result.findings.append(
             not_measured(
@@ -129,6 +97,56 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         result.tables["ops"] = pd.concat(per_op_all, ignore_index=True)
         result.tables["queues"] = pd.concat(queues_all, ignore_index=True)
     return result
+
+
+def rank_part(profile: Profile, derived: Derived, rank: int, th: Thresholds, lowest: int | None = None) -> dict:
+    """What launch works out from one rank's trace alone: whether it has GPU work, its stats row, per-op and
+    longest-queue tables and its finding. A cluster read works it out on a worker (diagnose.cluster)."""
+    part = {"has_gpu": bool(len(derived.traces[rank].gpu)), "stats": None, "findings": []}
+    if not part["has_gpu"]:
+        return part
+    trace = tl.analysed(derived.traces[rank])
+    launches = launch_table(trace)
+    if not len(launches):
+        return part
+    windows = tl.steps(trace)
+    gwin = tl.gpu_step_windows(trace, windows) if len(windows) else pd.DataFrame()
+    n_steps = len(gwin)  # 0: nothing repeats in the trace, figures are totals over the span (never "per step")
+    per = max(n_steps, 1)
+    host_span_ns = float(launches["launch_ts_ns"].max() - launches["launch_ts_ns"].min()) or float("nan")
+    short_share = float(launches["shorter_than_launch"].mean())
+    stats = part["stats"] = {
+        "rank": rank,
+        "kernels": len(launches),
+        "steps": n_steps,
+        "kernels_per_step": len(launches) / n_steps if n_steps else float("nan"),
+        "launch_rate_per_s": len(launches) / (host_span_ns / 1e9),
+        "shorter_than_launch_pct": 100 * short_share,
+        "queue_median_ns": float(launches["queue_ns"].median()),
+        "queue_max_ns": float(launches["queue_ns"].max()),
+        "launch_median_ns": float(launches["launch_ns"].median()),
+        "kernel_median_ns": float(launches["dur_ns"].median()),
+    }
+    per_op = ops_table(launches, per)
+    per_op.insert(0, "rank", rank)
+    part["ops"] = per_op
+    q = launches.nlargest(TOP_QUEUES, "queue_ns")[
+        ["kernel", "op", "launch_ts_ns", "queue_ns", "launch_ns", "dur_ns", "stream"]
+    ].copy()
+    q.insert(0, "rank", rank)
+    part["queues"] = q
+
+    gaps = tl.gaps(trace, th.sync.kernel_gap_us * 1e3, th.sync.sync_slack_us * 1e3)
+    span = tl.temporal_breakdown(trace.gpu)["span_ns"]
+    host_wait_ns = float(gaps.loc[gaps["cause"] == "host", "dur_ns"].sum())
+    # waiting while the host fetched the next batch is input, not launch overhead (the idle analyzer's split)
+    fetches = input_fetches(trace, tl.steps(trace), derived.source_dirs())
+    host_wait_ns -= input_idle_by_cause(gaps, fetches).get("host", 0.0) if len(fetches) else 0.0
+    host_wait_pct = 100 * host_wait_ns / span if span else 0.0
+    finding = launch_finding(rank, stats, per_op, host_wait_pct, th)
+    if finding:
+        part["findings"].append(finding)
+    return part
 
 
 def launch_table(trace) -> pd.DataFrame:

@@ -85,19 +85,21 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
     unjudged = {}  # rank -> why its trace cannot show a host sync
     for rank in sorted(set(derived.traces) | set(profile.sync_records)):
         records = profile.sync_records.get(rank)
-        trace = derived.traces.get(rank)
-        if trace is not None and len(trace.gpu):
-            trace = tl.analysed(trace)
-            calls, step_ns, n_steps = derived.rank_calls(rank)
-            why = unlinked_why(trace)
-            if why and not len(calls):
-                unjudged[rank] = why
+        part = (
+            derived.rank_part(NAME, rank, lambda r=rank: rank_part(profile, derived, r, th))
+            if rank in derived.traces
+            else None
+        )
+        if part is not None and part["has_gpu"]:
+            calls, step_ns, n_steps = part["calls"].copy(), part["step_ns"], part["n_steps"]
+            if part["why"] and not len(calls):
+                unjudged[rank] = part["why"]
+            if rank == lowest:  # the timeline's step: the one rank whose trace the cross-rank step reads
+                result.tables.update(representative_step(tl.analysed(derived.traces[rank]), part["calls"]))
         elif records is not None and len(records):
             calls, step_ns, n_steps = record_syncs(records, profile.step_events.get(rank), derived.trace_window())
         else:
             continue
-        if rank == lowest and trace is not None and len(trace.gpu):
-            result.tables.update(representative_step(trace, calls))
         calls.insert(0, "rank", rank)
         calls_all.append(calls)
         span_only = n_steps == 0
@@ -337,6 +339,24 @@ def subject_of(g, rank: int, th: Thresholds, span_only: bool = False) -> Subject
         }
         subject = dataclasses.replace(subject, figures={renamed.get(k, k): v for k, v in subject.figures.items()})
     return subject
+
+
+def rank_part(profile: Profile, derived: Derived, rank: int, th: Thresholds, lowest: int | None = None) -> dict:
+    """What sync works out from one rank's trace alone: its sync calls with their costs, the mean step and the
+    steps, and why its trace cannot show a sync (None: it can). A cluster read works it out on a worker
+    (diagnose.cluster)."""
+    trace = derived.traces[rank]
+    if not len(trace.gpu):
+        return {"has_gpu": False}
+    trace = tl.analysed(trace)
+    calls, step_ns, n_steps = derived.rank_calls(rank)
+    return {
+        "has_gpu": True,
+        "calls": calls,
+        "step_ns": step_ns,
+        "n_steps": n_steps,
+        "why": unlinked_why(trace),
+    }
 
 
 def representative_step(trace, calls: pd.DataFrame) -> dict[str, pd.DataFrame]:

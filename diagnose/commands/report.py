@@ -44,8 +44,30 @@ from diagnose.commands._common import (
 )
 @click.option("--no-html", is_flag=True, help="Write only the JSON / Markdown / terminal summary.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr while reading (shown for reads over 2 s).")
+@click.option(
+    "--cluster",
+    default=None,
+    metavar="local:N|tcp://HOST:PORT",
+    help="Read the folder's rank traces on a Dask cluster, one task per rank, kept as Parquet for the next report "
+    "(needs `pip install 'gpudiag[cluster]'`; docs/scaling.md).",
+)
+@click.option(
+    "--cache",
+    "cache_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="With --cluster: keep each rank's Parquet tables under this folder (default: .gpudiag-cache next to the traces).",
+)
+@click.option(
+    "--worker-memory",
+    default=None,
+    metavar="SIZE",
+    help="With --cluster local:N: each worker's memory cap, e.g. 1GiB (default: Dask's, memory / workers).",
+)
 @threshold_options
-def command(path, output, json_path, md_path, no_html, quiet, config_path, thresholds):
+def command(
+    path, output, json_path, md_path, no_html, quiet, cluster, cache_dir, worker_memory, config_path, thresholds
+):
     """Diagnose PATH (a run folder, .ncu-rep, ncu CSV, trace or memory snapshot) into one offline HTML page.
 
     Exit code: 0, or 2 for bad input, including an input in which nothing could be judged.
@@ -60,9 +82,22 @@ def command(path, output, json_path, md_path, no_html, quiet, config_path, thres
     for out, option in ((html_path, "-o"), (json_path, "--json"), (md_path, "--md")):
         require_output_path(out, option)
     th = build_thresholds(config_path, thresholds)
-    profile = load(path, quiet=quiet)
-    require_measurement(describe_source(profile)["artifacts"], path, profile.warnings)
-    analysis = analyze(profile, th)
+    options = cluster_options(cluster, cache_dir, worker_memory)
+    if options is None:
+        profile = load(path, quiet=quiet)
+        require_measurement(describe_source(profile)["artifacts"], path, profile.warnings)
+        analysis = analyze(profile, th)
+    else:  # the ranks read and analysed on the cluster's workers, put together here (docs/scaling.md)
+        from dataclasses import replace
+
+        from diagnose.cluster.cluster_read import ClusterSession
+        from diagnose.cluster.cluster_report import rank_parts_on_cluster
+
+        with ClusterSession(options.cluster, options.worker_memory) as session:
+            profile = load(path, quiet=quiet, cluster=replace(options, session=session))
+            require_measurement(describe_source(profile)["artifacts"], path, profile.warnings)
+            parts = rank_parts_on_cluster(profile, th, session, quiet)
+        analysis = analyze(profile, th, rank_parts=parts)
     click.echo(render_terminal(analysis, color=sys.stdout.isatty(), width=terminal_width()), nl=False)
     for out, option, write in (
         (html_path, "-o", write_html),
@@ -72,6 +107,35 @@ def command(path, output, json_path, md_path, no_html, quiet, config_path, thres
         if out:
             write_output(out, option, partial(write, analysis, out))
             click.echo(f"Wrote {out}")
+
+
+def cluster_options(cluster: str | None, cache_dir: str | None, worker_memory: str | None):
+    """--cluster and its options as diagnose.load takes them; a clear exit 2 when they cannot be used."""
+    from diagnose.ingest.loading import ClusterOptions
+    from parsers.errors import InputError
+
+    if cluster is None:
+        for value, option in ((cache_dir, "--cache"), (worker_memory, "--worker-memory")):
+            if value is not None:
+                raise click.UsageError(f"{option} is an option of --cluster: add --cluster local:N (or an address)")
+        return None
+    try:
+        import dask  # noqa: F401
+        import distributed  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError as e:
+        raise InputError(None, f"--cluster needs the cluster extra: pip install 'gpudiag[cluster]' ({e})") from None
+    from diagnose.cluster.cluster_read import parse_cluster
+
+    parse_cluster(cluster)  # a malformed value is said before any file is read
+    if worker_memory is not None:
+        from dask.utils import parse_bytes
+
+        try:
+            parse_bytes(worker_memory)
+        except (ValueError, TypeError):
+            raise InputError(None, f"--worker-memory {worker_memory}: expected a size such as 1GiB or 800MB") from None
+    return ClusterOptions(cluster, cache_dir, worker_memory)
 
 
 def default_report_path(path: str) -> str:

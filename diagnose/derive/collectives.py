@@ -30,6 +30,7 @@ kernels ran.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -175,6 +176,25 @@ def occurrences(trace, rank: int, metadata: pd.DataFrame | None = None) -> pd.Da
     df = df.sort_values(["ts_ns", "end_ns"], kind="stable").reset_index(drop=True)
     df["k"] = df.groupby(["step", "group", "op"]).cumcount()
     return df[OCCURRENCE_COLUMNS]
+
+
+class RankTimesByRank(Mapping):
+    """rank → RankTimes, where a value may be kept elsewhere (a cluster read keeps each rank's on disk, an object
+    with ``load()``): it is read each time it is asked for and not kept, so the cross-rank step holds one rank's
+    intervals at a time."""
+
+    def __init__(self, times: dict):
+        self._times = dict(times)
+
+    def __getitem__(self, rank: int) -> RankTimes:
+        value = self._times[rank]
+        return value.load() if hasattr(value, "load") else value
+
+    def __iter__(self):
+        return iter(self._times)
+
+    def __len__(self) -> int:
+        return len(self._times)
 
 
 def rank_times(trace) -> RankTimes:

@@ -11,6 +11,8 @@ What it holds:
   gaps, host syncs, steps and their GPU windows, input fetches;
 - ``kernel_memo``: the kernels table's groupings and limiter means (diagnose.derive.table_values), passed as
   ``memo=`` to the kernel_stats / kernel_limiter functions;
+- ``rank_parts``: each trace analyzer's per-rank part (its ``rank_part``) when a cluster's workers worked it
+  out (:meth:`Derived.rank_part`);
 - the profile-level tables below (``step_table``, ``trace_window``, ``source_dirs``, ``kernel_access``,
   ``rank_calls``, ``step_budget``, ``run_budget``), each a method whose result is kept.
 """
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pandas as pd
 
 from diagnose.derive.table_values import TableValues
-from diagnose.derive.trace_view import TraceView
+from diagnose.derive.trace_view import TraceView, TraceViews
 from diagnose.ingest.profile_data import Profile
 from diagnose.thresholds import Thresholds
 
@@ -37,10 +39,24 @@ T = TypeVar("T")
 class Derived:
     """The shared tables of one Profile under one set of thresholds, each computed once on first use."""
 
-    def __init__(self, profile: Profile, thresholds: Thresholds | None = None):
+    def __init__(
+        self,
+        profile: Profile,
+        thresholds: Thresholds | None = None,
+        rank_parts: dict[tuple[str, int], Any] | None = None,
+    ):
         self.profile = profile
         self.thresholds = thresholds or Thresholds()
-        self.traces: dict[int, TraceView] = {rank: TraceView(t) for rank, t in profile.traces.items()}
+        # (analyzer, rank) → what that analyzer works out from the rank's trace alone, worked out elsewhere (a
+        # cluster's workers, diagnose.cluster): the parent then never reads that rank's tables for it
+        self.rank_parts = dict(rank_parts or {})
+        self.record_parts = False  # a cluster worker sets it: every part worked out is kept, to send back
+        # a mapping that reads ranks on demand (the cluster read) gets views that live while their rank is held
+        self.traces: dict[int, TraceView] | TraceViews = (
+            TraceViews(profile.traces)
+            if getattr(profile.traces, "evicts", False)
+            else {rank: TraceView(t) for rank, t in profile.traces.items()}
+        )
         self.kernel_memo = TableValues()
         self._tables: dict[Any, Any] = {}
 
@@ -49,6 +65,16 @@ class Derived:
         if key not in self._tables:
             self._tables[key] = compute()
         return self._tables[key]
+
+    def rank_part(self, analyzer: str, rank: int, compute: Callable[[], T]) -> T:
+        """What ``analyzer`` works out from rank ``rank``'s trace alone (its ``rank_part``): the one given to this
+        Derived when there is one, else ``compute()`` (not kept: each analyzer asks for its own once)."""
+        if (analyzer, rank) in self.rank_parts:
+            return self.rank_parts[(analyzer, rank)]
+        part = compute()
+        if self.record_parts:
+            self.rank_parts[(analyzer, rank)] = part
+        return part
 
     def analysed(self, rank: int) -> TraceView:
         """Rank ``rank``'s trace as analysed (the last profiler step left out, as HTA does)."""

@@ -22,8 +22,9 @@ The budget is worked out once per report, by ``Derived.step_budget()``; the step
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -57,12 +58,17 @@ HOST_CAUSED_SHARE = 0.5  # traced idle (outside syncs and other streams) this ho
 FIT_TOLERANCE_SHARE = 0.001
 
 
+TRACED_STEPS = "traced_steps"  # the per-rank part's name (Derived.rank_part)
+
+
 class SharedTables(Protocol):
     """What the budget reads from the report's Derived (diagnose.derive.derived, which imports this module)."""
 
     traces: dict[int, TraceView]
 
     def step_table(self) -> pd.DataFrame: ...
+
+    def rank_part(self, analyzer: str, rank: int, compute: Callable[[], Any]) -> Any: ...
 
     def trace_window(self) -> range | None: ...
 
@@ -109,7 +115,7 @@ def step_budget(profile: Profile, derived: SharedTables, th: Thresholds = Thresh
     window = derived.trace_window()
     from_trace = not len(steps) and bool(derived.traces)
     if from_trace:  # a trace captured elsewhere: its own steps are the budget's, and no step is gpudiag's window
-        steps, window = trace_step_table(derived.traces, derived.source_dirs(), th), None
+        steps, window = trace_step_table(derived.traces, derived.source_dirs(), th, derived.rank_part), None
     if not len(steps):
         return StepBudget()
     ranks, budgets, slow_tables, traced_tables, traced_by_rank, calls_by_rank = {}, [], [], [], {}, {}
@@ -196,17 +202,24 @@ def rank_budget(
             "from the traced steps"
         )
 
-    traced, calls = traced_steps(
-        derived.traces.get(rank),
-        rank,
-        rows,
-        input_ms,
-        window if own_window else rows["step"].tolist(),
-        median_ms if own_window else None,
-        th,
-        derived.source_dirs(),
-        derived.rank_calls,
+    def traced_of_rank():
+        return traced_steps(
+            derived.traces.get(rank),
+            rank,
+            rows,
+            input_ms,
+            window if own_window else rows["step"].tolist(),
+            median_ms if own_window else None,
+            th,
+            derived.source_dirs(),
+            derived.rank_calls,
+        )
+
+    # from the rank's trace alone (its step rows are its own): a cluster's worker works it out (diagnose.cluster)
+    traced, calls = (
+        derived.rank_part(TRACED_STEPS, rank, traced_of_rank) if rank in derived.traces else traced_of_rank()
     )
+    traced, calls = traced.copy(), calls.copy()
     if len(traced) and not own_window:  # a trace's own warm-up steps are kept out of its traced parts too
         traced = traced[~traced["run_step"].isin(meta["warmup_step_numbers"])].reset_index(drop=True)
         calls = calls[~calls["run_step"].isin(meta["warmup_step_numbers"])] if len(calls) else calls

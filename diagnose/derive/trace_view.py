@@ -13,7 +13,7 @@ is held by the first view, ``root``, for both.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -54,3 +54,40 @@ def once_per_trace(trace, name: str, key: Any, compute: Callable[[], T], *, shar
     if isinstance(trace, TraceView):
         return (trace.root if shared else trace).once(name, key, compute)
     return compute()
+
+
+class TraceViews(Mapping):
+    """rank → TraceView over a mapping of traces that reads ranks on demand and drops them (the cluster read's
+    :class:`~diagnose.cluster.parquet_traces.ParquetTraces`): a view lives while its rank's trace is held, so
+    the parent never keeps every rank's tables, nor what was worked out from them, at once. A rank asked for
+    again after it was dropped is read again and its values worked out again."""
+
+    def __init__(self, traces: Mapping):
+        self.traces = traces
+        self._views: dict[int, TraceView] = {}
+        on_drop = getattr(traces, "on_drop", None)
+        if on_drop is not None:
+            on_drop.append(self._drop)  # told before the mapping frees a rank, so the view goes with its tables
+
+    def __getitem__(self, rank: int) -> TraceView:
+        trace = self.traces[rank]
+        view = self._views.get(rank)
+        if view is None or view.trace is not trace:
+            view = self._views[rank] = TraceView(trace)
+        return view
+
+    def _drop(self, rank: int) -> None:
+        dropped = self._views.pop(rank, None)
+        if dropped is not None:
+            # a view and its analysed form refer to each other (root, values): cleared, both are freed now rather
+            # than at the next garbage collection, before the next rank's tables are read
+            dropped._values.clear()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.traces)
+
+    def __len__(self) -> int:
+        return len(self.traces)
+
+    def __contains__(self, rank: object) -> bool:
+        return rank in self.traces

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from diagnose.ingest import parallel as ingest
 from diagnose.ingest.profile_data import Profile
@@ -24,35 +26,51 @@ from parsers.reader import TRACES
 WORKERS_ENV = "GPUDIAG_WORKERS"  # processes reading a folder's files when the caller does not say; 1: in-process
 
 
-def load(path: str | os.PathLike, *, workers: int | None = None, quiet: bool = False) -> Profile:
+@dataclass(frozen=True)
+class ClusterOptions:
+    """Read a folder's rank traces on a Dask cluster (``gpudiag report --cluster``; diagnose.cluster)."""
+
+    cluster: str  # local:N, or a scheduler's address (tcp://host:8786)
+    cache_dir: str | None = None  # where each rank's Parquet tables go; None: next to the traces
+    worker_memory: str | None = None  # a LocalCluster worker's memory cap ("1GiB"); None: Dask's default
+    session: Any = field(default=None, compare=False)  # diagnose.cluster.cluster_read.ClusterSession to share
+
+
+def load(
+    path: str | os.PathLike, *, workers: int | None = None, quiet: bool = False, cluster: ClusterOptions | None = None
+) -> Profile:
     """Read a run folder, a folder of artifacts (say, ``rank<N>.json.gz`` traces) or a single artifact.
 
     ``workers``: processes reading a folder's files (1: in this process); by default ``$GPUDIAG_WORKERS``,
     else as many as the files, cores and memory allow when there is enough to read
-    (:func:`diagnose.ingest.parallel.worker_count`).
+    (:func:`diagnose.ingest.parallel.worker_count`). ``cluster``: a folder's rank traces are read on a Dask
+    cluster and kept as Parquet, and the Profile reads one rank's tables at a time (docs/scaling.md).
     """
     if Path(path).is_dir() and not run_folder.is_run_folder(path):
-        return load_folder(path, workers=workers, quiet=quiet)
+        return load_folder(path, workers=workers, quiet=quiet, cluster=cluster)
     reader = registry.detect(path)
     if reader is None:
-        return load_run_folder(path, workers=workers, quiet=quiet)
+        return load_run_folder(path, workers=workers, quiet=quiet, cluster=cluster)
     profile = Profile(sources=[os.fspath(path)])
     (read,), profile.ingest = _read_many([path], [reader.kind], 1, quiet, what=f"reading {Path(path).name}")
     _put(profile, read)
     return profile
 
 
-def load_run_folder(folder: str | os.PathLike, *, workers: int | None = None, quiet: bool = False) -> Profile:
+def load_run_folder(
+    folder: str | os.PathLike, *, workers: int | None = None, quiet: bool = False, cluster: ClusterOptions | None = None
+) -> Profile:
     """Read every artifact of a run folder that finished writing; one that cannot be read becomes a note."""
     manifest = run_folder.read_manifest(os.path.join(folder, run_folder.MANIFEST))
     profile = Profile(sources=[os.fspath(folder)], manifest=manifest)
     paths = run_folder.artifact_paths(folder)
-    reads, profile.ingest = _read_many(paths, None, workers, quiet, what=f"reading {len(paths)} files")
+    reads, profile.ingest = _reads(paths, None, workers, quiet, f"reading {len(paths)} files", cluster)
     for read in reads:
         try:
             _put(profile, read)
         except InputError as e:
             profile.warnings.append(str(e))
+    _finish(profile, cluster)
     # how the run ended, and what is missing or cut short with the reason the manifest gives
     profile.warnings.extend(run_folder.report_notes(manifest))
     # what the manifest lists as written but the folder no longer holds, and what was read in its place
@@ -60,7 +78,9 @@ def load_run_folder(folder: str | os.PathLike, *, workers: int | None = None, qu
     return profile
 
 
-def load_folder(folder: str | os.PathLike, *, workers: int | None = None, quiet: bool = False) -> Profile:
+def load_folder(
+    folder: str | os.PathLike, *, workers: int | None = None, quiet: bool = False, cluster: ClusterOptions | None = None
+) -> Profile:
     """A folder without a manifest (rank traces copied off a cluster, HTA's trace folder, the folder
     ``jax.profiler.trace`` writes): every file under it whose format gpudiag reads, nearest the top first, then in
     name order (:mod:`parsers.folder_tree`). Two traces of one rank keep the first; each file left out is a note
@@ -81,7 +101,7 @@ def load_folder(folder: str | os.PathLike, *, workers: int | None = None, quiet:
     paths = [p for p, _ in tree.files]
     kinds = [r.kind for _, r in tree.files]
     profile = Profile(sources=[os.fspath(folder)])
-    reads, profile.ingest = _read_many(paths, kinds, workers, quiet, what=f"reading {len(paths)} files")
+    reads, profile.ingest = _reads(paths, kinds, workers, quiet, f"reading {len(paths)} files", cluster)
     for read in reads:
         if read.table == TRACES and read.value is not None:
             rank = read.value.rank if read.value.rank is not None else run_folder.rank_of(read.path)
@@ -96,7 +116,34 @@ def load_folder(folder: str | os.PathLike, *, workers: int | None = None, quiet:
         except InputError as e:
             profile.warnings.append(str(e))
     profile.warnings.extend(tree.skipped_notes())
+    _finish(profile, cluster)
     return profile
+
+
+def _reads(paths, kinds, workers, quiet: bool, what: str, cluster: ClusterOptions | None):
+    """Every file's read in order: all in this machine's processes, or the traces on ``cluster``."""
+    if cluster is None:
+        return _read_many(paths, kinds, workers, quiet, what=what)
+    from diagnose.cluster.cluster_profile import read_with_cluster
+
+    return read_with_cluster(
+        paths,
+        kinds,
+        cluster.cluster,
+        cache_dir=cluster.cache_dir,
+        worker_memory=cluster.worker_memory,
+        session=cluster.session,
+        read_many=_read_many,
+        workers=workers,
+        quiet=quiet,
+    )
+
+
+def _finish(profile: Profile, cluster: ClusterOptions | None) -> None:
+    if cluster is not None:
+        from diagnose.cluster.cluster_profile import finish
+
+        finish(profile)
 
 
 def _without_folder(note: str, folder: Path) -> str:

@@ -107,6 +107,12 @@ class Profile:
                 "end_ns": marks.end_ns,
             }
 
+    def trace_header(self, rank: int):
+        """Rank ``rank``'s trace for what it says it ran on (metadata, device properties): a cluster read's
+        (diagnose.cluster.parquet_traces) gives these without reading the rank's other tables."""
+        light = getattr(self.traces, "light", None)
+        return light(rank) if light is not None else self.traces[rank]
+
     def has(self, what: str) -> bool:
         value = getattr(self, what)
         if isinstance(value, pd.DataFrame):
@@ -122,7 +128,8 @@ class Profile:
             names = self.kernels["device__attribute_display_name"].dropna()
             if len(names):
                 return str(names.iloc[0])
-        for trace in self.traces.values():
+        for rank in self.traces:
+            trace = self.trace_header(rank)
             props = getattr(trace, "device_properties", None)
             if props is not None and len(props):
                 return str(props["name"].iloc[0])

@@ -38,7 +38,8 @@ def environment_of(profile) -> dict[str, str]:
         if not used or framework in used:  # a version of a framework the run did not use says nothing
             _put(env, framework, versions.get(framework))
     for rank in sorted(profile.traces):
-        meta = getattr(profile.traces[rank], "metadata", None) or {}
+        trace = profile.trace_header(rank) if hasattr(profile, "trace_header") else profile.traces[rank]
+        meta = getattr(trace, "metadata", None) or {}
         header = meta.get("header") or {}
         _put(env, "driver", meta.get("driver_version"))  # Nsight Systems
         _put(env, "cuda_driver", cuda_version(header.get("cuda_driver_version") or meta.get("cuda_driver_version")))
