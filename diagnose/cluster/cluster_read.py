@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,9 +41,6 @@ class ClusterRead:
     problems: dict[int, str] = field(default_factory=dict)  # source index → why it has no summary (no path)
     ingest: dict[str, Any] = field(default_factory=dict)
 
-    def warnings(self, sources: Sequence[str]) -> list[str]:
-        """Each problem said of its file, as a local read's notes."""
-        return [str(InputError(sources[i], p)) for i, p in sorted(self.problems.items())]
 
 
 def read_ranks(
@@ -160,7 +158,9 @@ class ClusterSession:
                 return Client(self.spec, timeout="20s")
             except (OSError, TimeoutError) as e:
                 raise InputError(None, f"--cluster {self.spec}: cannot reach the Dask scheduler there ({e})") from None
-        with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+        with dask.config.set({"distributed.scheduler.allowed-failures": 1}), warnings.catch_warnings():
+            # its scheduler's HTTP endpoints take another port when 8787 is in use (another cluster): not the user's
+            warnings.filterwarnings("ignore", message="Port .* is already in use")
             self.cluster = LocalCluster(
                 n_workers=workers,
                 threads_per_worker=1,

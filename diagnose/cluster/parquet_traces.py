@@ -17,9 +17,21 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from diagnose.cluster.rank_cache import TRACE_DIR
+
+
+@dataclass(frozen=True)
+class TraceHeader:
+    """What a rank's trace says of where it ran, without its tables (``Profile.trace_header``)."""
+
+    path: str
+    rank: int | None
+    metadata: dict
+    device_properties: object  # its device_properties frame, None when the trace has none
+
 
 # a rank this large (rows of its gpu, runtime, cpu_ops and python tables) is collected for when dropped
 COLLECT_ABOVE_ROWS = 200_000
@@ -35,6 +47,7 @@ class ParquetTraces(Mapping):
         self.keep = max(1, keep)
         self._held: OrderedDict[int, object] = OrderedDict()
         self.reads = 0  # how many times a rank's tables were read (tests, benchmarks)
+        self._light: dict[int, TraceHeader] = {}
         self.on_drop: list = []  # called with a rank before its tables are let go (Derived's views go with them)
 
     def __getitem__(self, rank: int):
@@ -58,14 +71,18 @@ class ParquetTraces(Mapping):
         self._held[rank] = trace
         return trace
 
-    def light(self, rank: int):
-        """Rank ``rank``'s trace with only what says what it ran on (its metadata and device properties; the other
-        tables empty): the report's environment lines read every rank's, which must not read every rank's tables."""
-        if rank in self._held:
-            return self._held[rank]
-        from parsers.trace_parquet import read_trace
+    def light(self, rank: int) -> TraceHeader:
+        """What rank ``rank``'s trace says it ran on (its metadata and device properties), kept once read: the
+        report's environment lines ask every rank, which must not read every rank's tables."""
+        if rank not in self._light:
+            from parsers.trace_parquet import metadata_of, read_header, read_table
 
-        return read_trace(self.folders[rank] / TRACE_DIR, tables=("device_properties",))
+            folder = self.folders[rank] / TRACE_DIR
+            header = read_header(folder)
+            has_props = (header["tables"].get("device_properties") or {}).get("rows")
+            props = read_table(folder, "device_properties", header) if has_props else None
+            self._light[rank] = TraceHeader(header["path"], header["rank"], metadata_of(header), props)
+        return self._light[rank]
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.folders)

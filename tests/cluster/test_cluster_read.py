@@ -184,3 +184,25 @@ def test_new_thresholds_or_a_foreign_parts_file_are_worked_out_again(rank_folder
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "someone-else"))
     profile, _ = load_and_analyze(rank_folder, LOCAL, stricter, quiet=True)
     assert profile.ingest["cluster"]["analysis"]["cached"] == 0
+
+
+class _Failed:
+    """A finished task's future as distributed gives it (fake: the exception it raises, nothing run)."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def result(self):
+        raise self.error
+
+
+def test_a_rank_whose_worker_died_twice_or_whose_task_failed_twice_is_named():
+    from distributed import KilledWorker
+
+    from diagnose.cluster.cluster_read import _outcome
+
+    summary, problem = _outcome(_Failed(KilledWorker("gpudiag-read-3", "tcp://10.0.0.7:4001", 1)))
+    assert summary is None and problem.startswith("left out: the worker reading it died twice")
+    assert "--worker-memory" in problem
+    summary, problem = _outcome(_Failed(MemoryError("cannot allocate")))
+    assert problem == "left out: its task failed twice on the cluster (MemoryError: cannot allocate)"
