@@ -58,9 +58,10 @@ def read_ranks(
     kinds = list(kinds) if kinds is not None else [None] * len(sources)
     folders = [str(cache_folder(s, cache_dir)) for s in sources]
     summaries: list[dict[str, Any] | None] = [fresh_summary(s, f) for s, f in zip(sources, folders)]
-    for s in summaries:
+    for s, folder in zip(summaries, folders):
         if s is not None:
             s["cached"] = True
+            s["folder"] = folder  # where the cache is now (a --cache folder may have moved since)
     todo = [i for i, s in enumerate(summaries) if s is None]
     out = ClusterRead(summaries)
     out.ingest = {"cluster": cluster, "ranks": len(sources), "cached": len(sources) - len(todo), "files": []}

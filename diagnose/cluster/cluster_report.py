@@ -14,6 +14,7 @@ the report is the same, only slower, and ``profile.ingest["cluster"]["analysis"]
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import pickle
 import uuid
@@ -23,7 +24,7 @@ from typing import Any
 from diagnose.cluster import signed_pickle
 from diagnose.cluster.cluster_read import ClusterSession
 from diagnose.cluster.parquet_traces import ParquetTraces
-from diagnose.cluster.rank_analysis import analyze_rank, context_of
+from diagnose.cluster.rank_analysis import StoredRankTimes, analyze_rank, context_of
 from diagnose.cluster.rank_cache import LAYOUT, read_summary
 from diagnose.ingest.read_progress import Progress
 
@@ -53,13 +54,25 @@ def rank_parts_on_cluster(
         keys[rank] = f"{digest}:{summary.get('key')}"
         cached = signed_pickle.load(folder / PARTS_FILE, keys[rank])
         if isinstance(cached, dict):
-            parts.update(cached)
+            parts.update(_in_folder(cached, folder))
         else:
             todo.append(rank)
     info.update(ranks=len(traces), cached=len(traces) - len(todo))
     if todo:
         _on_workers(traces, todo, context, thresholds, keys, parts, info, session, quiet)
     return parts
+
+
+def _in_folder(parts: dict, folder) -> dict:
+    """``parts`` with what they keep on disk (comm's intervals) found in ``folder``, where the rank's cache is now
+    (a --cache folder moved since, or a run folder copied with its .gpudiag-cache)."""
+    out = {}
+    for key, part in parts.items():
+        times = part.get("times") if isinstance(part, dict) else None
+        if isinstance(times, StoredRankTimes):
+            part = dict(part, times=dataclasses.replace(times, folder=str(folder)))
+        out[key] = part
+    return out
 
 
 def _on_workers(traces, todo, context, thresholds, keys, parts, info, session: ClusterSession, quiet: bool) -> None:

@@ -206,3 +206,15 @@ def test_a_rank_whose_worker_died_twice_or_whose_task_failed_twice_is_named():
     assert "--worker-memory" in problem
     summary, problem = _outcome(_Failed(MemoryError("cannot allocate")))
     assert problem == "left out: its task failed twice on the cluster (MemoryError: cannot allocate)"
+
+
+def test_a_moved_cache_folder_is_still_used(rank_folder, tmp_path, monkeypatch):
+    from diagnose.cluster.cluster_report import load_and_analyze
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+    load_and_analyze(rank_folder, ClusterOptions("local:1", cache_dir=str(tmp_path / "a")), quiet=True)
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    profile, moved = load_and_analyze(rank_folder, ClusterOptions("local:1", cache_dir=str(tmp_path / "b")), quiet=True)
+    assert profile.ingest["cluster"]["cached"] == 2
+    assert profile.ingest["cluster"]["analysis"]["cached"] == 2  # comm's intervals found where the cache is now
+    assert_same_analysis(analyze(load(rank_folder, quiet=True)), moved)
