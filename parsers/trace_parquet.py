@@ -100,6 +100,33 @@ def read_header(folder: str | os.PathLike) -> dict[str, Any]:
     return header
 
 
+def metadata_of(header: dict[str, Any]) -> dict[str, Any]:
+    """The trace's metadata (Kineto's header, process names ...) as the parser gave it, from :func:`read_header`."""
+    return _untagged(header.get("metadata")) or {}
+
+
+def read_table(folder: str | os.PathLike, name: str, header: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One table of the trace in ``folder``, as parsed."""
+    header = header if header is not None else read_header(folder)
+    if name not in header["tables"]:
+        raise InputError(folder, f"holds no table {name!r}")
+    return _read_one(Path(folder), name, header["tables"][name])
+
+
+def _read_one(folder: Path, name: str, spec: dict[str, Any]) -> pd.DataFrame:
+    path = folder / f"{name}.parquet"
+    columns = spec["columns"]
+    try:
+        frame = pd.read_parquet(path)
+    except FileNotFoundError:
+        raise InputError(path, "is missing: the Parquet trace folder was cut short or changed") from None
+    except Exception as e:  # pyarrow's errors for a damaged file have no common base beyond this
+        raise InputError(path, f"cannot be read as Parquet: {e}") from None
+    if list(frame.columns) != list(columns) or len(frame) != spec["rows"]:
+        raise InputError(path, f"does not hold the {spec['rows']} rows and columns its header lists")
+    return _restored(frame, columns)
+
+
 def read_trace(folder: str | os.PathLike, tables: tuple[str, ...] | None = None):
     """The Trace :func:`write_trace` wrote into ``folder``; ``tables`` limits which tables are read (the rest
     come back empty, with their columns)."""
@@ -109,26 +136,17 @@ def read_trace(folder: str | os.PathLike, tables: tuple[str, ...] | None = None)
     header = read_header(folder)
     frames = {}
     for name, spec in header["tables"].items():
-        path = folder / f"{name}.parquet"
         columns = spec["columns"]
         if tables is not None and name not in tables:
             frames[name] = _restored(pd.DataFrame({c: pd.Series([], dtype=object) for c in columns}), columns)
             continue
-        try:
-            frame = pd.read_parquet(path)
-        except FileNotFoundError:
-            raise InputError(path, "is missing: the Parquet trace folder was cut short or changed") from None
-        except Exception as e:  # pyarrow's errors for a damaged file have no common base beyond this
-            raise InputError(path, f"cannot be read as Parquet: {e}") from None
-        if list(frame.columns) != list(columns) or len(frame) != spec["rows"]:
-            raise InputError(path, f"does not hold the {spec['rows']} rows and columns its header lists")
-        frames[name] = _restored(frame, columns)
+        frames[name] = _read_one(folder, name, spec)
     fields = {f.name for f in dataclasses.fields(Trace)}
     return Trace(
         path=header["path"],
         format=header["trace_format"],
         rank=header["rank"],
-        metadata=_untagged(header.get("metadata")) or {},
+        metadata=metadata_of(header),
         warnings=list(header.get("warnings") or []),
         **{k: v for k, v in frames.items() if k in fields},
     )

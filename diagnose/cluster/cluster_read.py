@@ -42,7 +42,6 @@ class ClusterRead:
     ingest: dict[str, Any] = field(default_factory=dict)
 
 
-
 def read_ranks(
     sources: Sequence[str | os.PathLike],
     kinds: Sequence[str | None] | None = None,
