@@ -48,19 +48,20 @@ MAX_TIMELINE_ROWS = 6000
 
 def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -> Result:
     result = Result(NAME)
-    occ, times, worlds = [], {}, []
+    occ, times, figures, worlds = [], {}, {}, []
     for rank in sorted(derived.traces):
         part = derived.rank_part(NAME, rank, lambda r=rank: rank_part(profile, derived, r, th))
         worlds.append(part["world_size"])
         if len(part["occurrences"]):
             occ.append(part["occurrences"])
             times[rank] = part["times"]
-    times = col.RankTimesByRank(times)  # a cluster read's are on disk: read one rank at a time when asked for
+            figures[rank] = part["figures"]
+    times = col.RankTimesByRank(times)  # a cluster read's are on disk: read (for the timeline) one rank at a time
     if not occ:
         return result
     occ = pd.concat(occ, ignore_index=True)
     on_gpu = bool((occ["source"] == "kernel").any())
-    ranks = sorted(times)
+    ranks = sorted(figures)
     world = next((w for w in worlds if w is not None), None)
     result.meta.update(
         {
@@ -71,7 +72,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         }
     )
 
-    overlap = _overlap_table(times) if on_gpu else pd.DataFrame()
+    overlap = _overlap_table(figures) if on_gpu else pd.DataFrame()
     result.tables["overlap"] = overlap
     if len(overlap):
         tot = overlap["comm_ms"].sum()
@@ -101,10 +102,10 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
                 section=SECTION,
             )
         )
-        result.tables["timeline"] = _timeline(occ, col.match(occ.iloc[:0]), times, None)
+        result.tables["timeline"] = _timeline(occ, col.match(occ.iloc[:0]), times, figures, None)
         return result
 
-    per_step = _per_step(matched, times)
+    per_step = _per_step(matched, figures)
     result.tables["per_step"] = per_step
     rank_table = _rank_table(matched, per_step, overlap, ranks)
     result.tables["ranks"] = rank_table
@@ -120,7 +121,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         result.findings.extend(_wait_dominates(matched, rank_table, th))
     step = _timeline_step(per_step)
     result.meta["timeline_step"] = step
-    result.tables["timeline"] = _timeline(occ, pd.concat([matched, p2p], ignore_index=True), times, step)
+    result.tables["timeline"] = _timeline(occ, pd.concat([matched, p2p], ignore_index=True), times, figures, step)
     return result
 
 
@@ -134,13 +135,19 @@ def rank_part(profile: Profile, derived: Derived, rank: int, th: Thresholds, low
     o = col.occurrences(trace, rank, trace.collectives if has_comm else None)
     info = (trace.metadata.get("header") or {}).get("distributedInfo")
     world = int(info["world_size"]) if isinstance(info, dict) and isinstance(info.get("world_size"), int) else None
-    return {"occurrences": o, "times": col.rank_times(trace) if len(o) else None, "world_size": world}
+    times = col.rank_times(trace) if len(o) else None
+    return {
+        "occurrences": o,
+        "times": times,
+        "figures": col.time_figures(times) if times is not None else None,
+        "world_size": world,
+    }
 
 
-def _overlap_table(times: dict) -> pd.DataFrame:
+def _overlap_table(figures: dict) -> pd.DataFrame:
     rows = []
-    for rank, t in times.items():
-        o = col.overlap(t)
+    for rank, f in figures.items():
+        o = f.overlap
         rows.append(
             {
                 "rank": rank,
@@ -155,35 +162,39 @@ def _overlap_table(times: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _per_step(m: pd.DataFrame, times: dict) -> pd.DataFrame:
+def _per_step(m: pd.DataFrame, figures: dict) -> pd.DataFrame:
     """Per rank and step: wait, time in collectives, the step's length, GPU compute and idle in it."""
     rows = []
-    for rank, t in times.items():
-        steps = t.steps if len(t.steps) else pd.DataFrame({"step": [-1], "ts_ns": [0], "end_ns": [0]})
+    for rank, f in figures.items():
         mine = m[m["rank"] == rank] if len(m) else m
-        for s in steps.itertuples():
-            in_step = mine[mine["step"] == s.step] if len(mine) else mine
-            t0, t1 = int(s.ts_ns), int(s.end_ns)
-            if s.step == -1:
-                t0, t1 = (int(t.busy[0].min()), int(t.busy[1].max())) if len(t.busy[0]) else (0, 0)
-                if len(mine):
-                    t0, t1 = (
-                        min(t0, int(mine["ts_ns"].min())) if t1 else int(mine["ts_ns"].min()),
-                        max(t1, int(mine["end_ns"].max())),
-                    )
+        if len(f.steps):
+            windows = [
+                (int(s), int(a), int(b), c, u)
+                for s, a, b, c, u in zip(
+                    f.steps["step"], f.steps["ts_ns"], f.steps["end_ns"], f.step_compute_ns, f.step_busy_ns
+                )
+            ]
+        else:  # no steps: the whole busy span, widened to the rank's matched collectives; it holds every interval
+            t0, t1 = (f.busy_start_ns, f.busy_end_ns) if f.has_busy else (0, 0)
+            if len(mine):
+                t0, t1 = (
+                    min(t0, int(mine["ts_ns"].min())) if t1 else int(mine["ts_ns"].min()),
+                    max(t1, int(mine["end_ns"].max())),
+                )
+            windows = [(-1, t0, t1, f.compute_total_ns, f.busy_total_ns)]
+        for step, t0, t1, compute_ns, busy_ns in windows:
+            in_step = mine[mine["step"] == step] if len(mine) else mine
             rows.append(
                 {
                     "rank": rank,
-                    "step": int(s.step),
+                    "step": step,
                     "step_ms": (t1 - t0) / 1e6,
                     "wait_ms": _union_ms(in_step["ts_ns"], in_step["ts_ns"] + in_step["wait_ns"]),
                     "collective_ms": float(in_step["dur_ns"].sum()) / 1e6 if len(in_step) else 0.0,
                     "last_count": int(in_step["is_last"].sum()) if len(in_step) else 0,
                     "collectives": int(len(in_step)),
-                    "compute_ms": col.clipped_ns(t.compute, t0, t1) / 1e6,
-                    "gpu_idle_ms": ((t1 - t0) - col.clipped_ns(t.busy, t0, t1)) / 1e6
-                    if len(t.busy[0])
-                    else float("nan"),
+                    "compute_ms": compute_ns / 1e6,
+                    "gpu_idle_ms": ((t1 - t0) - busy_ns) / 1e6 if f.has_busy else float("nan"),
                     "t0_ns": t0,
                 }
             )
@@ -279,7 +290,7 @@ def _timeline_step(per_step: pd.DataFrame) -> int | None:
     return int(tot.idxmax())
 
 
-def _timeline(occ: pd.DataFrame, m: pd.DataFrame, times: dict, step: int | None) -> pd.DataFrame:
+def _timeline(occ: pd.DataFrame, m: pd.DataFrame, times, figures: dict, step: int | None) -> pd.DataFrame:
     """Bars of one step per rank: merged compute, and each collective split into wait and the rest (ms)."""
     sel = occ if step is None else occ[occ["step"] == step]
     if not len(sel):
@@ -287,16 +298,16 @@ def _timeline(occ: pd.DataFrame, m: pd.DataFrame, times: dict, step: int | None)
     waits = m.set_index(["rank", "ts_ns"])["wait_ns"] if len(m) else pd.Series(dtype="int64")
     t0 = int(sel["ts_ns"].min())
     t1 = int(sel["end_ns"].max())
-    for t in times.values():
-        if step is not None and len(t.steps) and (t.steps["step"] == step).any():
-            w = t.steps[t.steps["step"] == step].iloc[0]
+    for f in figures.values():
+        if step is not None and len(f.steps) and (f.steps["step"] == step).any():
+            w = f.steps[f.steps["step"] == step].iloc[0]
             t0, t1 = min(t0, int(w.ts_ns)), max(t1, int(w.end_ns))
     rows = []  # at most MAX_TIMELINE_ROWS are drawn: stop building there (a whole 1 GB trace has 500 k bars)
-    for rank, t in times.items():
+    for rank in times:  # each rank's intervals read only while there is room (a cluster read keeps them on disk)
         room = MAX_TIMELINE_ROWS - len(rows)
         if room <= 0:
             break
-        s, e = t.compute
+        s, e = times[rank].compute
         keep = (e > t0) & (s < t1)
         starts_ms = ((np.maximum(s[keep], t0)[:room] - t0) / 1e6).tolist()
         ends_ms = ((np.minimum(e[keep], t1)[:room] - t0) / 1e6).tolist()

@@ -45,7 +45,7 @@ def rank_parts_on_cluster(
 
     context = context_of(profile)
     digest = hashlib.sha256(
-        pickle.dumps((context, repr(thresholds), __version__, LAYOUT), protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dumps((context, repr(thresholds), __version__, LAYOUT, code_digest()), protocol=pickle.HIGHEST_PROTOCOL)
     ).hexdigest()
     parts: dict[tuple[str, int], Any] = {}
     keys, todo = {}, []
@@ -61,6 +61,21 @@ def rank_parts_on_cluster(
     if todo:
         _on_workers(traces, todo, context, thresholds, keys, parts, info, session, quiet)
     return parts
+
+
+def code_digest() -> str:
+    """A digest of gpudiag's analysis code (every module of ``diagnose`` and ``parsers``): parts kept by another
+    version of it, an editable install changed since included, are worked out again rather than misread."""
+    import diagnose
+    import parsers
+
+    h = hashlib.sha256()
+    for package in (diagnose, parsers):
+        root = Path(package.__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root.parent)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 def _in_folder(parts: dict, folder) -> dict:

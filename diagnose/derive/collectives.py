@@ -245,6 +245,40 @@ def overlap(times: RankTimes) -> dict:
     }
 
 
+@dataclass
+class TimeFigures:
+    """What comm's cross-rank step needs of one rank's RankTimes, worked out with the rank's part: its steps, the
+    compute and busy time inside each, its totals and busy span, and its overlap. The intervals themselves are then
+    read only for the timeline's one step (a cluster read keeps them on disk)."""
+
+    steps: pd.DataFrame  # step, ts_ns, end_ns
+    step_compute_ns: list[int]  # per row of steps: compute time inside [ts_ns, end_ns)
+    step_busy_ns: list[int]  # per row of steps: GPU-busy time inside it
+    has_busy: bool
+    busy_start_ns: int  # the busy intervals' span (0, 0 without any)
+    busy_end_ns: int
+    compute_total_ns: int
+    busy_total_ns: int
+    overlap: dict  # overlap(times)
+
+
+def time_figures(times: RankTimes) -> TimeFigures:
+    busy_s, busy_e = times.busy
+    has_busy = bool(len(busy_s))
+    steps = times.steps
+    return TimeFigures(
+        steps,
+        [clipped_ns(times.compute, int(a), int(b)) for a, b in zip(steps["ts_ns"], steps["end_ns"])],
+        [clipped_ns(times.busy, int(a), int(b)) for a, b in zip(steps["ts_ns"], steps["end_ns"])],
+        has_busy,
+        int(busy_s.min()) if has_busy else 0,
+        int(busy_e.max()) if has_busy else 0,
+        int((times.compute[1] - times.compute[0]).sum()) if len(times.compute[0]) else 0,
+        int((busy_e - busy_s).sum()) if has_busy else 0,
+        overlap(times),
+    )
+
+
 def match(occ: pd.DataFrame) -> pd.DataFrame:
     """Rows of collectives found on two or more ranks, with ``cid``, ``last_arrival_ns``, ``wait_ns``, ``is_last``."""
     if not len(occ):
