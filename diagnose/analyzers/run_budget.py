@@ -71,10 +71,9 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
     result = Result(NAME)
     budgets = derived.run_budget()
     if not budgets:
-        if (profile.manifest or {}).get("mode") == "ncu":
-            why = (
-                "The run ran under Nsight Compute, which slows every step: run it again in light mode (without --ncu)."
-            )
+        under_ncu = capture_advice.steps_under_ncu(profile)
+        if under_ncu:
+            why = under_ncu
         else:
             why = capture_advice.advice(
                 profile,

@@ -113,6 +113,10 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
             )
         )
         return result
+    under_ncu = capture_advice.steps_under_ncu(profile, derived.step_table()["step_ms"])
+    if under_ncu:  # ncu's step times, not the script's: no budget of them (issue 32)
+        result.findings.append(not_measured(NAME, "The step-time budget", under_ncu, SECTION))
+        return result
     result.summary.update(summary_of(budget.ranks, budget.budget))
     result.meta["ranks"] = budget.ranks
     if not len(budget.budget):

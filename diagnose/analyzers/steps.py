@@ -86,6 +86,10 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
             )
         )
         return result
+    under_ncu = capture_advice.steps_under_ncu(profile, steps["step_ms"])
+    if under_ncu:  # ncu's step times, not the script's: nothing to judge (issue 32)
+        result.findings.append(not_measured(NAME, "Per-step CUDA-event timing", under_ncu, section=SECTION))
+        return result
     measured = steps[~steps["warmup"]]
     medians = measured.groupby("rank")["step_ms"].transform("median")
     steps["outlier"] = False

@@ -69,3 +69,32 @@ def ncu_command_values(profile: Any, flag: str) -> list[str] | None:
         return None
     words = [str(w) for w in command]
     return [words[i + 1] for i, w in enumerate(words[:-1]) if w == flag]
+
+
+def steps_under_ncu(profile: Any, step_ms=None) -> str | None:
+    """Why step times are not judged: the run ran under Nsight Compute (``gpudiag profile --ncu``), which intercepts
+    every launch of the process and serializes and replays each profiled kernel, so its step times are ncu's, not the
+    script's (issue 32: "step time varies widely" from a profiled step of 40 s among 11 ms steps). None when the run
+    did not run under ncu. ``step_ms``: the step times it saw, said with the reason."""
+    if (getattr(profile, "manifest", None) or {}).get("mode") != "ncu":
+        return None
+    seen = ""
+    if step_ms is not None and len(step_ms):
+        import numpy as np
+
+        values = np.asarray(step_ms, dtype=float)
+        values = values[np.isfinite(values)]
+        if len(values):
+            seen = (
+                f" (its {len(values)} steps took {_ms_words(float(np.median(values)))} at the median and up to "
+                f"{_ms_words(float(values.max()))} under ncu)"
+            )
+    return (
+        "The run ran under Nsight Compute (--ncu), which intercepts every kernel launch and replays each profiled "
+        f"kernel: its step times are ncu's, not the script's{seen}, so none is judged. Run it again in light mode "
+        "(without --ncu) for step times."
+    )
+
+
+def _ms_words(ms: float) -> str:
+    return f"{ms / 1e3:.3g} s" if ms >= 1e3 else f"{ms:.3g} ms"

@@ -19,7 +19,7 @@ CASES = {
     "cudnn_new_shape": ("step_budget.unexplained", "fragmentation.not_measured", "idle.not_measured",
                         "sync.not_measured", "utilization.not_measured"),
     "jax_train": ("idle.gpu_idle", "step_budget.unexplained"),
-    "ncu_churn": ("step_budget.unexplained", "idle.not_measured", "sync.not_measured", "utilization.not_measured"),
+    "ncu_churn": ("step_budget.not_measured", "idle.not_measured", "sync.not_measured", "utilization.not_measured"),
     "ncu_kinds": ("steps.not_measured", "step_budget.not_measured", "fragmentation.not_measured",
                   "idle.not_measured"),
     "ncu_mlp": ("fragmentation.not_measured",),
