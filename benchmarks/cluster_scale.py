@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-from multi_rank_load import DEFAULT_SOURCES, build  # noqa: E402
+from multi_rank_load import DEFAULT_SOURCES, build, mib  # noqa: E402
 
 SIDE = r"""
 import json, os, resource, signal, sys, threading, time
@@ -96,10 +96,6 @@ def subset(folder: Path, ranks: int, into: Path) -> Path:
     manifest = json.loads((folder / "manifest.json").read_text())
     (into / "manifest.json").write_text(json.dumps(dict(manifest, ranks=list(range(ranks)))))
     return into
-
-
-def mib(n: float) -> str:
-    return f"{n / 2**20:,.0f} MiB"
 
 
 def main() -> None:

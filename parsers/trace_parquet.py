@@ -34,7 +34,8 @@ HEADER = "trace.json"
 COMPRESSION = "zstd"
 
 
-def _frames(trace) -> dict[str, pd.DataFrame]:
+def frames_of(trace) -> dict[str, pd.DataFrame]:
+    """The Trace's tables by field name (gpu, runtime, ...)."""
     return {
         f.name: getattr(trace, f.name)
         for f in dataclasses.fields(trace)
@@ -59,7 +60,7 @@ def write_trace(trace, folder: str | os.PathLike) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / HEADER).unlink(missing_ok=True)
     columns, written = {}, 0
-    for name, frame in _frames(trace).items():
+    for name, frame in frames_of(trace).items():
         path = folder / f"{name}.parquet"
         frame.to_parquet(path, compression=COMPRESSION, index=False)
         written += path.stat().st_size

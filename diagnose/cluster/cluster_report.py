@@ -126,18 +126,22 @@ def _on_workers(traces, todo, context, thresholds, keys, parts, info, session: C
             raise
 
 
-def load_and_analyze(path, options, thresholds=None, quiet: bool = False):
-    """``(profile, analysis)`` of a run folder or folder of rank traces, its ranks read and analysed on
-    ``options.cluster`` (a :class:`diagnose.ingest.loading.ClusterOptions`): the library's ``gpudiag report
-    --cluster``."""
-    from dataclasses import replace
-
-    from diagnose.analysis import analyze
+def load_with_parts(path, options, thresholds, quiet: bool = False):
+    """``(profile, rank_parts)`` of a run folder or folder of rank traces, its ranks read and their parts worked out
+    on ``options.cluster`` (a :class:`diagnose.ingest.loading.ClusterOptions`), one session for both."""
     from diagnose.ingest.loading import load
+
+    with ClusterSession(options.cluster, options.worker_memory) as session:
+        profile = load(path, quiet=quiet, cluster=dataclasses.replace(options, session=session))
+        return profile, rank_parts_on_cluster(profile, thresholds, session, quiet)
+
+
+def load_and_analyze(path, options, thresholds=None, quiet: bool = False):
+    """``(profile, analysis)`` with the ranks read and analysed on ``options.cluster``: the library's ``gpudiag
+    report --cluster``."""
+    from diagnose.analysis import analyze
     from diagnose.thresholds import Thresholds
 
     thresholds = thresholds or Thresholds()
-    with ClusterSession(options.cluster, options.worker_memory) as session:
-        profile = load(path, quiet=quiet, cluster=replace(options, session=session))
-        parts = rank_parts_on_cluster(profile, thresholds, session, quiet)
+    profile, parts = load_with_parts(path, options, thresholds, quiet)
     return profile, analyze(profile, thresholds, rank_parts=parts)

@@ -75,7 +75,7 @@ class StoredRankTimes:
     def write(cls, times, folder: str) -> StoredRankTimes:
         columns = {}
         for name in ("compute", "busy", "comm"):
-            starts, ends = times.__getattribute__(name)
+            starts, ends = getattr(times, name)
             columns[name] = (np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
         longest = max((len(s) for s, _ in columns.values()), default=0)
         frame = {}

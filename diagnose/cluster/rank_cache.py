@@ -73,8 +73,6 @@ def fresh_summary(source: str | os.PathLike, folder: str | os.PathLike) -> dict[
 
 def write_summary(folder: str | os.PathLike, summary: dict[str, Any]) -> None:
     """Write ``rank.json`` whole or not at all (a worker killed mid-write leaves the old one or none)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f"{SUMMARY}.{os.getpid()}.part"
-    tmp.write_text(json.dumps(summary, default=str))
-    os.replace(tmp, folder / SUMMARY)
+    from diagnose.outputs.atomic_write import atomic_write_text
+
+    atomic_write_text(Path(folder) / SUMMARY, json.dumps(summary, default=str))

@@ -52,27 +52,15 @@ def read_rank(source: str, folder: str, kind: str | None = None) -> dict[str, An
     if out.exists():
         shutil.rmtree(out)  # what an older gpudiag or an older file left: never mixed with the new tables
     t1 = time.perf_counter()
-    from parsers.trace_parquet import write_trace
+    from parsers.trace_parquet import frames_of, write_trace
 
     summary["parquet_bytes"] = write_trace(trace, out / TRACE_DIR)
     summary["write_s"] = time.perf_counter() - t1
-    summary["rows"] = {name: int(len(frame)) for name, frame in _frames(trace).items()}
+    summary["rows"] = {name: int(len(frame)) for name, frame in frames_of(trace).items()}
     del trace, read
     _finished(summary, t0)
     write_summary(out, summary)
     return summary
-
-
-def _frames(trace) -> dict:
-    import dataclasses
-
-    import pandas as pd
-
-    return {
-        f.name: getattr(trace, f.name)
-        for f in dataclasses.fields(trace)
-        if isinstance(getattr(trace, f.name), pd.DataFrame)
-    }
 
 
 def _finished(summary: dict[str, Any], t0: float) -> dict[str, Any]:

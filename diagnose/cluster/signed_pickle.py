@@ -17,6 +17,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from diagnose.outputs.atomic_write import atomic_write_bytes
+
 KEY_BYTES = 32
 MAGIC = b"gpudiag-signed-pickle/1\n"
 
@@ -54,9 +56,7 @@ def dump(value: Any, path: str | os.PathLike, label: str) -> bool:
     payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     head = MAGIC + label.encode() + b"\n"
     tag = hmac.new(key, head + payload, hashlib.sha256).digest()
-    tmp = Path(f"{path}.{os.getpid()}.part")
-    tmp.write_bytes(head + tag + payload)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, head + tag + payload)
     return True
 
 

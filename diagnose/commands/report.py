@@ -88,15 +88,10 @@ def command(
         require_measurement(describe_source(profile)["artifacts"], path, profile.warnings)
         analysis = analyze(profile, th)
     else:  # the ranks read and analysed on the cluster's workers, put together here (docs/scaling.md)
-        from dataclasses import replace
+        from diagnose.cluster.cluster_report import load_with_parts
 
-        from diagnose.cluster.cluster_read import ClusterSession
-        from diagnose.cluster.cluster_report import rank_parts_on_cluster
-
-        with ClusterSession(options.cluster, options.worker_memory) as session:
-            profile = load(path, quiet=quiet, cluster=replace(options, session=session))
-            require_measurement(describe_source(profile)["artifacts"], path, profile.warnings)
-            parts = rank_parts_on_cluster(profile, th, session, quiet)
+        profile, parts = load_with_parts(path, options, th, quiet)
+        require_measurement(describe_source(profile)["artifacts"], path, profile.warnings)
         analysis = analyze(profile, th, rank_parts=parts)
     click.echo(render_terminal(analysis, color=sys.stdout.isatty(), width=terminal_width()), nl=False)
     for out, option, write in (

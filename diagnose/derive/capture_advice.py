@@ -82,19 +82,17 @@ def steps_under_ncu(profile: Any, step_ms=None) -> str | None:
     if step_ms is not None and len(step_ms):
         import numpy as np
 
+        from diagnose.formatting import ms_human
+
         values = np.asarray(step_ms, dtype=float)
         values = values[np.isfinite(values)]
         if len(values):
             seen = (
-                f" (its {len(values)} steps took {_ms_words(float(np.median(values)))} at the median and up to "
-                f"{_ms_words(float(values.max()))} under ncu)"
+                f" (its {len(values)} steps took {ms_human(float(np.median(values)))} at the median and up to "
+                f"{ms_human(float(values.max()))} under ncu)"
             )
     return (
         "The run ran under Nsight Compute (--ncu), which intercepts every kernel launch and replays each profiled "
         f"kernel: its step times are ncu's, not the script's{seen}, so none is judged. Run it again in light mode "
         "(without --ncu) for step times."
     )
-
-
-def _ms_words(ms: float) -> str:
-    return f"{ms / 1e3:.3g} s" if ms >= 1e3 else f"{ms:.3g} ms"
