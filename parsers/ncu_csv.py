@@ -259,7 +259,17 @@ def _csv_text(path, raw: bytes) -> tuple[str, list[str]]:
     csv_lines, dropped, cut = _csv_records(path, text.splitlines())
     if not csv_lines:
         if "==PROF==" in text or "==WARNING==" in text or "==ERROR==" in text:
-            said = [ln for ln in text.splitlines() if ln.startswith(("==WARNING==", "==ERROR=="))]
+            lines = text.splitlines()
+            report = next(
+                (ln.split("Report:", 1)[1].strip() for ln in lines if ln.startswith("==PROF== Report:")), None
+            )
+            if report:  # ncu -o: the results went to a report file, not to this console
+                raise InputError(
+                    path,
+                    f"holds ncu's console output, no CSV rows: ncu wrote its results to {report}; read that report "
+                    "(or its CSV pages: ncu --import REPORT --csv --page raw)",
+                )
+            said = [ln for ln in lines if ln.startswith(("==WARNING==", "==ERROR=="))]
             raise InputError(
                 path,
                 "holds ncu's console output but no CSV rows: no kernel was profiled"

@@ -199,7 +199,7 @@ def _put(profile: Profile, read: ingest.ArtifactRead) -> None:
     """One read into ``profile``'s table, its warnings into the report's notes; its error raised as InputError."""
     if read.error is not None:
         raise InputError(read.path, read.error)
-    profile.add(read.table, read.value, run_folder.rank_of(read.path))
+    profile.add(read.table, read.value, run_folder.rank_of(read.path), os.fspath(read.path))
     profile.warnings.extend(read.warnings)
     if read.path not in profile.sources:
         profile.sources.append(read.path)

@@ -60,12 +60,24 @@ class Profile:
 
             self.loaders = LOADERS_SCHEMA.empty()
 
-    def add(self, table: str, value: Any, rank: int) -> None:
-        """Put what a reader read (``parsers.reader.Reader.read``) into the table it declares; ``rank`` is the
-        one the file's name gives, used where the content does not say."""
+    def add(self, table: str, value: Any, rank: int, path: str | None = None) -> None:
+        """Put what a reader read (``parsers.reader.Reader.read``) from ``path`` into the table it declares;
+        ``rank`` is the one the file's name gives, used where the content does not say."""
         if table == tables.KERNELS:
+            from diagnose.ingest import same_launches
+
             # the ncu readers give (kernels, rules); a bare kernels frame (a caller's own) is taken too
             kernels, rules = value if isinstance(value, tuple) else (value, None)
+            if len(self.kernels) and same_launches.same_launches(self.kernels, kernels):
+                # another page or form of a report read already: its launches once (diagnose.ingest.same_launches)
+                self.warnings.append(
+                    f"{path or 'an ncu file'}: the same {len(kernels):,} launches as an ncu file read before (pages "
+                    "of one report): merged, each launch counted once"
+                )
+                self.kernels = same_launches.merge(self.kernels, kernels)
+                if rules is not None and len(rules):
+                    self.ncu_rules = same_launches.merge_rules(self.ncu_rules, rules)
+                return
             self.kernels = kernels if not len(self.kernels) else pd.concat([self.kernels, kernels], ignore_index=True)
             if rules is not None and len(rules):
                 self.ncu_rules = (

@@ -71,15 +71,33 @@ def test_bad_details_page_with_rule_columns_is_an_input_error(tmp_path):
     assert str(bad) in str(e.value) and "Rule Type" in str(e.value)
 
 
-def test_profile_add_takes_the_pair_and_a_bare_frame():
+def test_profile_add_takes_the_pair_and_a_bare_frame_and_merges_pages_of_one_report():
     p = diagnose.load(DETAILS)
     assert len(p.kernels) == 23 and len(p.ncu_rules) == 251
     kernels, rules = registry.detect(DETAILS).read(DETAILS)
-    p.add(KERNELS, (kernels, rules), 0)
-    assert len(p.kernels) == 46 and len(p.ncu_rules) == 502
-    p.add(KERNELS, ncu_kernels(RAW), 0)  # a caller's own kernels frame
-    assert len(p.kernels) == 69 and len(p.ncu_rules) == 502
+    p.add(KERNELS, (kernels, rules), 0, "again.csv")  # the same page again: its launches and rules once
+    assert len(p.kernels) == 23 and len(p.ncu_rules) == 251
+    assert p.warnings[-1].startswith("again.csv: the same 23 launches as an ncu file read before")
+    p.add(KERNELS, ncu_kernels(RAW), 0)  # a caller's own kernels frame of the same report: its columns merged in
+    assert len(p.kernels) == 23 and len(p.ncu_rules) == 251
+    assert "lts__t_sectors.sum [sector]" in p.kernels.columns  # a raw-page metric the details page lacks
+    other = ncu_kernels(REPO / "fixtures" / "ncu" / "small_grid" / "raw.csv")  # another capture: appended
+    p.add(KERNELS, other, 0)
+    assert len(p.kernels) == 25
     assert not diagnose.load(RAW).has("ncu_rules")
+
+
+def test_a_folder_of_one_reports_pages_counts_each_launch_once_with_the_raw_pages_exact_durations():
+    p = diagnose.load(REPO / "fixtures" / "ncu" / "kernel_kinds")
+    assert len(p.kernels) == 23  # details.csv.gz and raw.csv.gz: 23 launches each, the same ones
+    naive = p.kernels[p.kernels["kernel_short"] == "naive_gemm"]
+    # the raw page's durations (ns), not the details page's 3-digit "3.18 ms"
+    assert sorted(naive["dur_ns"]) == [3180320.0, 3180992.0]
+    assert any("raw.csv.gz: the same 23 launches" in w for w in p.warnings)
+    console = next(w for w in p.warnings if "ncu_console.log" in w)
+    assert (
+        "ncu wrote its results to /root/out/kinds/report.ncu-rep" in console and "no kernel was profiled" not in console
+    )
 
 
 @pytest.mark.parametrize(
