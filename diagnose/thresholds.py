@@ -40,6 +40,9 @@ class L2:
     # more) whose global loads have that reuse misses it in registers and shared memory even when L2 hits;
     # it is flagged unless shared-memory wavefronts already carry this share of the L1 data pipe (a tiled kernel)
     shared_wavefront_share_max: float = 0.5
+    # a kernel under the warning band whose recoverable time (the hits the warning band would add) is under this
+    # share of all profiled GPU time is an info subject whatever its band: 1 %, memory_access's warning_loss_share
+    info_loss_share: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,25 @@ class SpeedOfLight:
     latency_pct: float = 40.0
     min_kernel_share: float = 0.005
     warning_kernel_share: float = 0.05  # a latency-bound kernel under this share of GPU time is info
+
+
+@dataclass(frozen=True)
+class OnchipBound:
+    """Kernels limited by the L1/TEX load path or L2 far from their roofline (diagnose.derive.onchip_bound).
+
+    Such a kernel is flagged when at its roofline (its FLOPs at peak, its DRAM bytes at peak bandwidth) it would
+    take ``min_saving`` less of its time or more: nearer than that it is close enough to what the memory system
+    allows (the tutorial's bank-conflict transpose on an RTX A4500 sits at 38 % above its roofline, its fixed
+    version at 11 %). The saving is an upper bound (no kernel reaches the peaks), so the severity bands are wider
+    than memory_access's: ``warning_loss_share`` (5 %) and ``critical_loss_share`` (20 %) of all profiled GPU time;
+    under them a subject is info. ``conflict_share_min``: the share of shared-memory wavefronts that are
+    bank-conflict replays from which conflicts are the cause (0.92 in that transpose, 0 in its fix).
+    """
+
+    min_saving: float = 0.25
+    warning_loss_share: float = 0.05
+    critical_loss_share: float = 0.20
+    conflict_share_min: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -297,6 +319,7 @@ class Thresholds:
     launch_config: LaunchConfig = field(default_factory=LaunchConfig)
     tiny_kernels: TinyKernels = field(default_factory=TinyKernels)
     speed_of_light: SpeedOfLight = field(default_factory=SpeedOfLight)
+    onchip_bound: OnchipBound = field(default_factory=OnchipBound)
     memory_access: MemoryAccess = field(default_factory=MemoryAccess)
     ncu_rules: NcuRules = field(default_factory=NcuRules)
     memory: Memory = field(default_factory=Memory)

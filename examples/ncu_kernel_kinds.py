@@ -9,6 +9,10 @@ engineer would name, so a capture of them under Nsight Compute says whether gpud
 - ``strided_copy``: ``out[i] = in[i * 32]``: each warp's 32 loads touch 32 different 32-byte sectors
   (one useful float in eight): uncoalesced, excess sectors per request.
 - ``transpose_naive``: reads coalesced, writes strided by the matrix width: uncoalesced stores.
+- ``transpose_tiled_conflicts``: through a 32x32 shared-memory tile, both global accesses coalesced, but the
+  tile is read down its columns: a warp's 32 reads hit one bank (32-way bank conflicts).
+- ``transpose_tiled``: the same with the tile padded to 32x33: no conflicts, DRAM-bound (issue 32 (c)).
+  These two run after the others (added 2026-12-05), so the earlier kernels keep their launch IDs.
 
 Each kernel is launched twice (the first a warm-up). Run under ncu (part `kinds` of tools/gpu_capture_fixtures.sh)::
 
@@ -70,6 +74,21 @@ extern "C" __global__ void transpose_naive(const float* in, float* out, int n) {
         out[x * n + y] = in[y * n + x];
     }
 }
+
+// blocks of 32 x 8 threads, each moving a 32 x 32 tile; PAD 0 reads the tile down a column (one bank), PAD 1 not
+#define TRANSPOSE_TILED(NAME, PAD)                                                        \
+extern "C" __global__ void NAME(const float* in, float* out, int n) {                    \
+    __shared__ float tile[32][32 + PAD];                                                 \
+    int x = blockIdx.x * 32 + threadIdx.x;                                               \
+    int y = blockIdx.y * 32 + threadIdx.y;                                               \
+    for (int j = 0; j < 32; j += 8) tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * n + x]; \
+    __syncthreads();                                                                     \
+    x = blockIdx.y * 32 + threadIdx.x;                                                   \
+    y = blockIdx.x * 32 + threadIdx.y;                                                   \
+    for (int j = 0; j < 32; j += 8) out[(y + j) * n + x] = tile[threadIdx.x][threadIdx.y + j]; \
+}
+TRANSPOSE_TILED(transpose_tiled_conflicts, 0)
+TRANSPOSE_TILED(transpose_tiled, 1)
 """
 
 module = cp.RawModule(code=SOURCE, options=("-lineinfo",))
@@ -78,6 +97,8 @@ tiled_gemm = module.get_function("tiled_gemm")
 stream_add = module.get_function("stream_add")
 strided_copy = module.get_function("strided_copy")
 transpose_naive = module.get_function("transpose_naive")
+transpose_tiled_conflicts = module.get_function("transpose_tiled_conflicts")
+transpose_tiled = module.get_function("transpose_tiled")
 
 N_GEMM = 2048
 N_STREAM = 64 * 2**20  # floats: 256 MiB per array
@@ -105,7 +126,13 @@ for _ in range(2):
     stream_add((sms * 8,), (256,), (x, y, z, cp.int64(N_STREAM)))
     strided_copy((N_STRIDED // 256,), (256,), (src, dst, cp.int64(N_STRIDED), cp.int32(STRIDE)))
     transpose_naive((N_TRANSPOSE // 32, N_TRANSPOSE // 8), (32, 8), (m, mt, cp.int32(N_TRANSPOSE)))
+mt_conflicts, mt_tiled = cp.empty_like(m), cp.empty_like(m)
+for _ in range(2):
+    grid = (N_TRANSPOSE // 32, N_TRANSPOSE // 32)
+    transpose_tiled_conflicts(grid, (32, 8), (m, mt_conflicts, cp.int32(N_TRANSPOSE)))
+    transpose_tiled(grid, (32, 8), (m, mt_tiled, cp.int32(N_TRANSPOSE)))
 cp.cuda.Device().synchronize()
+assert bool((mt_conflicts == mt).all()) and bool((mt_tiled == mt).all()), "the transposes disagree"
 err = float(cp.abs(c_naive - c_tiled).max())
 print(
     f"gemm max |naive - tiled| = {err:.3g}; stream sum {float(z[:1024].sum()):.4f}; strided {float(dst[:8].sum()):.4f}"

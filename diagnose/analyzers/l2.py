@@ -12,16 +12,22 @@ is read from the data's reuse: global-load sectors requested per DRAM sector rea
   moving fewer bytes: fusing passes, lower precision.
 - **reuse missed** (``l2.reuse_missed``): the same bytes are asked for many times and miss
   anyway: tile, reorder, stage in shared memory. Its severity is the band's, and its cost the
-  time a hit rate at the warning band would save. A kernel limited by the L1/TEX load path
-  (diagnose.derive.kernel_limiter) whose global loads have that reuse is flagged here too, whatever
-  its L2 band: it re-reads operands from cache instead of keeping them in registers or shared
-  memory (a naive GEMM on a GPU whose L2 holds its matrices). Its cost is the time down to the
-  next limit off that path; its severity follows its share of GPU time.
+  time a hit rate at the warning band would save.
+
+In ``l2.reuse_missed`` and ``l2.low_hit_rate`` a kernel whose recoverable time is under ``info_loss_share`` of
+GPU time is an info subject whatever its band (the band stays in its figures).
 - otherwise (``l2.low_hit_rate``): scattered access, or the reuse metrics were not collected;
   whether the kernel is DRAM-bound decides the advice (a working set that thrashes L2, or
   scattered latency-bound access).
 
-The band (85 / 62 %) is shown for every kernel. A ``gpudiag profile --ncu`` run also gives the
+A kernel held back by the L1/TEX load path or L2 far from its roofline (diagnose.derive.onchip_bound: a naive
+GEMM re-reading its operands from cache, whatever its L2 band) is ``speed_of_light.onchip_bound``'s, with its
+cause and fix; it is left out of these findings so its time is not counted twice.
+
+The band (85 / 62 %) is shown for every kernel. Every kernel under the warning band that none of the findings
+above names is a subject of ``l2.below_band`` (info), with why its misses cost no time a cache could give back:
+under ``min_kernel_share`` of GPU time, a launch-bound micro-kernel, SM-saturated with DRAM idle, or
+speed_of_light.onchip_bound's. So the L2 section and the JSON list every kernel below 85 %. A ``gpudiag profile --ncu`` run also gives the
 timeline of each profiled launch's hit rate with the allocator's segment events
 (diagnose.derive.allocator_timeline): whether low-hit launches follow new segments. Kernels under ``min_kernel_share`` of GPU time,
 or shorter than ``tiny_kernels.max_dur_us`` on average (a few KB touched: their hit rate is
@@ -39,7 +45,7 @@ import pandas as pd
 
 from diagnose.derive.allocator_timeline import allocator_timeline, hit_after_new_segment
 from diagnose.derive.derived import Derived
-from diagnose.derive.kernel_limiter import kernel_limiters, path_of
+from diagnose.derive.kernel_limiter import kernel_limiters
 from diagnose.derive.kernel_stats import (
     kernel_subject_name,
     label_of_launch,
@@ -53,7 +59,7 @@ from diagnose.derive.kernel_stats import (
     weighted_mean,
 )
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, band, not_measured
-from diagnose.formatting import agree, count_human, n_things, pct_human, share_human
+from diagnose.formatting import agree, count_human, n_things, ns_human, pct_human, share_human
 from diagnose.metrics import HIGHER, LOWER, Metric
 
 NAME = "l2"
@@ -71,6 +77,7 @@ SUMMARY_METRICS = (  # what analyze() writes into Result.summary (diagnose.metri
     Metric("l2_low_hit_gpu_time_share", "GPU time in kernels with a low L2 hit rate", "share", LOWER, 0.001),
 )
 FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "l2.below_band",
     "l2.compulsory_misses",
     "l2.low_hit_rate",
     "l2.not_measured",
@@ -174,18 +181,22 @@ def analyze(profile, derived: Derived, th) -> Result:
     result.summary["l2_hit_time_weighted_pct"] = weighted_mean(kernels["l2_hit_pct"], kernels["dur_ns"])
     result.summary["l2_low_hit_gpu_time_share"] = float(below["gpu_time_ns"].sum() / total) if total > 0 else 0.0
     heavy = (stats["share"] >= t.min_kernel_share) & (stats["mean_dur_ns"] >= th.tiny_kernels.max_dur_us * 1000.0)
+    onchip = derived.onchip_bound()
+    owned = stats["kernel_name"].isin(onchip.loc[onchip["flagged"], "kernel_name"]) if len(onchip) else heavy & False
     # launch-bound micro-kernels touch a few KB: their hit rate is cold misses, and tiny_kernels reports them
-    low = below[heavy.loc[below.index] & ~below["compute_saturated"].astype(bool)]
+    low = below[heavy.loc[below.index] & ~below["compute_saturated"].astype(bool) & ~owned.loc[below.index]]
     compulsory = low[low["cause"] == COMPULSORY]
     reused = low[low["cause"] == REUSE_MISSED]
     other = low[low["cause"] == OTHER]
-    l1_reuse = stats[heavy & (stats["band"] == "ok") & l1_reuse_missed(stats, t, th.speed_of_light.bound_pct)]
     if len(other):
         result.findings.append(_low_hit_finding(other, t))
-    if len(reused) or len(l1_reuse):
-        result.findings.append(_reuse_finding(reused, l1_reuse, t, th.speed_of_light))
+    if len(reused):
+        result.findings.append(_reuse_finding(reused, t))
     if len(compulsory):
         result.findings.append(_compulsory_finding(compulsory, t))
+    rest = below[~below.index.isin(low.index)]
+    if len(rest):
+        result.findings.append(_below_band_finding(rest, heavy, owned, t, th))
     return result
 
 
@@ -226,15 +237,12 @@ def cause_of(reuse_l1: float, reuse_l2: float, t) -> str:
     return OTHER
 
 
-def l1_reuse_missed(stats: pd.DataFrame, t, bound_pct: float) -> pd.Series:
-    """Kernels limited by the L1/TEX load path whose global loads re-read their data (see the module docstring)."""
-    shared = stats["shared_wavefront_share"].fillna(0.0)
-    return (
-        (stats["limiter_unit"].map(path_of) == "load/store path")
-        & (stats["limiter_pct"] >= bound_pct)
-        & (stats["reuse_l1"] >= t.reuse_min)
-        & (shared < t.shared_wavefront_share_max)
-    )
+def _severity(row: pd.Series, t) -> Severity:
+    """A kernel's band, or info when what a better hit rate would give back is under ``info_loss_share`` of GPU time
+    (its band is still in its figures)."""
+    if row["est_loss_share"] < t.info_loss_share:
+        return Severity.INFO
+    return band(row["l2_hit_pct"], t.warning_pct, t.critical_pct)
 
 
 def _band_label(sev) -> str:
@@ -299,7 +307,7 @@ def _hit_evidence(rows: pd.DataFrame, t) -> list[Evidence]:
 def _low_hit_finding(low: pd.DataFrame, t) -> Finding:
     low = low.copy()
     low["est_loss_share"] = low["share"] * recovered_share(low["l2_hit_pct"], t.warning_pct)
-    subjects = [_subject(row, t, band(row["l2_hit_pct"], t.warning_pct, t.critical_pct)) for _, row in low.iterrows()]
+    subjects = [_subject(row, t, _severity(row, t)) for _, row in low.iterrows()]
     worst = max(s.severity for s in subjects)
     top = low.iloc[0]  # the largest time × miss rate
     share = float(low["share"].sum())
@@ -330,49 +338,93 @@ def _low_hit_finding(low: pd.DataFrame, t) -> Finding:
     )
 
 
-def _reuse_finding(at_l2: pd.DataFrame, at_l1: pd.DataFrame, t, sol) -> Finding:
-    """Kernels whose data has reuse they miss: low-band ones (severity from the band, cost: the hits the
-    warning band would add) and L1-load-path-bound ones in the ok band (severity from their share of GPU time,
-    cost: the time down to their next limit off that path)."""
-    at_l2 = at_l2.assign(est_loss_share=at_l2["share"] * recovered_share(at_l2["l2_hit_pct"], t.warning_pct))
-    next_ratio = (at_l1["next_pct"] / at_l1["limiter_pct"]).fillna(1.0).clip(upper=1.0)
-    at_l1 = at_l1.assign(est_loss_share=at_l1["share"] * (1.0 - next_ratio))
-    subjects = [_subject(r, t, band(r["l2_hit_pct"], t.warning_pct, t.critical_pct)) for _, r in at_l2.iterrows()]
-    subjects += [_subject(r, t, Severity.of(r["share"], warning=sol.warning_kernel_share)) for _, r in at_l1.iterrows()]
-    rows = pd.concat([at_l2, at_l1]).sort_values(["est_loss_share", "kernel"], ascending=[False, True], kind="stable")
+def _reuse_finding(rows: pd.DataFrame, t) -> Finding:
+    """Kernels under the warning band whose data has reuse they miss: severity from the band, cost the hits the
+    warning band would add."""
+    rows = rows.assign(est_loss_share=rows["share"] * recovered_share(rows["l2_hit_pct"], t.warning_pct))
+    rows = rows.sort_values(["est_loss_share", "kernel"], ascending=[False, True], kind="stable")
+    subjects = [_subject(r, t, _severity(r, t)) for _, r in rows.iterrows()]
     top = rows.iloc[0]
     share = float(rows["share"].sum())
     reuse_text = "; ".join(
-        f"{r['kernel']} asks for each byte ~{count_human(round(_reuse_of(r)))}× per DRAM read"
-        + (
-            f" and is limited by {r['limiter_unit']} at {pct_human(r['limiter_pct'], 0)} of peak"
-            if r["limiter_pct"] == r["limiter_pct"]
-            else ""
-        )
+        f"{r['kernel']} asks for each byte ~{count_human(round(_reuse_of(r)))}× per DRAM read at "
+        f"{pct_human(r['l2_hit_pct'])} L2 hit"
         for _, r in rows.head(3).iterrows()
     )
-    evidence = [
-        Evidence(
-            "reuse (global-load sectors requested per DRAM sector read)", float(_reuse_of(top)), "ratio", t.reuse_min
-        ),
-        Evidence("lts__t_sector_hit_rate.pct", float(top["l2_hit_pct"]), "%", t.warning_pct),
-    ]
-    if top["limiter_pct"] == top["limiter_pct"]:
-        evidence.append(Evidence(f"limiter: {top['limiter_unit']}", float(top["limiter_pct"]), "%", sol.bound_pct))
     return Finding(
         id="l2.reuse_missed",
         analyzer=NAME,
         severity=max(s.severity for s in subjects),
         title=(
             f"{n_things(len(rows), 'kernel')} ({share_human(share)} of GPU time) "
-            f"{agree(len(rows), 're-reads', 're-read')} the same data instead of reusing it; costliest: "
+            f"{agree(len(rows), 're-reads', 're-read')} the same data from DRAM instead of reusing it; costliest: "
             f"{top['kernel']} (each byte requested ~{count_human(round(_reuse_of(top)))}× per DRAM read, "
             f"L2 hit {pct_human(top['l2_hit_pct'])})"
         ),
         subjects=tuple(subjects),
-        evidence=tuple(evidence),
+        evidence=(
+            Evidence(
+                "reuse (global-load sectors requested per DRAM sector read)",
+                float(_reuse_of(top)),
+                "ratio",
+                t.reuse_min,
+            ),
+            Evidence("lts__t_sector_hit_rate.pct", float(top["l2_hit_pct"]), "%", t.warning_pct),
+        ),
         cost_share=float(min(1.0, rows["est_loss_share"].sum())),
         recommendation=f"{reuse_text}: {REC_REUSE}.",
+        section=SECTION,
+    )
+
+
+def _below_band_finding(rows: pd.DataFrame, heavy: pd.Series, owned: pd.Series, t, th) -> Finding:
+    """Kernels under the warning band that no other finding names, each with why it costs no recoverable time."""
+    reasons = []
+    for i, r in rows.iterrows():
+        if owned.loc[i]:
+            reasons.append(
+                f"limited by {r['limiter_unit']} at {pct_human(r['limiter_pct'], 0)}: speed_of_light.onchip_bound "
+                "has its cause and cost"
+            )
+        elif r["share"] < t.min_kernel_share:
+            reasons.append(
+                f"{share_human(r['share'], 2)} of GPU time, under the {share_human(t.min_kernel_share, 2)} judged"
+            )
+        elif not heavy.loc[i]:
+            reasons.append(
+                f"launches of {ns_human(r['mean_dur_ns'])} on average touch a few KB: cold misses (tiny_kernels judges "
+                "them)"
+            )
+        else:
+            reasons.append(
+                f"SM at {pct_human(r['sm_throughput_pct'], 0)} of peak with DRAM at "
+                f"{pct_human(r['dram_throughput_pct'], 0)}: its misses are not what limits it"
+            )
+    rows = rows.assign(est_loss_share=0.0, why_no_cost=reasons)
+    subjects = []
+    for _, r in rows.iterrows():
+        subject = _subject(r, t, Severity.INFO)
+        subject.figures["why_no_cost"] = r["why_no_cost"]
+        subjects.append(subject)
+    listed = "; ".join(
+        f"{r['kernel']} at {pct_human(r['l2_hit_pct'])} ({r['band']} band): {r['why_no_cost']}"
+        for _, r in rows.head(3).iterrows()
+    )
+    more = f"; {n_things(len(rows) - 3, 'more kernel')} in the L2 section" if len(rows) > 3 else ""
+    n = len(rows)
+    return Finding(
+        id="l2.below_band",
+        analyzer=NAME,
+        severity=Severity.INFO,
+        title=(
+            f"{n_things(n, 'more kernel')} below {pct_human(t.warning_pct, 0)} L2 hit rate "
+            f"({share_human(float(rows['share'].sum()))} of GPU time) {agree(n, 'costs', 'cost')} no time a cache "
+            f"could give back: {rows.iloc[0]['kernel']} at {pct_human(rows.iloc[0]['l2_hit_pct'])}"
+        ),
+        subjects=tuple(subjects),
+        evidence=(Evidence("lts__t_sector_hit_rate.pct", float(rows.iloc[0]["l2_hit_pct"]), "%", t.warning_pct),),
+        cost_share=None,
+        recommendation=f"{listed}{more}.",
         section=SECTION,
     )
 

@@ -13,7 +13,7 @@ What it holds:
   ``memo=`` to the kernel_stats / kernel_limiter functions;
 - ``rank_parts``: each trace analyzer's per-rank part (its ``rank_part``) when a cluster's workers worked it
   out (:meth:`Derived.rank_part`);
-- the profile-level tables below (``step_table``, ``trace_window``, ``source_dirs``, ``kernel_access``,
+- the profile-level tables below (``step_table``, ``trace_window``, ``source_dirs``, ``kernel_access``, ``onchip_bound``,
   ``rank_calls``, ``step_budget``, ``run_budget``), each a method whose result is kept.
 """
 
@@ -106,6 +106,17 @@ class Derived:
 
         table = self.once(
             "kernel_access", lambda: kernel_access(self.profile.kernels, self.thresholds, self.kernel_memo)
+        )
+        return table.copy()
+
+    def onchip_bound(self) -> pd.DataFrame:
+        """Per kernel, whether an on-chip memory unit holds it far from its roofline, why, and what it would save
+        (diagnose.derive.onchip_bound): speed_of_light flags them and l2 leaves them to it. A copy."""
+        from diagnose.derive.onchip_bound import onchip_bound
+
+        table = self.once(
+            "onchip_bound",
+            lambda: onchip_bound(self.profile.kernels, self.kernel_access(), self.thresholds, self.kernel_memo),
         )
         return table.copy()
 

@@ -37,6 +37,8 @@ class Profile:
     launch_starts: pd.DataFrame | None = None  # under --ncu: when each launch's profiling began (unix ns)
     warnings: list[str] = field(default_factory=list)  # what could not be read, said in the report
     ingest: dict[str, Any] = field(default_factory=dict)  # how it was read: workers, per file seconds and peak RSS
+    # the kernels tables read so far, one per capture (pages of one report merged into one): ``kernels`` joins them
+    _kernel_parts: list[pd.DataFrame] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if self.kernels is None:
@@ -68,21 +70,28 @@ class Profile:
 
             # the ncu readers give (kernels, rules); a bare kernels frame (a caller's own) is taken too
             kernels, rules = value if isinstance(value, tuple) else (value, None)
-            if len(self.kernels) and same_launches.same_launches(self.kernels, kernels):
+            if not self._kernel_parts and len(self.kernels):
+                self._kernel_parts.append(self.kernels)  # a table set by hand: one capture
+            match = next(
+                (i for i, part in enumerate(self._kernel_parts) if same_launches.same_launches(part, kernels)), None
+            )
+            if match is not None:
                 # another page or form of a report read already: its launches once (diagnose.ingest.same_launches)
                 self.warnings.append(
                     f"{path or 'an ncu file'}: the same {len(kernels):,} launches as an ncu file read before (pages "
                     "of one report): merged, each launch counted once"
                 )
-                self.kernels = same_launches.merge(self.kernels, kernels)
+                self._kernel_parts[match] = same_launches.merge(self._kernel_parts[match], kernels)
                 if rules is not None and len(rules):
                     self.ncu_rules = same_launches.merge_rules(self.ncu_rules, rules)
-                return
-            self.kernels = kernels if not len(self.kernels) else pd.concat([self.kernels, kernels], ignore_index=True)
-            if rules is not None and len(rules):
-                self.ncu_rules = (
-                    rules if not len(self.ncu_rules) else pd.concat([self.ncu_rules, rules], ignore_index=True)
-                )
+            else:
+                self._kernel_parts.append(kernels)
+                if rules is not None and len(rules):
+                    self.ncu_rules = (
+                        rules if not len(self.ncu_rules) else pd.concat([self.ncu_rules, rules], ignore_index=True)
+                    )
+            parts = [part for part in self._kernel_parts if len(part)]
+            self.kernels = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True) if parts else kernels
         elif table == tables.TRACES:
             self.traces[value.rank if value.rank is not None else rank] = value
         elif table == tables.SNAPSHOTS:

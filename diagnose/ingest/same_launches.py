@@ -3,21 +3,26 @@
 A user exports the pages of one report into one folder (``raw.csv``, ``details.csv``, the ``.ncu-rep`` itself)
 and points gpudiag at it. Appending them would count every launch twice: each kernel's GPU time, launch count
 and share of GPU time would be wrong. Two tables describe the same launches when one's launches are all among
-the other's, a launch named by its process, its ID in the report, its kernel and its grid and block. Then the
-launches are kept once: the values of the table with more columns (the raw page over the details page, whose
-durations are rounded to 3 digits), completed from the other.
+the other's, a launch named by its ID in the report, its kernel's short name (a ``.ncu-rep`` names kernels with
+their namespaces, ``at::native::vectorized_elementwise_kernel<(int)4, …>``, the CSV pages without) and its grid
+and block, and when every matched launch agrees on its process (where both tables know it: the ``.ncu-rep``
+reader does not) and on its duration within ``DURATION_TOLERANCE`` (the details page rounds to 3 digits; two runs
+of one script, whose IDs, kernels and grids are the same, differ more, and their CSV pages name their processes).
+Then the launches are kept once: the values of the table with more columns, completed from the other.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-KEY = ("process_id", "launch_id", "kernel_name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+KEY = ("launch_id", "kernel_short", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+DURATION_TOLERANCE = 0.005
 
 
 def _keys(kernels: pd.DataFrame) -> pd.MultiIndex | None:
     """The launches' keys, or None where a key column is missing or empty, or a key repeats (not one report)."""
-    if not all(c in kernels.columns for c in KEY) or kernels[list(KEY[:3])].isna().any().any():
+    if not all(c in kernels.columns for c in KEY) or kernels[list(KEY[:2])].isna().any().any():
         return None
     index = pd.MultiIndex.from_frame(kernels[list(KEY)].astype(object).where(kernels[list(KEY)].notna(), None))
     return None if index.has_duplicates else index
@@ -28,7 +33,17 @@ def same_launches(old: pd.DataFrame, new: pd.DataFrame) -> bool:
     a, b = _keys(old), _keys(new)
     if a is None or b is None or not len(a) or not len(b):
         return False
-    return b.isin(a).all() or a.isin(b).all()
+    if not (b.isin(a).all() or a.isin(b).all()):
+        return False
+    x, y = old.set_axis(a), new.set_axis(b)
+    common = a.intersection(b)
+    x, y = x.loc[common], y.loc[common]
+    pid_x, pid_y = (pd.to_numeric(t["process_id"], errors="coerce") for t in (x, y))
+    both = pid_x.notna() & pid_y.notna()
+    if (pid_x[both] != pid_y[both]).any():
+        return False
+    dur_x, dur_y = (pd.to_numeric(t["dur_ns"], errors="coerce").to_numpy(dtype=float) for t in (x, y))
+    return bool(np.all(np.abs(dur_x - dur_y) <= DURATION_TOLERANCE * np.maximum(dur_x, dur_y)))
 
 
 def merge(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
@@ -53,7 +68,7 @@ def merge(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
 def merge_rules(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     """Rule results of both, each launch's from one table: ``new``'s rows only for launches ``old`` has none for
     (a launch may hold several rows of one rule, so rows are not deduplicated one by one)."""
-    key = [c for c in ("process_id", "launch_id", "kernel_name") if c in old.columns and c in new.columns]
+    key = [c for c in ("launch_id", "kernel_short") if c in old.columns and c in new.columns]
     if not len(old) or not key:
         return new if not len(old) else pd.concat([old, new], ignore_index=True)
     have = pd.MultiIndex.from_frame(old[key].astype(object))

@@ -35,6 +35,11 @@ TABLE_COLUMNS = [
     "sm_throughput_pct",
     "memory_throughput_pct",
     "dram_throughput_pct",
+    "flop_rate_pct",
+    "dram_bytes_per_flop",
+    "ridge_bytes_per_flop",
+    "roofline_ns",
+    "roofline_saving_share",
     "kernel_name",
 ]
 
@@ -102,7 +107,10 @@ def render(result) -> str:
         figure_html(fig, div_id="fig-sol")
         + f"<p class='muted'>Bound at ≥ {bound:g} % of peak on one unit; latency-bound under {latency:g} % on both. "
         "The limiter is the unit of ncu's SOL breakdown nearest its peak; next is the highest unit off "
-        "the limiter's path (what the kernel would reach if the limiter stopped limiting).</p>"
+        "the limiter's path (what the kernel would reach if the limiter stopped limiting). The roofline (where the "
+        "capture has ncu's SpeedOfLight_RooflineChart metrics, as in --set full): the kernel's FLOPs at its "
+        "precision's peak, its DRAM bytes at peak bandwidth, or its integer work at the ALU pipe's peak, whichever "
+        "takes longest; the ridge is the DRAM bytes per FLOP at which the two peaks meet.</p>"
         + "<div class='scroll'>"
         + table_html(stats[cols], "sol-kernels")
         + "</div>"

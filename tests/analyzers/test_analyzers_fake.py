@@ -42,7 +42,11 @@ def fake_l2_launches():
 
 def test_l2_low_hit_rate_exact():
     r = run_analyzer(l2, fake_profile(fake_l2_launches()), TH)
-    assert set(by_id(r)) == {"l2.low_hit_rate"}
+    assert set(by_id(r)) == {"l2.low_hit_rate", "l2.below_band"}
+    below = by_id(r)["l2.below_band"]  # the tiny kernel is under the band too: listed, with why it costs nothing
+    assert below.severity == Severity.INFO and below.cost_share is None
+    assert [(s.name, s.figures["band"]) for s in below.subjects] == [("fake_tiny", "critical")]
+    assert below.subjects[0].figures["why_no_cost"] == "0.40 % of GPU time, under the 0.50 % judged"
     f = by_id(r)["l2.low_hit_rate"]
     assert f.severity == Severity.CRITICAL
     # ranked by time × miss rate; the healthy GEMM, the tiny kernel and the NaN kernel are not subjects
@@ -70,7 +74,8 @@ def test_l2_low_hit_rate_exact():
 def test_l2_bands_are_thresholds():
     th = TH.with_overrides({"l2": {"warning_pct": 30, "critical_pct": 10}})
     r = run_analyzer(l2, fake_profile(fake_l2_launches()), th)
-    assert r.findings == []
+    assert [f.id for f in r.findings] == ["l2.below_band"]  # only fake_tiny (10 %) is under 30 %: no cost
+    assert [s.name for s in r.findings[0].subjects] == ["fake_tiny"]
     th = TH.with_overrides({"l2": {"dram_bound_pct": 5}})
     f = by_id(run_analyzer(l2, fake_profile(fake_l2_launches()), th))["l2.low_hit_rate"]
     assert all(s.figures["dram_bound"] for s in f.subjects)

@@ -10,6 +10,7 @@ import pytest
 import diagnose
 from diagnose.analysis import run_analyzer
 from diagnose.derive.kernel_limiter import BREAKDOWN_MEMORY, BREAKDOWN_SM, column_of, kernel_limiters
+from diagnose.derive.kernel_roofline import kernel_roofline
 from diagnose.derive.kernel_stats import per_kernel
 from diagnose.thresholds import Thresholds
 from tests.ncu_read import ncu_kernels
@@ -95,17 +96,58 @@ def test_limiter_from_the_reports_own_breakdown_lists_matches_the_csv(scenario):
     assert limiter_of_each_launch(ncu_kernels(FIXTURE_REPORTS[scenario].with_name("raw.csv"))) == truth
 
 
-def test_naive_gemm_is_reuse_missed_with_tiling_advice(analysis):
-    f = by_id(analysis)["l2.reuse_missed"]
+def test_roofline_figures_are_ncus_own_counts():
+    kernels = ncu_kernels(RAW)
+    stats = per_kernel(kernels)
+    roof = kernel_roofline(kernels, stats).set_axis(stats["kernel"])
+    naive = roof.loc["naive_gemm"]
+    # 2 launches of a 2048³ FP32 GEMM: 2 × 2 × 2048³ FLOPs, counted from ncu's FFMA rate, clock and duration
+    assert naive["flop"] == pytest.approx(2 * 2 * 2048**3, rel=1e-3) and naive["precision"] == "FP32"
+    # H200: 132 SMs × 128 FFMA a cycle × 2 at 1.97 GHz; 1,504 DRAM bytes a cycle at 3.2 GHz
+    assert naive["peak_flop_per_s"] == pytest.approx(66.76e12, rel=0.01)
+    assert naive["peak_dram_bytes_per_s"] == pytest.approx(4.812e12, rel=0.01)
+    assert round(naive["ridge_bytes_per_flop"], 4) == 0.0721
+    assert round(naive["dram_bytes_per_flop"], 4) == 0.0027 and round(naive["l1_bytes_per_flop"], 2) == 2.0
+    assert naive["roofline_bound"] == "compute" and naive["roofline_ns"] / 2 == pytest.approx(257_500, rel=0.01)
+    assert round(naive["flop_rate_pct"], 1) == 8.1
+    # a transpose does no FP work: its roofline is its DRAM bytes at peak bandwidth
+    transpose = roof.loc["transpose_naive"]
+    assert transpose["flop"] == 0 and transpose["roofline_bound"] == "DRAM"
+    assert transpose["roofline_ns"] == pytest.approx(transpose["dram_bytes"] / transpose["peak_dram_bytes_per_s"] * 1e9)
+    # CuPy's RNG init is integer work (ALU pipe 65 %): its roofline is that, not its few DRAM bytes
+    assert roof.loc["init_curand", "roofline_bound"] == "integer ALU"
+
+
+def test_kernels_held_back_on_chip_get_their_unit_cause_fix_and_roofline(analysis):
+    f = by_id(analysis)["speed_of_light.onchip_bound"]
     subjects = {s.name: s for s in f.subjects}
-    naive = subjects["naive_gemm"]
-    assert naive.figures["cause"] == "reuse missed" and naive.figures["band"] == "ok"
-    assert naive.severity == diagnose.Severity.WARNING  # 45.7 % of GPU time; its L2 band (98.8 %) is ok on the H200
-    assert round(naive.figures["reuse_l1"]) == 1023 and round(naive.figures["reuse_l2"]) == 126
-    assert naive.figures["limiter_unit"] == "L1/TEX (LSU)"
-    assert "tile" in f.recommendation and "shared memory" in f.recommendation
-    assert "tiled_gemm" not in subjects  # its L1 data pipe carries shared-memory wavefronts (96 %): already tiled
-    assert round(f.cost_share, 3) == 0.295  # naive: 45.7 % × (1 − 37.1 / 97.2); init_curand adds 1 %
+    assert list(subjects) == ["naive_gemm", "tiled_gemm", "transpose_naive", "init_curand"]  # by cost
+    naive, tiled, transpose = subjects["naive_gemm"], subjects["tiled_gemm"], subjects["transpose_naive"]
+    assert naive.figures["causes"] == "reuse missed" and naive.figures["limiter_unit"] == "L1/TEX (LSU)"
+    assert naive.figures["saving_basis"] == "roofline" and round(naive.figures["saving_share"], 2) == 0.92
+    assert naive.severity == diagnose.Severity.CRITICAL and round(naive.figures["est_loss_share"], 3) == 0.42
+    # the tiled GEMM: shared memory carries its L1 pipe, so the fix is register tiling, and it costs less
+    assert tiled.figures["causes"] == "shared-memory traffic"
+    assert tiled.figures["est_loss_share"] < naive.figures["est_loss_share"] / 1.8
+    # the naive transpose's L2 crossbar: its stores waste 78 % of their sectors
+    assert transpose.figures["causes"] == "wasted sectors" and transpose.figures["limiter_unit"] == "L2 (crossbar in)"
+    assert transpose.severity == diagnose.Severity.WARNING
+    assert "stream_add" not in subjects and "strided_copy" not in subjects  # DRAM-limited: at their roofline
+    assert f.title.startswith("4 kernels (90.8 % of GPU time) are held back by on-chip memory traffic")
+    text = f.recommendation
+    assert (
+        "naive_gemm: per FLOP it moves 2 global bytes through L1 and 0.0027 DRAM bytes, against the GPU's ridge "
+        in text
+    )
+    assert "257 µs a launch, not 3.18 ms (8.1 % of FP32 peak)" in text
+    assert (
+        "tile it in shared memory" in text and "tile it in registers" in text and "coalesce its global accesses" in text
+    )
+    assert round(f.cost_share, 3) == 0.794
+    # l2 leaves them to it: no reuse finding counts the GEMMs' time again
+    assert "l2.reuse_missed" not in by_id(analysis)
+    table = analysis.results["speed_of_light"].tables["kernels"].set_index("kernel")
+    assert round(table.loc["naive_gemm", "roofline_saving_share"], 2) == 0.92
 
 
 def test_streaming_kernels_are_compulsory_not_critical_and_get_no_caching_advice(analysis):
@@ -170,9 +212,17 @@ def test_gpudiags_own_default_ncu_capture_has_what_the_split_needs():
     gpudiag's default sections and metrics (15 replay passes per launch): the same verdicts as the full set."""
     a = diagnose.analyze(diagnose.load(REPO / "fixtures" / "runs" / "ncu_kinds"))
     got = by_id(a)
-    reuse = {s.name: s for s in got["l2.reuse_missed"].subjects}
-    assert reuse["naive_gemm"].severity == diagnose.Severity.WARNING and "tiled_gemm" not in reuse
-    assert round(reuse["naive_gemm"].figures["reuse_l1"]) == 1022
+    onchip = {s.name: s for s in got["speed_of_light.onchip_bound"].subjects}
+    naive, tiled = onchip["naive_gemm"], onchip["tiled_gemm"]
+    # gpudiag's default sections hold no roofline metrics: the saving is the time down to the next limit
+    assert naive.figures["saving_basis"] == "next limit" and round(naive.figures["saving_share"], 2) == 0.62
+    assert naive.severity == diagnose.Severity.CRITICAL and tiled.severity == diagnose.Severity.WARNING
+    assert naive.figures["causes"] == "reuse missed" and round(naive.figures["reuse_l1"]) == 1022
+    assert tiled.figures["causes"] == "shared-memory traffic"
+    assert (
+        "its roofline was not measured (no SpeedOfLight_RooflineChart metrics"
+        in got["speed_of_light.onchip_bound"].recommendation
+    )
     assert {s.name for s in got["l2.compulsory_misses"].subjects} == {"stream_add", "strided_copy"}
     uncoalesced = {s.name: s for s in got["memory_access.uncoalesced"].subjects}
     assert set(uncoalesced) == {"transpose_naive", "strided_copy"}

@@ -56,3 +56,31 @@ def test_fp64_sobel_is_limited_by_the_fp64_pipe():
 def test_tiled_transpose_with_bank_conflicts_is_limited_by_the_l1_load_path():
     v = in_fresh_process(verdicts, sample("sharedBankConflicts/transposeCoalesced.ncu-rep"))
     assert v["limiter"] == ("L1/TEX (LSU)", 90.2)
+
+
+def test_shared_bank_conflicts_hold_the_transpose_on_its_l1_path_and_the_fixed_one_is_at_its_roofline():
+    v = in_fresh_process(onchip, sample("sharedBankConflicts/transposeCoalesced.ncu-rep"))
+    assert v["severity"] == "critical" and v["causes"] == ["bank conflicts"]
+    assert v["unit"] == ("L1/TEX (LSU)", 90.2) and v["conflict_share"] == 0.92
+    # its DRAM bytes at the A4500's peak: 880 µs of 1.42 ms; NVIDIA's padded version took 998 µs
+    assert v["roofline_us"] == 880 and "pad the shared array" in v["recommendation"]
+    fixed = in_fresh_process(onchip, sample("sharedBankConflicts/transposeNoBankConflicts.ncu-rep"))
+    assert fixed is None  # DRAM-limited at 88.7 %: no on-chip finding
+
+
+def onchip(path: str) -> dict | None:
+    import diagnose
+
+    a = diagnose.analyze(diagnose.load(path))
+    f = next((f for f in a.findings if f.id == "speed_of_light.onchip_bound"), None)
+    if f is None:
+        return None
+    s = f.subjects[0].figures
+    return {
+        "severity": f.severity.label,
+        "causes": s["causes"].split(", "),
+        "unit": (s["limiter_unit"], round(s["limiter_pct"], 1)),
+        "conflict_share": round(s["shared_conflict_share"], 2),
+        "roofline_us": round(s["roofline_ns"] / 1000),
+        "recommendation": f.recommendation,
+    }

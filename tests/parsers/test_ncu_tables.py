@@ -152,3 +152,25 @@ def test_report_whose_rules_cannot_be_read_keeps_its_kernels():
     kernels, rules, said = in_fresh_process(read_with_broken_rules, path)
     assert len(kernels) == 48 and not len(rules) and list(rules.columns) == list(RULES_SCHEMA.columns)
     assert said == [f"{path}: ncu_report could not give the rule results of 48 of 48 launches"]
+
+
+def test_a_folder_of_two_captures_keeps_both_and_merges_each_ones_pages():
+    """fixtures/shared/ncu: one capture (40 launches, process 483) as raw, raw-base and details pages, and a
+    second run of the script (20 launches, process 1050, other metrics) with the same launch IDs and kernels."""
+    p = diagnose.load(REPO / "fixtures" / "shared" / "ncu")
+    assert len(p.kernels) == 60
+    assert sorted(p.kernels["process_id"].value_counts().items()) == [(483.0, 40), (1050.0, 20)]
+    assert sum("the same 40 launches" in w for w in p.warnings) == 2
+
+
+def test_the_ncu_rep_and_its_csv_pages_are_one_capture_though_they_name_kernels_differently():
+    """The .ncu-rep names kernels with namespaces and no process; its CSV pages without namespaces, with the
+    process: the same launches all the same (fixtures/ncu/small_grid: 2 launches in 4 files)."""
+    pytest.importorskip("ncu_report")
+    p = in_fresh_process(_load_launch_count, str(REPO / "fixtures" / "ncu" / "small_grid"))
+    assert p == (2, 3)
+
+
+def _load_launch_count(path: str) -> tuple[int, int]:
+    p = diagnose.load(path)
+    return len(p.kernels), sum("the same 2 launches" in w for w in p.warnings)
