@@ -123,19 +123,20 @@ def table_html(
 ) -> str:
     """A sortable HTML table (click a header); every cell escaped; at most ``max_rows`` rows rendered.
 
-    Headers are labels (``GPU time``), the column's key in their ``title``; each value is written for the unit
-    its column's name carries (``diagnose.formatting.cell_text``: ``17.8 ms``, ``79.6 %``, ``1.5 GiB``,
-    ``16,384``), its raw number kept in ``data-v`` for sorting. Kernels show their short name, the full
-    demangled name on hover (``title``), and the ``kernel_name`` column is not repeated. Timestamps read as the
-    time since ``time_origin_ns`` (the run's start, when the section knows it), else since the table's first.
-    ``float_fmt``: a format for the unitless, non-whole numbers of this table (e.g. ``"{:,.3f}"``).
+        Headers are labels (``GPU time``), the column's key in their ``title``; each value is written for the unit
+        its column's name carries (``diagnose.formatting.cell_text``: ``17.8 ms``, ``79.6 %``, ``1.5 GiB``,
+        ``16,384``), its raw number kept in ``data-v`` for sorting. Kernels show their short name, the full
+        demangled name on hover (``title``) with, for a ``#2`` label, what tells it from the first kernel of that name
+    (``kernel_note``), and the ``kernel_name`` and ``kernel_note`` columns are not repeated. Timestamps read as the
+        time since ``time_origin_ns`` (the run's start, when the section knows it), else since the table's first.
+        ``float_fmt``: a format for the unitless, non-whole numbers of this table (e.g. ``"{:,.3f}"``).
     """
     if df is None or not len(df):
         return '<p class="muted">No rows.</p>'
     shown = df.head(max_rows)
     columns = [str(c) for c in shown.columns]
     kernel_col, full_col = kernel_columns(columns)
-    hidden = {c for c in ("kernel_name", "kernel_short") if c in columns and c != kernel_col}
+    hidden = {c for c in ("kernel_name", "kernel_short", "kernel_note") if c in columns and c != kernel_col}
     stamps = {c: unit_of_column(c).split(" ", 1)[1] for c in columns if unit_of_column(c).startswith("timestamp")}
     firsts = {
         c: pd.to_numeric(shown[c], errors="coerce").min() * DURATION_SCALE_NS.get(u, 1.0) for c, u in stamps.items()
@@ -162,7 +163,8 @@ def table_html(
                 continue
             if c == kernel_col:
                 full = rec[columns.index(full_col)] if full_col is not None else v
-                cells.append(_kernel_cell(shorts.get(i, ""), v, full))
+                note = rec[columns.index("kernel_note")] if "kernel_note" in columns else None
+                cells.append(_kernel_cell(shorts.get(i, ""), v, full, note))
             elif c in stamps:  # a clock reading from the origin; a time the analyzer made relative, as it is
                 cells.append(_stamp_cell(v, stamps[c], origin_ns if c in clock else 0.0))
             else:
@@ -194,12 +196,15 @@ def _header(column: str, timestamp: bool, since: str) -> str:
     return f"{label} (since {since})" if timestamp else label
 
 
-def _kernel_cell(short: str, label, full) -> str:
-    """The kernel's short name, its label and full demangled name on hover."""
+def _kernel_cell(short: str, label, full, note=None) -> str:
+    """The kernel's short name; on hover its label, full demangled name and, for a ``#2`` label, what tells it
+    from the first kernel of that name (``kernel_note``)."""
     if is_missing(label):
         return f"<td>{MISSING}</td>"
     label, full = str(label), ("" if is_missing(full) else str(full))
     hover = label if not full or full == label else f"{label}\n{full}"
+    if isinstance(note, str) and note:
+        hover += f"\n{note}"
     return f'<td class="kernel" title="{html.escape(hover)}" data-v="{html.escape(label)}">{html.escape(short)}</td>'
 
 

@@ -10,7 +10,8 @@ reading (NaN) leave that metric's mean and its weights alone.
 
 Each aggregate row carries ``kernel`` (a label unique in the capture: the short
 name, with `` #2``, `` #3`` … for further instances sharing it, heaviest first),
-``kernel_short`` (what findings name as the subject) and ``kernel_name`` (full).
+``kernel_short`` (what findings name as the subject), ``kernel_name`` (full) and ``kernel_note`` (for a ``#k``
+label, which template arguments and launch shape tell it from the first of its name: diagnose.derive.kernel_instances).
 """
 
 from __future__ import annotations
@@ -18,9 +19,21 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from diagnose.derive.kernel_instances import instance_notes
 from diagnose.derive.table_values import TableValues, values_of
+from diagnose.formatting import count_human
 
-KEY_COLUMNS = ["kernel", "kernel_short", "kernel_name", "launches", "gpu_time_ns", "mean_dur_ns", "share"]
+# kernel_note: what tells a "#2" label from the first kernel of its short name (diagnose.derive.kernel_instances)
+KEY_COLUMNS = [
+    "kernel",
+    "kernel_short",
+    "kernel_name",
+    "launches",
+    "gpu_time_ns",
+    "mean_dur_ns",
+    "share",
+    "kernel_note",
+]
 
 
 def total_gpu_time_ns(kernels: pd.DataFrame) -> float:
@@ -156,7 +169,37 @@ def per_kernel(kernels: pd.DataFrame, metrics: list[str] = (), memo: TableValues
     out = out.rename_axis("kernel_name").reset_index()
     out = out.sort_values(["gpu_time_ns", "kernel_name"], ascending=[False, True], kind="stable").reset_index(drop=True)
     out.insert(0, "kernel", unique_labels(out["kernel_short"]))
+    out["kernel_note"] = _notes(kernels, out, codes, keys)
     return out[cols]
+
+
+def _notes(kernels: pd.DataFrame, out: pd.DataFrame, codes: np.ndarray, keys: np.ndarray) -> list[str | None]:
+    """Each ``#k`` label's note (diagnose.derive.kernel_instances); the launch shapes are worked out only for
+    kernels whose short name repeats (a handful)."""
+    shorts = [str(s) for s in out["kernel_short"]]
+    repeated = {s for s in shorts if shorts.count(s) > 1}
+    if not repeated:
+        return [None] * len(out)
+    configs: list[str | None] = [None] * len(out)
+    if "grid_size" in kernels.columns and "block_size" in kernels.columns:
+        row_of = {k: i for i, k in enumerate(out["kernel_name"])}
+        frame = pd.DataFrame(
+            {
+                "key": keys[codes],
+                "grid": pd.to_numeric(kernels["grid_size"], errors="coerce").to_numpy(),
+                "block": pd.to_numeric(kernels["block_size"], errors="coerce").to_numpy(),
+                "dur": pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0).to_numpy(),
+            }
+        )
+        frame = frame[frame["key"].map(lambda k: shorts[row_of[k]] in repeated if k in row_of else False)]
+        frame = frame.dropna(subset=["grid", "block"])
+        if len(frame):
+            top = frame.groupby(["key", "grid", "block"])["dur"].sum().reset_index()
+            top = top.sort_values(["key", "dur"], ascending=[True, False]).drop_duplicates("key")
+            for k, g, b in zip(top["key"], top["grid"], top["block"]):
+                configs[row_of[k]] = f"grid {count_human(g)} × {count_human(b)} threads"
+    labels, fulls = list(out["kernel"]), [str(n) for n in out["kernel_name"]]
+    return instance_notes(labels, shorts, fulls, configs)
 
 
 def unique_labels(short: pd.Series) -> list[str]:
@@ -215,13 +258,17 @@ def sm_count(kernels: pd.DataFrame) -> float:
 
 def launches_figure(row: pd.Series) -> dict:
     """The figures every kernel subject carries (the full name tells same-named instances apart)."""
-    return {
+    figures = {
         "launches": int(row["launches"]),
         "gpu_time_ns": float(row["gpu_time_ns"]),
         "mean_dur_ns": float(row["mean_dur_ns"]),
         "share": float(row["share"]),
         "kernel_name": str(row["kernel_name"]),
     }
+    note = row.get("kernel_note")
+    if isinstance(note, str):
+        figures["kernel_note"] = note
+    return figures
 
 
 def kernel_subject_name(row: pd.Series) -> str:

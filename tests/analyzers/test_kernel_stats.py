@@ -76,3 +76,40 @@ def test_weighted_mean_without_durations_is_the_plain_mean():
 def test_empty_table_gives_typed_empty_stats():
     stats = per_kernel(fake_kernels([]), ["l2_hit_pct"])
     assert len(stats) == 0 and "l2_hit_pct" in stats.columns and "kernel" in stats.columns
+
+
+def test_a_second_kernel_of_one_short_name_says_what_tells_it_from_the_first():
+    """fixtures/shared/ncu/convnet_raw.csv (H200): three reduce_kernel instantiations, two of the elementwise
+    templates; the "#k" labels carry the template arguments and launch shapes that differ."""
+    import diagnose
+    from diagnose.derive.kernel_stats import per_kernel
+    from tests.paths import REPO
+
+    stats = per_kernel(diagnose.load(REPO / "fixtures" / "shared" / "ncu" / "convnet_raw.csv").kernels)
+    notes = dict(zip(stats["kernel"], stats["kernel_note"]))
+    assert not isinstance(notes["reduce_kernel"], str)  # the first of its name has nothing to be told from
+    assert notes["reduce_kernel #3"] == (
+        "reduce_kernel #3: another kernel named reduce_kernel (another instantiation of the template); template "
+        "argument 1 is 256 where reduce_kernel's is 512; template argument 2 is 2 where reduce_kernel's is 1; its "
+        "launches mostly use grid 1 × 128 threads where reduce_kernel's use grid 576 × 512 threads"
+    )
+    assert "template argument 6 is 2 where nchwToNhwcKernel's is 0" in notes["nchwToNhwcKernel #2"]
+    assert "grid" not in notes["nchwToNhwcKernel #2"]  # same launch shape: not said
+    assert sum(isinstance(n, str) for n in notes.values()) == sum("#" in k for k in notes)
+
+
+def test_the_kernel_note_is_on_hover_not_a_column():
+    import diagnose
+    from reports.figures import table_html
+    from tests.paths import REPO
+
+    a = diagnose.analyze(diagnose.load(REPO / "fixtures" / "ncu" / "tiny_kernels" / "raw.csv"))
+    table = a.results["tiny_kernels"].tables.get("kernels")
+    if table is None or "kernel_note" not in table.columns:
+        table = a.results["speed_of_light"].tables["kernels"]
+    html = table_html(table, "t")
+    assert 'title="kernel_note"' not in html
+    assert (
+        "template argument 2 is AUnaryFunctor&lt;float, float, float, binary_internal::MulFunctor&lt;float&gt;&gt;"
+        in html
+    )
