@@ -16,6 +16,7 @@ _NCU_ONLY = (
     "ncu_step",
     "ncu_max_launches",
     "ncu_timeout",
+    "after_window",
     "launch_skip",
     "launch_count",
     "kernel_name",
@@ -135,6 +136,13 @@ def _snapshot_at(ctx, param, value):
     help="[--ncu] Wall-time budget (default 600; 0 = none): then the script is stopped and ncu keeps what it profiled.",
 )
 @click.option(
+    "--after-window",
+    type=click.Choice(["stop", "continue"]),
+    default=None,
+    help="[--ncu] Once the window is profiled: stop the script (default; the run folder says so) or let it run to "
+    "its end under ncu, every kernel slowed 100-1,700x by ncu's interception.",
+)
+@click.option(
     "--launch-skip",
     type=click.IntRange(0),
     default=None,
@@ -196,6 +204,7 @@ def command(
             step=f["ncu_step"],
             max_launches=DEFAULT_MAX_LAUNCHES if f["ncu_max_launches"] is None else f["ncu_max_launches"],
             timeout_s=DEFAULT_TIMEOUT_S if f["ncu_timeout"] is None else f["ncu_timeout"],
+            after_window=f["after_window"] or "stop",
             launch_skip=f["launch_skip"],
             launch_count=f["launch_count"],
             kernel_name=f["kernel_name"],

@@ -98,6 +98,10 @@ def run_profiled(command: list[str] | tuple[str, ...], options: ProfileOptions =
         exit_code, killed_by, more_faults, _ = _run_child(mode, options, folder, child_command, env, tail)
         faults += more_faults
         mode.finish(folder, tail, killed_by, start_ns, faults, notes)
+    if getattr(mode, "stopped_after_window", False) and exit_code in (0, 128 + 15):
+        # --after-window stop ended the script (SIGTERM) once its ncu window was profiled: the end asked for
+        manifest["stopped_after_window"] = True
+        exit_code = 0
     return _close_run(options, folder, manifest, exit_code, mode.expected, notes, faults, tail)
 
 

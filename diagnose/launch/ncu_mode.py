@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from diagnose.launch import fault_reports, ncu_command
+from diagnose.launch import fault_reports, ncu_command, ncu_window_end
 from diagnose.launch.capture_mode import CaptureMode, ProfileOptions
 from diagnose.launch.child_config import ChildConfig
 from diagnose.launch.run_progress import EventsTail
@@ -38,11 +38,13 @@ class NcuMode(CaptureMode):
         self._env: dict = {}
         self._follower = None
         self._stopper = None
+        self._window_end = None  # --after-window stop's watcher (ncu_window_end.WindowEnd)
         self.orphans: list[int] = []  # pids of the script's processes still alive when ncu ended
         self._exit_code = None
         # the launch window to run the script again under, when the step window saw no step at all (ncu_command.launch_fallback)
         self.rerun: ncu_command.NcuOptions | None = None
         self._reran = False
+        self.stopped_after_window = False  # the run ended by --after-window stop: an expected end, exit code 0
 
     def option_record(self) -> dict:
         ncu = self.options.ncu
@@ -52,6 +54,7 @@ class NcuMode(CaptureMode):
                 "full_set": ncu.full_set,
                 "replay_mode": ncu.replay_mode,
                 "clock_control": ncu.clock_control,
+                "after_window": ncu.after_window,
             }
         }
 
@@ -67,8 +70,8 @@ class NcuMode(CaptureMode):
     def announce(self, folder: Path, manifest: dict, config: ChildConfig) -> None:
         options = self.options
         options.say(
-            f"gpudiag: profiling under ncu ({self.ncu_path}): {options.ncu.describe_window()}; "
-            f"ncu output in {folder / run_folder.NCU_LOG}",
+            f"gpudiag: profiling under ncu ({self.ncu_path}): {options.ncu.describe_window()}, "
+            f"{options.ncu.describe_after_window()}; ncu output in {folder / run_folder.NCU_LOG}",
         )
         self._env = ncu_command.child_env_additions(os.environ)
         if self._env:
@@ -95,6 +98,11 @@ class NcuMode(CaptureMode):
         else:
             self._started = time.monotonic()
             self._stopper.start_budget(timeout_s)
+        ncu = self.options.ncu
+        if ncu.after_window == "stop" and ncu.window_end_known:
+            log = self._follower.log if self._follower is not None else None
+            self._window_end = ncu_window_end.WindowEnd(ncu, self._folder, log, self._stopper.stop)
+            self._window_end.start()
 
     def on_signal(self, child: Child, signum: int) -> None:
         """SIGINT/SIGTERM/SIGHUP to gpudiag: stop the application under ncu (ncu writes what it has), bounded."""
@@ -105,6 +113,8 @@ class NcuMode(CaptureMode):
     def after_exit(self, child: Child, killed_by: str | None) -> None:
         if self._stopper is not None:
             self._stopper.cancel()
+        if self._window_end is not None:
+            self._window_end.cancel()
         # ncu gone while the application it ran still lives: ncu died (on the H200 its wrapper printed
         # "Segmentation fault" and exited 139 under a JAX script, which then ran on, orphaned, for minutes)
         pid, self._exit_code = child.process.pid, child.process.returncode
@@ -118,7 +128,18 @@ class NcuMode(CaptureMode):
         """A killed ncu leaves a partial report (a fault); else the CSV export and what to say about the run."""
         log = self._follower.stop()
         stopped = self._stopper.reason if self._stopper is not None else None
-        if stopped:
+        after_window = stopped == ncu_window_end.REASON
+        if after_window:
+            steps = max((max(s) for s in tail.steps.values() if s), default=None) if tail.steps else None
+            notes.append(
+                f"the script was stopped {self._stopper.after_s:.0f} s after it began, once the window "
+                f"({self.options.ncu.describe_window()}) was profiled, as --after-window stop asks: "
+                f"{log.launches} kernel launches profiled"
+                + (f", the last step recorded {steps}" if steps is not None else "")
+                + "; the rest of the script did not run (--after-window continue runs it under ncu)"
+            )
+            self.stopped_after_window = True
+        elif stopped:
             notes.append(
                 f"the run was stopped ({stopped}) {self._stopper.after_s:.0f} s after it began: the script under ncu "
                 f"was ended; {'ncu was killed too, ' if killed_by else ''}{log.launches} kernel launches had been "

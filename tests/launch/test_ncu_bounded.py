@@ -29,8 +29,21 @@ def _env():
     return base_env(PATH=f"{FAKE_NCU}{os.pathsep}{os.environ['PATH']}", FAKE_NCU_WAIT_FOR_APP="1")
 
 
-def _profile_args(run, *extra):
-    return ["profile", "--ncu", "--ncu-step", "2", "-o", run, *extra, "--", sys.executable]
+def _profile_args(run, *extra, after_window="continue"):
+    """--after-window continue: these tests bound a script that keeps running under ncu after its window."""
+    return [
+        "profile",
+        "--ncu",
+        "--ncu-step",
+        "2",
+        "--after-window",
+        after_window,
+        "-o",
+        run,
+        *extra,
+        "--",
+        sys.executable,
+    ]
 
 
 def test_ncu_timeout_stops_the_script_and_keeps_the_report(tmp_path):
@@ -100,3 +113,40 @@ def test_a_script_that_ignores_the_stop_is_killed_with_ncu_after_the_grace(tmp_p
     assert (m["status"], m["signal"]) == ("signal", "SIGKILL")
     (note,) = [n for n in m["notes"] if n.startswith("the run was stopped")]
     assert "ncu was killed too" in note
+
+
+def _marker_loop(run, *ncu_args):
+    """gpudiag profile --ncu NCU_ARGS of a 100,000-step loop of 20 ms steps (over half an hour if nothing stops it)."""
+    loop = [sys.executable, SCRIPTS / "marker_loop.py", "100000", "0.02"]
+    return gpudiag("profile", "--ncu", *ncu_args, "-o", run, "--", *loop, env=_env(), timeout=300)
+
+
+def test_after_window_stop_ends_the_script_once_its_step_is_profiled_and_the_run_reports_cleanly(tmp_path):
+    """The default: the script is stopped once step 2, the window, has its record; gpudiag exits 0, the manifest
+    says the run is ok and why it ended, and no fault is recorded."""
+    run = tmp_path / "r"
+    r = _marker_loop(run, "--ncu-step", "2")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "then the script is stopped (--after-window continue lets it finish under ncu)" in r.stderr
+    assert "gpudiag: the window was profiled (--after-window stop): stopping the script under ncu" in r.stderr
+    assert "still running 8 s after the stop" not in r.stderr and "Traceback" not in r.stderr
+    m = assert_valid_run_folder(run)
+    assert m["status"] == "ok" and m["exit_code"] == 0 and m["stopped_after_window"] is True
+    assert m["options"]["ncu"]["after_window"] == "stop"
+    assert not [f for f in m["faults"] if f["kind"] == "ncu-stopped"]
+    (note,) = [n for n in m["notes"] if n.startswith("the script was stopped")]
+    assert "as --after-window stop asks: 3 kernel launches profiled" in note
+    steps = [int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("step ")]
+    assert 2 <= max(steps) < 1000  # it ended soon after the window, not at 100,000
+    assert "ncu/report.ncu-rep" in m["artifacts"]
+    # the report reads it as a finished run: no note of a crash or a stop by a fault
+    from diagnose import load
+
+    profile = load(run)
+    assert not any("crash" in w or "failed" in w for w in profile.warnings), profile.warnings
+
+
+def test_a_window_whose_end_gpudiag_cannot_see_is_not_stopped(tmp_path):
+    r = _marker_loop(tmp_path / "r", "--ncu-nvtx-include", "my_range/", "--ncu-timeout", "3")
+    assert "then the script runs to its end under ncu (gpudiag cannot see where this window ends)" in r.stderr
+    assert "--after-window stop): stopping" not in r.stderr and "--ncu-timeout 3 s: stopping" in r.stderr
