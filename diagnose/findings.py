@@ -141,9 +141,12 @@ class Finding:
     cost_share: float | None = None  # estimated share of GPU/step time this costs, 0..1
     recommendation: str = ""
     section: str | None = None  # anchor of the report section holding the evidence
+    # what cost_share is a share of, in the verdict's words, where it is not its analyzer's declared basis (the idle
+    # and sync findings of a run with untraced step timings: "the median step", diagnose.derive.untraced_cost)
+    cost_basis: str | None = None
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "id": self.id,
             "analyzer": self.analyzer,
             "severity": self.severity.label,
@@ -153,6 +156,9 @@ class Finding:
             "evidence": [e.to_json() for e in self.evidence],
             "recommendation": self.recommendation,
         }
+        if self.cost_basis is not None:
+            out["cost_basis"] = self.cost_basis
+        return out
 
 
 @dataclass

@@ -234,6 +234,8 @@ def decide_sentence(analysis: Any) -> Verdict:
         lead = described.get(limits[0].analyzer)
         if lead is not None and lead.shows_step_budget:  # the verdict names a cause of the step: show its budget
             budget = median_step_budget(analysis.results.get("step_budget")) or budget
+        elif limits[0].cost_basis == MEDIAN_STEP:  # idle or syncs put into the untraced median step: say that step
+            budget = median_step_budget(analysis.results.get("step_budget")) or budget
         return limited(limits[0], measured, budget, described, run)
     if judged:
         return Verdict(clean_sentence(analysis.summary, budget, judged, described), CLEAN, None, None, (), budget)
@@ -260,7 +262,10 @@ def limited(
     if budget is not None and top.id in ("idle.gpu_idle", "sync.host_sync"):
         idle = next((f for f in measured if f.id == "idle.gpu_idle"), None)
         sync = next((f for f in measured if f.id == "sync.host_sync"), None)
-        phrase, sync_named = idle_phrase(budget, sync, sync_first=top is sync)
+        of_step = top.cost_basis == MEDIAN_STEP and budget.described is not None and "median" in budget.described
+        phrase, sync_named = idle_phrase(
+            budget, sync, sync_first=top is sync, of="the median step" if of_step else "the traced time"
+        )
         if top is sync and not sync_named:
             phrase = None  # the syncs hold no GPU idle time in the breakdown: let their own title speak
         else:
@@ -291,6 +296,7 @@ def limited(
 
 
 RUN_BASIS = "the run's wall time"  # the run budget's findings' basis (diagnose/analyzers/run_budget.py)
+MEDIAN_STEP = "the median step"  # the basis of idle and sync findings put into the untraced median step
 
 
 @dataclass(frozen=True)
@@ -337,14 +343,20 @@ def recoverable_ms(finding: Finding, described: dict[str, AnalyzerDescription], 
 
 
 def cost_of(finding: Finding, described: dict[str, AnalyzerDescription]) -> str:
-    """What ``finding.cost_share`` is a share of, in words ('the median step', 'the traced time', 'GPU time'), as
-    its analyzer declares it; 'step time' for a finding of an analyzer not described."""
+    """What ``finding.cost_share`` is a share of, in words ('the median step', 'the traced time', 'GPU time'): the
+    finding's own basis where it has one, else as its analyzer declares it; 'step time' for a finding of an analyzer
+    not described."""
+    if finding.cost_basis is not None:  # the finding's own, where it differs from its analyzer's
+        return finding.cost_basis
     analyzer = described.get(finding.analyzer)
     return analyzer.cost_of(finding.id) if analyzer is not None else "step time"
 
 
-def idle_phrase(budget: StepBudget, sync: Finding | None, sync_first: bool = False) -> tuple[str, bool]:
-    """'GPU idle 29 % of the traced time, mostly ...' and whether it named the costliest sync.
+def idle_phrase(
+    budget: StepBudget, sync: Finding | None, sync_first: bool = False, of: str = "the traced time"
+) -> tuple[str, bool]:
+    """'GPU idle 29 % of the traced time, mostly ...' (``of``: what ``budget`` is the parts of) and whether it named
+    the costliest sync.
 
     The main cause of idle time is named, and a second one holding ``NAMED_IDLE_CAUSE_SHARE`` of it;
     with ``sync_first`` (the syncs are the verdict's top finding) host syncs are named whatever their share.
@@ -364,7 +376,7 @@ def idle_phrase(budget: StepBudget, sync: Finding | None, sync_first: bool = Fal
             detail += f", costliest {sync_place(sync.subjects[0])}"
             sync_named = True
         words.append(f"{words_of[cause]} ({detail})")
-    phrase = f"GPU idle {percent(idle, 1)} of the traced time"
+    phrase = f"GPU idle {percent(idle, 1)} of {of}"
     if words:
         phrase += ", mostly " + " and ".join(words)
     return phrase, sync_named

@@ -72,6 +72,8 @@ STEPS_SCHEMA = Schema(
         "input_ms": F64,
         "input_from": STR,
         "source": STR,
+        "backward_ms": F64,
+        "optimizer_ms": F64,
     },
     docs={
         "rank": "process rank (0 for a single process)",
@@ -89,6 +91,10 @@ STEPS_SCHEMA = Schema(
         "input_from": "where input_ms was measured: 'dataloader' or 'loop' (empty when not measured)",
         "source": "what ended the step in light mode: marker | optimizer | backward | jit | time (fixed time "
         "slices, not iterations); empty for step timings from elsewhere",
+        "backward_ms": "host time inside the step's outermost torch.autograd.backward calls (issuing the backward "
+        "pass; part of host_ms; NaN when not measured: not a torch training loop, or records before they had it)",
+        "optimizer_ms": "host time inside the step's optimizer step() calls, every optimizer (part of host_ms; NaN "
+        "when not measured)",
     },
 )
 
@@ -410,6 +416,8 @@ def _step_record(r: dict) -> dict:
         "input_ms": _duration(r, "input_ms"),
         "input_from": _input_from(r),
         "source": _source(r),
+        "backward_ms": _duration(r, "backward_ms"),
+        "optimizer_ms": _duration(r, "optimizer_ms"),
     }
 
 

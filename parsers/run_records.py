@@ -153,8 +153,11 @@ _STEP_WRITTEN_AS = {
     "overhead_us": "%.3f",
 }
 # a step: the work between two step boundaries. input_ms (and input_from "loop") where the input wait was measured;
-# name only from other writers (a region a user timed: docs/step-timings.md)
-STEP = RecordKind("step", tuple(_STEP_WRITTEN_AS), optional=("input_ms", "input_from", "name"))
+# name only from other writers (a region a user timed: docs/step-timings.md); backward_ms / optimizer_ms: the host
+# time inside the step's outermost torch.autograd.backward calls / optimizer step() calls, where torch was hooked
+STEP = RecordKind(
+    "step", tuple(_STEP_WRITTEN_AS), optional=("input_ms", "input_from", "name", "backward_ms", "optimizer_ms")
+)
 # a synchronizing call inside the trace window, with the user's line and stack
 SYNC = RecordKind("sync", ("rank", "step", "t_ns", "dur_ns", "op", "file", "line", "function", "stack"))
 # work that ran between steps (or before the first one, step -1): a checkpoint, an evaluation span, a compile, the
@@ -281,6 +284,7 @@ _STEP_FORMAT = (
 )
 _INPUT_MS = ',"input_ms":%.6f'
 _INPUT_FROM_LOOP = f',"input_from":"{INPUT_FROM_LOOP}"'
+_PHASES = ',"backward_ms":%.6f,"optimizer_ms":%.6f'
 
 
 def step_line(
@@ -294,6 +298,8 @@ def step_line(
     overhead_us: float,
     input_ms: float | None = None,
     input_from: str | None = None,
+    backward_ms: float | None = None,
+    optimizer_ms: float | None = None,
 ) -> bytes:
     """A step record as one JSON line, the fields of :data:`STEP` in order: ms to 6 decimals (the ns), µs to 3.
 
@@ -301,14 +307,17 @@ def step_line(
     training step: on the H200 host writing ~40 step records took 440 µs with the encoder-equivalent formatting
     (2026-12-03), about 10 µs a step. ``input_ms`` (the DataLoader wait) is written only where it was measured
     (torch imported, and the step fetched a batch from a DataLoader, or on Python 3.12+ from the training loop's own
-    ``for``: ``input_from`` "loop"). A source this module does not know or a value JSON cannot hold goes through
+    ``for``: ``input_from`` "loop"). ``backward_ms`` and ``optimizer_ms`` are written together, where torch's backward
+    and optimizers were hooked. A source this module does not know or a value JSON cannot hold goes through
     :func:`format_record`, which writes the same record."""
+    phases = backward_ms is not None and optimizer_ms is not None
     if (
         source in STEP_SOURCES
         and math.isfinite(host_ms)
         and math.isfinite(overhead_us)
         and (gpu_ms is None or math.isfinite(gpu_ms))
         and (input_ms is None or math.isfinite(input_ms))
+        and (not phases or (math.isfinite(backward_ms) and math.isfinite(optimizer_ms)))
     ):
         return (
             _STEP_FORMAT
@@ -321,9 +330,12 @@ def step_line(
                 source,
                 "true" if instrumented else "false",
                 overhead_us,
-                ""
-                if input_ms is None
-                else _INPUT_MS % input_ms + (_INPUT_FROM_LOOP if input_from == INPUT_FROM_LOOP else ""),
+                (
+                    ""
+                    if input_ms is None
+                    else _INPUT_MS % input_ms + (_INPUT_FROM_LOOP if input_from == INPUT_FROM_LOOP else "")
+                )
+                + (_PHASES % (backward_ms, optimizer_ms) if phases else ""),
             )
         ).encode()
     optional = {}
@@ -331,6 +343,9 @@ def step_line(
         optional["input_ms"] = _rounded(input_ms, 6)
         if input_from == INPUT_FROM_LOOP:
             optional["input_from"] = INPUT_FROM_LOOP
+    if phases:
+        optional["backward_ms"] = _rounded(backward_ms, 6)
+        optional["optimizer_ms"] = _rounded(optimizer_ms, 6)
     return format_record(
         STEP,
         rank=rank,

@@ -59,7 +59,8 @@ def test_check_gates_on_severity_on_a_run_folder():
     assert critical.returncode == 0, critical.stderr
     assert critical.stdout.endswith("OK: no finding at or above critical\n")
     assert warning.returncode == 1, warning.stderr
-    assert warning.stdout.endswith("FAIL: 2 findings at or above warning: idle.gpu_idle, sync.host_sync\n")
+    # idle.gpu_idle is info: 8.9 % of the untraced median step (28.8 % of the traced steps, issue 31)
+    assert warning.stdout.endswith("FAIL: 1 finding at or above warning: sync.host_sync\n")
 
 
 def test_check_prints_every_finding_with_its_id():

@@ -9,14 +9,19 @@ share of that stream's idle time). ``docs/traces.md`` lists every key.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
 from diagnose.derive import capture_advice
 from diagnose.derive import trace_timeline as tl
+from diagnose.derive import untraced_cost as untraced_cost_module
 from diagnose.derive.derived import Derived
+from diagnose.derive.host_phases import phases_text
 from diagnose.derive.step_gpu_breakdown import step_breakdown
 from diagnose.derive.trace_input_wait import input_fetches, input_idle_by_cause
+from diagnose.derive.untraced_cost import untraced_cost
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human
 from diagnose.ingest.profile_data import Profile
@@ -99,7 +104,9 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
     breakdown_rows, step_tables, stream_tables = [], [], []
     for rank in sorted(derived.traces):
         part = derived.rank_part(NAME, rank, lambda r=rank: rank_part(profile, derived, r, th, lowest))
-        result.findings.extend(part["findings"])
+        result.findings.extend(
+            on_untraced_step(with_host_phases(f, derived, rank), derived, rank) for f in part["findings"]
+        )
         if part["breakdown"] is None:
             continue
         result.summary.update({rank_key(rank, lowest, k): v for k, v in part["summary"].items()})
@@ -112,6 +119,44 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         result.tables["per_step"] = pd.concat(step_tables, ignore_index=True)
         result.tables["per_stream"] = pd.concat(stream_tables, ignore_index=True)
     return result
+
+
+def on_untraced_step(finding: Finding, derived: Derived, rank: int) -> Finding:
+    """An idle finding of a run with untraced step timings, its cost the idle with a named cause in the median
+    untraced step (diagnose.derive.untraced_cost): never more than that step less its GPU busy; its severity no
+    higher than that share earns. The traced share stays in its title and evidence."""
+    if finding.id != "idle.gpu_idle" or not derived.step_table().shape[0]:
+        return finding
+    cost = untraced_cost(derived.step_budget(), [rank], whole_idle=True)
+    if cost is None:
+        return finding
+    th = derived.thresholds.sync
+    severity = Severity.of(100 * cost.share, warning=th.gpu_idle_warning_pct, critical=th.gpu_idle_critical_pct)
+    return replace(
+        finding,
+        severity=min(finding.severity, severity),  # judged on the steps the script runs, not the profiler's
+        cost_share=cost.share,
+        cost_basis=untraced_cost_module.BASIS,
+        recommendation=f"{cost.words('the idle causes')} {finding.recommendation}",
+    )
+
+
+def with_host_phases(finding: Finding, derived: Derived, rank: int) -> Finding:
+    """An idle finding whose main cause is the host, with where the host's typical untraced step goes by phase
+    (diagnose.derive.host_phases, from light mode's step records): backward, optimizer, input, forward and the rest."""
+    if finding.id != "idle.gpu_idle" or not finding.subjects or finding.subjects[0].figures.get("main_cause") != "host":
+        return finding
+    phases = derived.step_budget().ranks.get(rank, {}).get("host_phases")
+    if not phases:
+        return finding
+    rank_subject = finding.subjects[0]
+    figures = {**rank_subject.figures, **{f"host_{k}": v for k, v in phases.items()}}
+    subjects = (replace(rank_subject, figures=figures), *finding.subjects[1:])
+    return replace(
+        finding,
+        subjects=subjects,
+        recommendation=f"Where the host's time goes, {phases_text(phases)}. {finding.recommendation}",
+    )
 
 
 def rank_part(profile: Profile, derived: Derived, rank: int, th: Thresholds, lowest: int) -> dict:
@@ -230,7 +275,7 @@ def idle_finding(
     ]
     evidence += [Evidence(f"idle_{c}_pct", 100 * by_cause.get(c, 0.0) / span, "%") for c in ("input", *tl.GAP_CAUSES)]
     steps = per_step[per_step["step"] >= 0]
-    subjects = [Subject("rank", str(rank))]
+    subjects = [Subject("rank", str(rank), figures={"main_cause": main})]
     if len(steps):
         # the five idlest steps: the same order as sorting the frame by idle (one Series sort, not a frame's)
         idle_ns = steps["step_ns"] - steps["busy_ns"]

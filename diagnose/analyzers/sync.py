@@ -29,6 +29,7 @@ from diagnose.derive import trace_timeline as tl
 from diagnose.derive.derived import Derived
 from diagnose.derive.sync_calls import MODULE, NO_FRAME, trace_location
 from diagnose.derive.sync_sites import advice_for, group_syncs, where_words
+from diagnose.derive.untraced_cost import BASIS, untraced_cost
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human, n_things
 from diagnose.ingest.profile_data import Profile
@@ -218,7 +219,27 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
                 section=SECTION,
             )
         )
+        result.findings[-1] = on_untraced_step(result.findings[-1], derived, sorted(meta_steps), th)
     return result
+
+
+def on_untraced_step(finding: Finding, derived: Derived, ranks: list[int], th: Thresholds) -> Finding:
+    """The host-sync finding of a run with untraced step timings: its cost the syncs' part of the median untraced
+    step (diagnose.derive.untraced_cost), its severity no higher than that share earns. The traced figures stay in
+    its title, subjects and evidence."""
+    if not derived.step_table().shape[0]:
+        return finding
+    cost = untraced_cost(derived.step_budget(), ranks, parts=("sync",))
+    if cost is None:
+        return finding
+    severity = Severity.of(cost.share, warning=th.sync.warning_idle_share, critical=th.sync.critical_idle_share)
+    return dataclasses.replace(
+        finding,
+        severity=min(finding.severity, severity),
+        cost_share=cost.share,
+        cost_basis=BASIS,
+        recommendation=f"{finding.recommendation} {cost.words('host syncs')}",
+    )
 
 
 def fmt_ms(v) -> str:

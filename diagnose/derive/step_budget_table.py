@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from diagnose.derive.host_phases import host_phases
 from diagnose.derive.input_stalls import input_stalls
 from diagnose.derive.kept_apart_steps import COMPILATION, NEW_SHAPE, add_compile_meta, add_new_shape_meta, work_of
 from diagnose.derive.periodic_work import slow_step_period
@@ -191,6 +192,7 @@ def rank_budget(
     meta["median_step_ms"] = median_ms
     meta["steady_total_ms"] = float(step_ms.sum())
     meta["input_stalls"] = input_stalls(steady, getattr(profile, "loaders", None), rank, median_ms, th)
+    meta["host_phases"] = host_phases(steady)  # the host's typical step by phase (issue 31); None: not measured
     add_new_shape_meta(meta, shapes, rows[new_shaped], median_ms, th)
     input_ms = pd.to_numeric(rows["input_ms"], errors="coerce") if "input_ms" in rows else pd.Series(np.nan, rows.index)
     steady_input = input_ms[steady.index].dropna()

@@ -229,19 +229,35 @@ def test_the_memory_stats_record_is_read_back_field_for_field(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "host_ms, gpu_ms, source, instrumented, overhead_us, input_ms, input_from",
+    "host_ms, gpu_ms, source, instrumented, overhead_us, input_ms, input_from, backward_ms, optimizer_ms",
     [
-        (1.7645124999, 1.7600006, "optimizer", False, 21.4374999, None, None),
-        (0.000001, None, "marker", True, 0.0, 41.1234567, None),
-        (12345.678901, 1e-06, "jit", False, 1234567.891, 3.5, rr.INPUT_FROM_LOOP),
-        (3.5, float("nan"), "backward", False, float("inf"), None, None),  # not finite: null
-        (2.0, 1.0, 'odd "source"\n', False, 5.0, 1.0, "dataloader"),
+        (1.7645124999, 1.7600006, "optimizer", False, 21.4374999, None, None, None, None),
+        (0.000001, None, "marker", True, 0.0, 41.1234567, None, None, None),
+        (12345.678901, 1e-06, "jit", False, 1234567.891, 3.5, rr.INPUT_FROM_LOOP, None, None),
+        (3.5, float("nan"), "backward", False, float("inf"), None, None, None, None),  # not finite: null
+        (2.0, 1.0, 'odd "source"\n', False, 5.0, 1.0, "dataloader", None, None),
+        (19.85, 6.7, "optimizer", False, 3.5, 0.17, None, 9.1234567, 0.8),  # the host phases
+        (19.85, None, "backward", False, 3.5, None, None, 8.0, 0.0),
+        (19.85, None, "optimizer", False, 3.5, 0.17, None, float("nan"), 0.5),  # not finite: the general way
     ],
 )
 def test_the_fast_step_format_writes_what_format_record_writes(
-    host_ms, gpu_ms, source, instrumented, overhead_us, input_ms, input_from
+    host_ms, gpu_ms, source, instrumented, overhead_us, input_ms, input_from, backward_ms, optimizer_ms
 ):
-    fast = rr.step_line(3, 12345, T_NS, host_ms, gpu_ms, source, instrumented, overhead_us, input_ms, input_from)
+    fast = rr.step_line(
+        3,
+        12345,
+        T_NS,
+        host_ms,
+        gpu_ms,
+        source,
+        instrumented,
+        overhead_us,
+        input_ms,
+        input_from,
+        backward_ms,
+        optimizer_ms,
+    )
 
     def rounded(value, digits):
         return round(value, digits) if value is not None and math.isfinite(value) else value
@@ -249,6 +265,8 @@ def test_the_fast_step_format_writes_what_format_record_writes(
     optional = {} if input_ms is None else {"input_ms": rounded(input_ms, 6)}
     if input_ms is not None and input_from == rr.INPUT_FROM_LOOP:
         optional["input_from"] = input_from
+    if backward_ms is not None:
+        optional.update(backward_ms=rounded(backward_ms, 6), optimizer_ms=rounded(optimizer_ms, 6))
     general = rr.format_record(
         rr.STEP,
         rank=3,

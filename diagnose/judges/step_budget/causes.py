@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from diagnose.derive.host_phases import phases_text
 from diagnose.findings import Evidence, Finding, Severity, Subject, within
 from diagnose.formatting import ms_human
 from diagnose.ingest.profile_data import Profile
@@ -141,7 +142,9 @@ def cause_findings(
                 findings.append(make(id="step_budget.input", title=title))
         elif part == "launch_bound":
             title = f"The GPU waits for the host to launch work {what}{rank_words}{where}"
-            findings.append(make(id="step_budget.launch_bound", title=title))
+            findings.append(
+                make(id="step_budget.launch_bound", title=title, recommendation=with_phases(recommendation, meta, rank))
+            )
         elif part == "allocator":
             title = f"The allocator's cudaMalloc/cudaFree hold the GPU idle {what}{rank_words}{where}"
             findings.append(make(id="step_budget.allocator", title=title))
@@ -150,5 +153,19 @@ def cause_findings(
             title = f"{what[0].upper()}{what[1:]}{rank_words} is not explained by any measured cause"
             if missing:
                 title += " (" + "; ".join(n.split(":")[0] for n in missing) + ")"
-            findings.append(make(id="step_budget.unexplained", title=title, severity=Severity.INFO))
+            findings.append(
+                make(
+                    id="step_budget.unexplained",
+                    title=title,
+                    severity=Severity.INFO,
+                    recommendation=with_phases(recommendation, meta, rank),
+                )
+            )
     return findings
+
+
+def with_phases(recommendation: str, meta: dict, rank: int) -> str:
+    """``recommendation`` after where the host's typical step goes by phase, where light mode measured it
+    (diagnose.derive.host_phases): the host work a launch-bound or unexplained part is made of."""
+    phases = meta.get(rank, {}).get("host_phases")
+    return f"Where the host's time goes, {phases_text(phases)}. {recommendation}" if phases else recommendation

@@ -48,6 +48,14 @@ class Steps:
         self._optimizer_id = None
         self._backward_original = None  # torch.autograd.backward before we wrapped it
         self._backward_depth = 0  # nested backward passes (reentrant checkpointing) are not boundaries
+        # the step's host phases (issue 31): ns inside outermost backward calls and optimizer step() calls since the
+        # last boundary; hooked: both timed (torch's backward wrapped and its optimizers hooked)
+        self._backward_ns = 0
+        self._optimizer_ns = 0
+        self._optimizer_started: dict[int, int] = {}  # id(optimizer) -> perf ns its step() began
+        self._phases_hooked = False
+        self._phases_seen = False  # a backward or an optimizer step ran: a torch training loop, whose steps have phases
+        self.optimizer_pre_hook_handle = None
         self._main_thread = threading.get_ident()
         self.jit = None  # jit_steps.JitStepFinder once jax is imported
         self.input_wait = None  # input_wait.InputWait once torch is imported
@@ -65,7 +73,8 @@ class Steps:
         self._instrumented = False
         self._overhead_ns = 0  # host time of the boundary that started the current step (our own cost)
         # finished steps not yet written: (step, t_start_ns, host_ms, start_event, end_event, source, instrumented,
-        # overhead_ns, input_ms, input_from), plain tuples (a class instance per step cost more on the H200 host)
+        # overhead_ns, input_ms, input_from, backward_ms, optimizer_ms), plain tuples (a class instance per step cost
+        # more on the H200 host)
         self._pending = collections.deque()
         self._last_drain_perf_ns = 0
         # on_jit_step's steady state: True while a JAX step needs nothing but its record (see _steady_now)
@@ -86,7 +95,9 @@ class Steps:
     def hook_optimizers(self) -> None:
         try:
             optimizer_module = importlib.import_module("torch.optim.optimizer")
+            self.optimizer_pre_hook_handle = optimizer_module.register_optimizer_step_pre_hook(self.on_optimizer_start)
             self.optimizer_hook_handle = optimizer_module.register_optimizer_step_post_hook(self.on_optimizer_step)
+            self._phases_hooked = self._backward_original is not None
         except Exception as e:
             self._runtime.faults.log_once(
                 "no-optimizer-hook", f"cannot hook torch optimizers ({e}); mark steps with diagnose.step()"
@@ -97,6 +108,10 @@ class Steps:
         if self.optimizer_hook_handle is not None:
             self.optimizer_hook_handle.remove()
             self.optimizer_hook_handle = None
+        if self.optimizer_pre_hook_handle is not None:
+            self.optimizer_pre_hook_handle.remove()
+            self.optimizer_pre_hook_handle = None
+        self._phases_hooked = False
         self.unhook_backward()
         if self.input_wait is not None:
             self.input_wait.unhook()
@@ -163,6 +178,8 @@ class Steps:
                         self._overhead_ns,
                         input_ms,
                         input_from,
+                        None,
+                        None,
                     )
                 )
                 self.current_step = finished + 1
@@ -227,18 +244,24 @@ class Steps:
             if threading.get_ident() != steps._main_thread:
                 return original(*args, **kwargs)
             steps._backward_depth += 1
+            started_ns = perf_counter_ns()
             try:
                 result = original(*args, **kwargs)
             finally:
                 steps._backward_depth -= 1
+                if steps._backward_depth == 0:
+                    steps._backward_ns += perf_counter_ns() - started_ns
+                    steps._phases_seen = True
             if steps._backward_depth == 0:
                 steps.on_backward()
             return result
 
         self._backward_original = original
         autograd.backward = backward
+        self._phases_hooked = self.optimizer_pre_hook_handle is not None
 
     def unhook_backward(self) -> None:
+        self._phases_hooked = False
         original, self._backward_original = self._backward_original, None
         torch = sys.modules.get("torch")
         if original is not None and torch is not None and getattr(torch.autograd, "backward", None) is not original:
@@ -249,7 +272,16 @@ class Steps:
             return
         self.boundary("backward")
 
+    def on_optimizer_start(self, optimizer, args, kwargs) -> None:
+        """Every optimizer's step() start on the main thread: the optimizer phase of the step (issue 31)."""
+        if threading.get_ident() == self._main_thread:
+            self._optimizer_started[id(optimizer)] = perf_counter_ns()
+
     def on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        started_ns = self._optimizer_started.pop(id(optimizer), None)
+        if started_ns is not None:
+            self._optimizer_ns += perf_counter_ns() - started_ns
+            self._phases_seen = True
         if self._runtime.disabled or self._marker_seen:
             return
         if self._optimizer_id is None:
@@ -320,6 +352,7 @@ class Steps:
             host_ns = perf_ns - self._perf_ns
             if gpu is not None and finished > 0 and not self._instrumented:
                 gpu.host_ns.append(host_ns)
+            phased = self._phases_hooked and self._phases_seen
             self._pending.append(
                 (
                     finished,
@@ -332,6 +365,8 @@ class Steps:
                     self._overhead_ns,
                     input_ms,
                     input_from,
+                    self._backward_ns / 1e6 if phased else None,
+                    self._optimizer_ns / 1e6 if phased else None,
                 )
             )
             # only the window's close and the snapshot are heavy; most steps have neither left to do
@@ -341,6 +376,7 @@ class Steps:
             ) and self._after_step(finished)
         else:
             heavy = False
+        self._backward_ns = self._optimizer_ns = 0  # the new step's phases start here
         self.current_step = step
         self._source = source
         instrumented = heavy  # the window's export or the snapshot ran at the start of this step
@@ -462,6 +498,8 @@ class Steps:
                     overhead_ns,
                     input_ms,
                     input_from,
+                    backward_ms,
+                    optimizer_ms,
                 ) = pending[0]
                 gpu_ms = None
                 if end_event is not None and start_event is not None:
@@ -486,6 +524,8 @@ class Steps:
                         overhead_ns / 1e3,
                         input_ms,
                         input_from,
+                        backward_ms,
+                        optimizer_ms,
                     )
                 )
         finally:

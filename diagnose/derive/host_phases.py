@@ -1,0 +1,74 @@
+"""Where the host spends a typical step: input, backward, optimizer, and forward with the rest (issue 31).
+
+Light mode's step records carry, per step, the host time the loop waited for its input (``input_ms``), the host time
+inside the step's outermost ``torch.autograd.backward`` calls (``backward_ms``: issuing the backward pass) and
+inside its optimizers' ``step()`` (``optimizer_ms``); what is left of the step's host time is the forward pass, the
+loss, and the rest (batch preparation, gradient clipping, the grad scaler, logging). These are untraced steps: the
+profiler's window slows the host several-fold (a char-level GPT's traced steps took 49 ms against a 19.85 ms
+median step, issue 31), so no share of a step is read from traced durations here.
+
+The phases are those of the median step: each phase's share of the host time in the steady steps nearest the
+median (a fifth of them, at least 3), applied to the median step's host time, so they add up to the median step the
+budget and the steps section show. Means of shares add up, and the slow and fast tails stay out, as in a median.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+PHASES = ("input", "forward_and_rest", "backward", "optimizer")
+LABELS = {
+    "input": "waiting for input",
+    "forward_and_rest": "forward, loss and the rest",
+    "backward": "backward (issuing it)",
+    "optimizer": "optimizer step",
+}
+
+
+def host_phases(steady: pd.DataFrame) -> dict | None:
+    """The median steady step's host ms by phase (see the module docstring), or None where the steps carry no
+    backward/optimizer times. ``steady``: one rank's steady step rows (host_ms, input_ms, backward_ms,
+    optimizer_ms)."""
+    if not {"host_ms", "backward_ms", "optimizer_ms"} <= set(steady.columns):
+        return None
+    rows = steady[steady["host_ms"].notna() & steady["backward_ms"].notna() & steady["optimizer_ms"].notna()]
+    if not len(rows):
+        return None
+    host = rows["host_ms"].astype(float)
+    median_ms = float(host.median())
+    nearest = max(3, len(rows) // 5)
+    middle = rows.loc[(host - median_ms).abs().sort_values(kind="stable").index[:nearest]]
+    input_ms = pd.to_numeric(middle["input_ms"], errors="coerce") if "input_ms" in middle else None
+    input_measured = input_ms is not None and bool(input_ms.notna().any())
+    sums = {
+        "input": float(input_ms.fillna(0.0).sum()) if input_measured else 0.0,
+        "backward": float(middle["backward_ms"].astype(float).sum()),
+        "optimizer": float(middle["optimizer_ms"].astype(float).sum()),
+    }
+    total = float(middle["host_ms"].astype(float).sum())
+    sums["forward_and_rest"] = max(0.0, total - sum(sums.values()))
+    out = {"steps": int(len(middle)), "host_ms": median_ms, "input_measured": input_measured}
+    for p in PHASES:
+        share = sums[p] / total if total > 0 else np.nan
+        out[f"{p}_share"] = share
+        out[f"{p}_ms"] = share * median_ms
+    return out
+
+
+def phases_text(phases: dict) -> str:
+    """``of the median step's 19.9 ms on the host (phases of the 5 untraced steps nearest it): backward (issuing it)
+    8.1 ms (41 %), …``, the largest phase first."""
+    from diagnose.formatting import ms_human, n_things, share_human
+
+    order = sorted(PHASES, key=lambda p: -phases[f"{p}_ms"])
+    parts = [
+        f"{LABELS[p]} {ms_human(phases[f'{p}_ms'])} ({share_human(phases[f'{p}_share'], 0)})"
+        for p in order
+        if p != "input" or phases["input_measured"]
+    ]
+    note = "" if phases["input_measured"] else "; input wait not measured (in the rest)"
+    return (
+        f"of the median step's {ms_human(phases['host_ms'])} on the host (phases of the "
+        f"{n_things(phases['steps'], 'untraced step')} nearest it): {', '.join(parts)}{note}"
+    )

@@ -1,0 +1,48 @@
+"""Hand-made test script: a CPU training loop whose phases take known host time (argv: steps).
+
+Each iteration's forward sleeps 5 ms inside the model, the loss's backward sleeps 20 ms inside a custom autograd
+function's backward, and the optimizer (SGD with a sleeping step) sleeps 10 ms; nothing else sleeps. Light mode's
+step records must put at least those times in backward_ms and optimizer_ms, and the rest in the step's host time."""
+
+import sys
+import time
+
+import torch
+
+
+class SlowBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(0.020)
+        return grad
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 1)
+
+    def forward(self, x):
+        time.sleep(0.005)
+        return SlowBackward.apply(self.linear(x))
+
+
+class SlowSGD(torch.optim.SGD):
+    def step(self, closure=None):
+        time.sleep(0.010)
+        return super().step(closure)
+
+
+model = Model()
+optimizer = SlowSGD(model.parameters(), lr=0.01)
+x, y = torch.randn(32, 16), torch.randn(32, 1)
+for _ in range(int(sys.argv[1])):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print("done", flush=True)
