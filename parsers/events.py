@@ -111,6 +111,7 @@ SYNCS_SCHEMA = Schema(
         "function": STR,
         "location": STR,
         "stack": STR,
+        "library_location": STR,
     },
     docs={
         "t_ns": "when the host began to wait, unix epoch ns",
@@ -121,6 +122,8 @@ SYNCS_SCHEMA = Schema(
         "function": "function of that frame",
         "location": "'file:line', the key sync findings group by",
         "stack": "tuple of 'file:line function', innermost user frame first",
+        "library_location": "'file:line' of the library code that made the call, when it was not the user's (the "
+        "innermost frame outside torch, jax and gpudiag: a Trainer's per-step check); empty otherwise",
     },
 )
 
@@ -518,6 +521,7 @@ def _sync_record(r: dict) -> dict:
         "function": None if r.get("function") is None else str(r["function"]),
         "location": f"{file}:{int(line)}" if has_location else None,
         "stack": tuple(stack),
+        "library_location": None if r.get("library_location") is None else str(r["library_location"]),
     }
 
 

@@ -159,7 +159,12 @@ STEP = RecordKind(
     "step", tuple(_STEP_WRITTEN_AS), optional=("input_ms", "input_from", "name", "backward_ms", "optimizer_ms")
 )
 # a synchronizing call inside the trace window, with the user's line and stack
-SYNC = RecordKind("sync", ("rank", "step", "t_ns", "dur_ns", "op", "file", "line", "function", "stack"))
+# library_location: the innermost frame outside torch/jax and gpudiag when it is a library's (the user's line is file:line)
+SYNC = RecordKind(
+    "sync",
+    ("rank", "step", "t_ns", "dur_ns", "op", "file", "line", "function", "stack"),
+    optional=("library_location",),
+)
 # work that ran between steps (or before the first one, step -1): a checkpoint, an evaluation span, a compile, the
 # first batch of a new input shape, an import before the first step, gpudiag's own work (trace export, snapshot dump).
 # library_location: the innermost frame when it is a library's, beside the user's line in location

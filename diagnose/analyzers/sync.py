@@ -182,7 +182,9 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         )
         top = subjects[0]
         exact = bool(top.figures.get("line_exact"))
-        where = where_words(top.name, top.figures.get("function"), top.figures.get("file"), exact)
+        where = where_words(
+            top.name, top.figures.get("function"), top.figures.get("file"), exact, top.figures.get("library_location")
+        )
         if span_only:
             n_per_step = sum(s.figures["count"] for s in subjects)
             title = (
@@ -319,6 +321,7 @@ def record_syncs(
             "function": r.get("function"),
             "location": loc,
             "line_exact": has_line,
+            "library_location": r["library_location"] if "library_location" in r else None,
             "step": r.get("step"),
             "runtime_index": -1,
         }
@@ -351,6 +354,9 @@ def subject_of(g, rank: int, th: Thresholds, span_only: bool = False) -> Subject
             "advice": advice_for(str(g.op), str(g.calls)),
         },
     )
+    library = getattr(g, "library_location", None)
+    if isinstance(library, str) and library:  # a library's code made the call from the user's line
+        subject.figures["library_location"] = library
     if span_only:
         renamed = {
             "count_per_step": "count",

@@ -95,6 +95,7 @@ def trace_syncs(trace, th: Thresholds, fetches: pd.DataFrame | None = None) -> t
         "function": func,
         "location": where,
         "line_exact": False,
+        "library_location": None,  # a light-mode record's library frame, where a library made the call
         "step": step,
         "runtime_index": idx,
     }
@@ -230,7 +231,12 @@ def apply_records(calls: pd.DataFrame, records: pd.DataFrame, trace) -> pd.DataF
             paired[c] = r
             used.add(r)
     calls = calls.copy()
-    cols = {c: calls.columns.get_loc(c) for c in ("location", "line", "file", "function", "line_exact")}
+    if "library_location" not in calls:
+        calls["library_location"] = None
+    calls["library_location"] = calls["library_location"].astype(object)
+    cols = {
+        c: calls.columns.get_loc(c) for c in ("location", "line", "file", "function", "line_exact", "library_location")
+    }
 
     def take(row: int, rec) -> None:
         line = pd.to_numeric(rec.get("line"), errors="coerce")
@@ -241,6 +247,8 @@ def apply_records(calls: pd.DataFrame, records: pd.DataFrame, trace) -> pd.DataF
         calls.iat[row, cols["file"]] = rec.get("file")
         calls.iat[row, cols["function"]] = rec.get("function")
         calls.iat[row, cols["line_exact"]] = True
+        library = rec.get("library_location")
+        calls.iat[row, cols["library_location"]] = library if isinstance(library, str) and library else None
 
     for row, r in paired.items():
         take(row, recs.iloc[r])

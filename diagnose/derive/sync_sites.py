@@ -49,14 +49,19 @@ def advice_for(op: str, call: str) -> str:
     return "move the synchronising call out of the step, or do it every N steps"
 
 
-def where_words(location: str, function, file, line_exact: bool) -> str:
+def where_words(location: str, function, file, line_exact: bool, library=None) -> str:
     """How a sentence names a sync site: the exact ``file:line`` when known, else the function (or the module-level
-    code) and its file, never a line the sync is not on."""
+    code) and its file, never a line the sync is not on; with ``library`` (a library's ``file:line`` that made the
+    call, light mode's ``library_location``), that line first, inside the call at the user's."""
     if line_exact or not function or not file:
-        return str(location)
-    if function == MODULE:
-        return f"the module-level code of {file}"
-    return f"{function}() in {file}"
+        where = str(location)
+    elif function == MODULE:
+        where = f"the module-level code of {file}"
+    else:
+        where = f"{function}() in {file}"
+    if isinstance(library, str) and library:
+        return f"{library} (inside the call at {where})"
+    return where
 
 
 def group_syncs(calls: pd.DataFrame, n_steps: int, step_ns: float) -> pd.DataFrame:
@@ -68,6 +73,7 @@ def group_syncs(calls: pd.DataFrame, n_steps: int, step_ns: float) -> pd.DataFra
         "file",
         "line",
         "line_exact",
+        "library_location",
         "calls",
         "count",
         "count_per_step",
@@ -122,6 +128,11 @@ def _grouped_by_location_op(calls: pd.DataFrame) -> dict[str, pd.Series]:
         "file": by_group("file").first(),
         "line": by_group("line").first(),
         "line_exact": by_group("line_exact").all(),
+        "library_location": (
+            by_group("library_location").first()
+            if "library_location" in calls
+            else pd.Series([None] * len(first_row), dtype=object)
+        ),
         "calls": by_group("call").agg(lambda s: ", ".join(dict.fromkeys(map(str, s)))),
         "count": by_group("call").size(),
         "blocked_ns": by_group("blocked_ns").sum(),

@@ -52,6 +52,7 @@ def grouped_by_pandas(calls: pd.DataFrame, n_steps: int, step_ns: float) -> pd.D
             file=("file", "first"),
             line=("line", "first"),
             line_exact=("line_exact", "all"),
+            library_location=("library_location", "first"),
             calls=("call", lambda s: ", ".join(dict.fromkeys(map(str, s)))),
             count=("call", "size"),
             blocked_ns=("blocked_ns", "sum"),

@@ -222,6 +222,39 @@ def test_sync_capture_takes_only_sync_warnings_and_restores_the_filters_hand_mad
             warnings.warn("something else", UserWarning)  # noqa: B028
     finally:
         capture.stop()
-    assert [(step, stack[0][0]) for _, step, stack in capture.captured] == [(7, __file__)] * 3
+    assert [(step, stack[0][0], library) for _, step, stack, library in capture.captured] == [(7, __file__, None)] * 3
     assert [str(w.message) for w in other] == ["something else"]
     assert warnings.filters == filters_before and warnings.showwarning == show_before
+
+
+def test_a_sync_a_library_makes_names_the_librarys_line_beside_the_users(tmp_path):
+    """fake library: a module under a site-packages folder whose function syncs (the warning torch's sync debug
+    mode gives), called from this file: the record keeps this file's line and names the library's line."""
+    import importlib.util
+
+    lib = tmp_path / "site-packages" / "fake_trainer_lib"
+    lib.mkdir(parents=True)
+    (lib / "trainer.py").write_text(
+        "import warnings\n"
+        "\n"
+        "def training_step():\n"
+        "    warnings.warn('called a synchronizing CUDA operation', UserWarning)\n"
+    )
+    spec = importlib.util.spec_from_file_location("fake_trainer_lib.trainer", lib / "trainer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    capture = sync_capture.SyncWarningCapture(lambda: 3)
+    capture.start(torch=None)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            warnings.filters.insert(0, capture._filter)
+            warnings.showwarning = capture._showwarning
+            module.training_step()  # the user's line
+    finally:
+        capture.stop()
+    ((_, step, stack, library),) = capture.captured
+    assert step == 3 and stack[0][0] == __file__
+    assert library == f"{lib / 'trainer.py'}:4"
+    line = sync_capture.sync_record(0, step, stack, 1, library=library)
+    assert json.loads(line)["library_location"] == f"{lib / 'trainer.py'}:4"

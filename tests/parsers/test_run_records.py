@@ -56,7 +56,7 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
             install_ns=T_NS - 3_000_000_000,
         ),
         rr.format_record(rr.RUN_EXPECT, rank=2, artifact=rr.TRACE.path(2), t_ns=T_NS + 1),
-        rr.step_line(2, 0, T_NS + 2, 12.5, 11.25, "optimizer", False, 21.437),
+        rr.step_line(2, 0, T_NS + 2, 12.5, 11.25, "optimizer", False, 21.437, None, None, 6.125, 1.5),
         rr.step_line(2, 1, T_NS + 3, 50.25, None, "marker", True, 12.5, 41.1234567, rr.INPUT_FROM_LOOP),
         rr.step_line(2, 2, T_NS + 4, 3.0, 2.0, 'odd "source"', False, 5.0, 1.5),  # the general formatter's way
         rr.format_record(
@@ -74,7 +74,13 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
             name="forward",
         ),
         sync_record(
-            2, 1, [("/abs/train.py", 88, "train"), ("/abs/main.py", 3, "<module>")], T_NS + 6, "aten::item", 812
+            2,
+            1,
+            [("/abs/train.py", 88, "train"), ("/abs/main.py", 3, "<module>")],
+            T_NS + 6,
+            "aten::item",
+            812,
+            library="/site-packages/transformers/trainer.py:2400",
         ),
     ]
     for line in lines:
@@ -171,6 +177,9 @@ def test_every_record_the_runtime_writes_is_read_back_field_for_field(tmp_path, 
     assert list(steps["source"]) == ["optimizer", "marker", "", "marker"]  # an unknown source is read as none
     assert list(steps["input_from"]) == ["", "loop", "dataloader", "loop"]
     assert tables.syncs.loc[0, "location"] == "/abs/train.py:88"
+    assert tables.syncs.loc[0, "library_location"] == "/site-packages/transformers/trainer.py:2400"
+    assert (steps.loc[0, "backward_ms"], steps.loc[0, "optimizer_ms"]) == (6.125, 1.5)
+    assert steps.loc[[1, 2, 3], "backward_ms"].isna().all()  # not written: not measured
     work = tables.work.set_index("step")
     assert (work.loc[-1, "what"], work.loc[-1, "name"], work.loc[-1, "ms"]) == ("import", "torch", 1250.5)
     assert work.loc[3, "library_location"] == "/site-packages/transformers/trainer.py:3120"

@@ -246,3 +246,20 @@ def test_traces_whose_kernels_have_no_launch_are_not_given_a_clean_bill(path):
     )
     assert [(s.kind, s.name) for s in f.subjects] == [("rank", "0")]
     assert "never waited" not in f.recommendation
+
+
+def test_a_sync_a_library_made_names_the_librarys_line_and_the_users():
+    """fake records: the costliest sync (line 21's aten::item) made by library code the user's line called (as HF
+    Trainer's per-step loss check is made inside `trainer.train()`): the subject and the title name both lines."""
+    records = fake_sync_records(SYNC_PLANTED)
+    library = "/venv/site-packages/fake_trainer/trainer.py:2400"
+    records["library_location"] = [library if ln == 21 else None for ln in records["line"]]
+    result = run_analyzer(sync, profile_of(SYNC_PLANTED, sync_records={0: records}))
+    loc = result.tables["locations"].set_index("location")
+    assert loc.loc["/abs/examples/sync_planted.py:21", "library_location"] == library
+    assert loc.drop(index="/abs/examples/sync_planted.py:21")["library_location"].isna().all()
+    f = next(f for f in result.findings if f.id == "sync.host_sync")
+    subject = next(s for s in f.subjects if s.name == "/abs/examples/sync_planted.py:21")
+    assert subject.figures["library_location"] == library
+    assert f.subjects[0] is subject  # the costliest: the title names both lines
+    assert f"aten::to at {library} (inside the call at /abs/examples/sync_planted.py:21)" in f.title

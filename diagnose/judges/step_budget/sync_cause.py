@@ -34,7 +34,9 @@ def sync_words(
     shares = idle_ms / idle_ms.sum() if idle_ms.sum() > 0 else np.full(len(groups), np.nan)
     part_ms = shares * whole_ms if np.isfinite(whole_ms) else np.full(len(groups), np.nan)
     top = groups.iloc[0]
-    top_where = where_words(top["location"], top["function"], top["file"], bool(top["line_exact"]))
+    top_where = where_words(
+        top["location"], top["function"], top["file"], bool(top["line_exact"]), top.get("library_location")
+    )
     if np.isfinite(part_ms[0]):
         title += f"; the costliest, {top['op']} at {top_where}, holds {share_human(shares[0], 0)} of it ({ms_human(part_ms[0])})"
     else:

@@ -32,12 +32,11 @@ inside the wrappers goes to runtime.faults and the call itself runs unchanged.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 import time
 
-from diagnose.launch.runtime.sync_capture import is_gpudiag_file, is_stdlib_file, is_user_file, user_stack
+from diagnose.launch.runtime.sync_capture import library_location, user_stack
 from parsers.run_records import (
     BEFORE_FIRST_STEP,
     CHECKPOINT_DISTRIBUTED,
@@ -54,7 +53,6 @@ DCP_SAVER_MODULE = "torch.distributed.checkpoint.state_dict_saver"
 DCP_PACKAGE = "torch.distributed.checkpoint"
 DCP_SAVES = ("save", "async_save")
 # the packages whose own frames are passed over when looking for the library frame that called into them
-FRAMEWORK_PACKAGES = ("torch", "jax", "jaxlib", "safetensors")
 
 
 _NO_STEP = object()  # the step could not be read (an internal error, already reported): no record
@@ -86,30 +84,6 @@ def caller_location(frame) -> str | None:
         return None
     file, line, _ = stack[0]
     return f"{file}:{line}"
-
-
-def _framework_dirs() -> tuple[str, ...]:
-    dirs = []
-    for name in FRAMEWORK_PACKAGES:
-        file = getattr(sys.modules.get(name), "__file__", None)
-        if file:
-            dirs.append(os.path.dirname(os.path.abspath(file)) + os.sep)
-    return tuple(dirs)
-
-
-def library_location(frame) -> str | None:
-    """``file:line`` of the innermost frame from ``frame`` outwards that is neither the framework's own (torch, jax,
-    safetensors), the standard library's (contextlib, functools glue) nor gpudiag's, when it is not a user file: the
-    library that made the call (None when the user did, or there is no such frame)."""
-    skipped = _framework_dirs()
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if filename and not filename.startswith("<") and not is_gpudiag_file(filename) and not is_stdlib_file(filename):
-            path = os.path.abspath(filename)
-            if not path.startswith(skipped):
-                return None if is_user_file(filename) else f"{path}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
 
 
 def call_sites(frame) -> tuple[str | None, str | None]:

@@ -72,6 +72,33 @@ def is_user_file(filename: str) -> bool:
     return not path.startswith(_LIBRARY_PREFIXES)
 
 
+FRAMEWORK_PACKAGES = ("torch", "jax", "jaxlib", "safetensors")
+
+
+def _framework_dirs() -> tuple[str, ...]:
+    dirs = []
+    for name in FRAMEWORK_PACKAGES:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file:
+            dirs.append(os.path.dirname(os.path.abspath(file)) + os.sep)
+    return tuple(dirs)
+
+
+def library_location(frame) -> str | None:
+    """``file:line`` of the innermost frame from ``frame`` outwards that is neither the framework's own (torch, jax,
+    safetensors), the standard library's (contextlib, functools glue) nor gpudiag's, when it is not a user file: the
+    library that made the call (None when the user did, or there is no such frame)."""
+    skipped = _framework_dirs()
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename and not filename.startswith("<") and not is_gpudiag_file(filename) and not is_stdlib_file(filename):
+            path = os.path.abspath(filename)
+            if not path.startswith(skipped):
+                return None if is_user_file(filename) else f"{path}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
 def user_stack(frame) -> list[tuple[str, int, str]]:
     """(file, line, function) from the innermost user frame outwards; [] when there is none."""
     frames = []
@@ -85,10 +112,19 @@ def user_stack(frame) -> list[tuple[str, int, str]]:
 
 
 def sync_record(
-    rank: int, step: int, stack: list[tuple[str, int, str]], t_ns: int, op: str = "cuda_sync", dur_ns: int | None = None
+    rank: int,
+    step: int,
+    stack: list[tuple[str, int, str]],
+    t_ns: int,
+    op: str = "cuda_sync",
+    dur_ns: int | None = None,
+    library: str | None = None,
 ) -> bytes:
-    """A sync record's line (parsers.run_records.SYNC): the innermost user frame's file, line and function."""
+    """A sync record's line (parsers.run_records.SYNC): the innermost user frame's file, line and function, and
+    ``library_location`` where a library's code made the call (the innermost frame outside torch/jax and gpudiag is
+    not the user's: HF Trainer's per-step loss check beside the user's ``trainer.train()``)."""
     file, line, function = stack[0] if stack else (None, None, None)
+    extra = {} if library is None else {"library_location": library}
     return format_record(
         SYNC,
         rank=rank,
@@ -100,16 +136,17 @@ def sync_record(
         line=line,
         function=function,
         stack=[f"{f}:{n} {fn}" for f, n, fn in stack],
+        **extra,
     )
 
 
 def sync_records(rank: int, warned: list, profiler_syncs: list[dict], step_at):
-    """The window's sync records' lines, one at a time. Each captured warning ``(t_ns, step, stack)`` gives one, with
+    """The window's sync records' lines, one at a time. Each captured warning ``(t_ns, step, stack, library)`` gives one, with
     the op and wait of the profiler's sync at the same place when both lists have the same length (else
     ``cuda_sync``, no wait); without warnings, each of the profiler's syncs gives one, at ``step_at(t_ns)``."""
     if warned:
         paired = len(profiler_syncs) == len(warned)
-        for i, (t_ns, step, stack) in enumerate(warned):
+        for i, (t_ns, step, stack, library) in enumerate(warned):
             found = profiler_syncs[i] if paired else None
             yield sync_record(
                 rank,
@@ -118,6 +155,7 @@ def sync_records(rank: int, warned: list, profiler_syncs: list[dict], step_at):
                 t_ns,
                 op=found["op"] if found else "cuda_sync",
                 dur_ns=found["dur_ns"] if found else None,
+                library=library,
             )
     else:
         for found in profiler_syncs:
@@ -131,7 +169,7 @@ class SyncWarningCapture:
 
     def __init__(self, step_of):
         self._step_of = step_of  # () -> the current step number
-        self.captured: list[tuple[int, int, list]] = []  # (t_ns, step, stack)
+        self.captured: list[tuple[int, int, list, str | None]] = []  # (t_ns, step, stack, library_location)
         self._previous_showwarning = None
         self._filter = None
         self._torch = None
@@ -174,7 +212,8 @@ class SyncWarningCapture:
     def _showwarning(self, message, category, filename, lineno, file=None, line=None):
         if issubclass(category, UserWarning) and SYNC_WARNING.search(str(message)):
             try:
-                self.captured.append((time.time_ns(), self._step_of(), user_stack(sys._getframe(1))))
+                frame = sys._getframe(1)
+                self.captured.append((time.time_ns(), self._step_of(), user_stack(frame), library_location(frame)))
             except Exception:
                 pass
             return
