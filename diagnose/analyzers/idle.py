@@ -18,7 +18,7 @@ from diagnose.derive import capture_advice
 from diagnose.derive import trace_timeline as tl
 from diagnose.derive import untraced_cost as untraced_cost_module
 from diagnose.derive.derived import Derived
-from diagnose.derive.host_phases import phases_text
+from diagnose.derive.host_phases import phase_advice, phases_text
 from diagnose.derive.step_gpu_breakdown import step_breakdown
 from diagnose.derive.trace_input_wait import input_fetches, input_idle_by_cause
 from diagnose.derive.untraced_cost import untraced_cost
@@ -155,7 +155,9 @@ def with_host_phases(finding: Finding, derived: Derived, rank: int) -> Finding:
     return replace(
         finding,
         subjects=subjects,
-        recommendation=f"Where the host's time goes, {phases_text(phases)}. {finding.recommendation}",
+        recommendation=f"Where the host's time goes, {phases_text(phases)}. "
+        + (f"{advice} " if (advice := phase_advice(phases)) else "")
+        + finding.recommendation,
     )
 
 

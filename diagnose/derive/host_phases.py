@@ -72,3 +72,22 @@ def phases_text(phases: dict) -> str:
         f"of the median step's {ms_human(phases['host_ms'])} on the host (phases of the "
         f"{n_things(phases['steps'], 'untraced step')} nearest it): {', '.join(parts)}{note}"
     )
+
+
+OPTIMIZER_DOMINANT_SHARE = 0.2  # an optimizer step holding this share of the host's step is worth fusing
+
+
+def phase_advice(phases: dict) -> str | None:
+    """What the phases point to, where one stands out: an optimizer step that holds ``OPTIMIZER_DOMINANT_SHARE`` of
+    the host's step issues its update parameter by parameter (torch's for-loop implementation) or tensor list by
+    tensor list: a fused optimizer issues a few kernels for all of them."""
+    if phases.get("optimizer_share", 0.0) >= OPTIMIZER_DOMINANT_SHARE:
+        from diagnose.formatting import ms_human, share_human
+
+        return (
+            f"The optimizer step holds {share_human(phases['optimizer_share'], 0)} of the host's step "
+            f"({ms_human(phases['optimizer_ms'])}): unless it is fused already, use a fused optimizer "
+            "(torch.optim.AdamW(..., fused=True), or foreach=True where fused is not offered), which updates all "
+            "parameters in a few kernels instead of several per parameter."
+        )
+    return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from diagnose.derive.host_phases import phases_text
+from diagnose.derive.host_phases import phase_advice, phases_text
 from diagnose.findings import Evidence, Finding, Severity, Subject, within
 from diagnose.formatting import ms_human
 from diagnose.ingest.profile_data import Profile
@@ -168,4 +168,7 @@ def with_phases(recommendation: str, meta: dict, rank: int) -> str:
     """``recommendation`` after where the host's typical step goes by phase, where light mode measured it
     (diagnose.derive.host_phases): the host work a launch-bound or unexplained part is made of."""
     phases = meta.get(rank, {}).get("host_phases")
-    return f"Where the host's time goes, {phases_text(phases)}. {recommendation}" if phases else recommendation
+    if not phases:
+        return recommendation
+    advice = phase_advice(phases)
+    return f"Where the host's time goes, {phases_text(phases)}. {advice + ' ' if advice else ''}{recommendation}"

@@ -1,7 +1,7 @@
 """Hand-made test script: a CPU training loop whose phases take known host time (argv: steps).
 
 Each iteration's forward sleeps 5 ms inside the model, the loss's backward sleeps 20 ms inside a custom autograd
-function's backward, and the optimizer (SGD with a sleeping step) sleeps 10 ms; nothing else sleeps. Light mode's
+function's backward, and the optimizer (SGD with a sleeping step) sleeps 30 ms; nothing else sleeps. Light mode's
 step records must put at least those times in backward_ms and optimizer_ms, and the rest in the step's host time."""
 
 import sys
@@ -33,7 +33,7 @@ class Model(torch.nn.Module):
 
 class SlowSGD(torch.optim.SGD):
     def step(self, closure=None):
-        time.sleep(0.010)
+        time.sleep(0.030)
         return super().step(closure)
 
 
