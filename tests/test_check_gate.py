@@ -51,8 +51,9 @@ def test_an_ignore_value_no_analyzer_declares_is_an_error():
 
 
 def test_gate_on_a_real_run_agrees_with_the_cli():
-    """tests/test_cli_check.py: `gpudiag check runs/sync_planted --fail-on warning` fails on these two."""
+    """tests/test_cli_check.py: `gpudiag check runs/sync_planted --fail-on warning` fails on the syncs (the idle is
+    info: 8.9 % of the untraced median step)."""
     analysis = diagnose.analyze(diagnose.load(SYNC_PLANTED, quiet=True))
     assert gate(analysis.findings, "critical").passed
     result = gate(analysis.findings, "warning")
-    assert result.line == "FAIL: 2 findings at or above warning: idle.gpu_idle, sync.host_sync"
+    assert result.line == "FAIL: 1 finding at or above warning: sync.host_sync"

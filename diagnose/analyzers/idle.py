@@ -36,7 +36,9 @@ TITLE = "GPU idle time"  # its report section's heading
 JUDGES = "GPU idle time"  # what "Nothing crossed a threshold: judged ..." names
 COST_BASIS = "the traced time"  # what its findings' cost_share is a share of, in the verdict's words
 COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
-THRESHOLDS = ("sync",)  # the Thresholds groups it reads (diagnose/thresholds.py)
+# the Thresholds groups it reads (diagnose/thresholds.py); steps and step_budget: the untraced median step its cost
+# is put in (Derived.step_budget(), diagnose.derive.untraced_cost)
+THRESHOLDS = ("sync", "steps", "step_budget")
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary, per rank_key (diagnose.metrics)
     # shares of the trace span; trace timestamps are microseconds (Kineto) or ns (nsys): 0.01 % of a span
     Metric("gpu_idle_pct", "GPU idle", "%", LOWER, 0.01),

@@ -44,7 +44,9 @@ TITLE = "Host syncs and GPU idle time"  # its report section's heading
 JUDGES = "host syncs"  # what "Nothing crossed a threshold: judged ..." names
 COST_BASIS = "the traced time"  # what its findings' cost_share is a share of, in the verdict's words
 COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
-THRESHOLDS = ("sync",)  # the Thresholds groups it reads (diagnose/thresholds.py)
+# the Thresholds groups it reads (diagnose/thresholds.py); steps and step_budget: the untraced median step its cost
+# is put in (Derived.step_budget(), diagnose.derive.untraced_cost)
+THRESHOLDS = ("sync", "steps", "step_budget")
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary, per key() (diagnose.metrics)
     Metric("sync_count_per_step", "Host synchronisations per step", "count", LOWER, 0.01),
     Metric("sync_host_blocked_ms_per_step", "Host blocked in syncs per step", "ms", LOWER, 0.001),  # 1 us timestamps
