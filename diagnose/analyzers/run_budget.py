@@ -239,6 +239,11 @@ def compile_findings(b: RankRunBudget, th: Thresholds) -> list[Finding]:
             for phase, r in phases.iterrows()
             if phase != BEFORE_FIRST_STEP
         ),
+        # each phase's count, as the title says it ("124 ms in the steps (4 compiles)")
+        *(
+            Evidence(f"run_compilation_{_key(phase)}_count", float(r["size"]), "count")
+            for phase, r in phases.iterrows()
+        ),
     )
     subjects = tuple(
         Subject("location", str(location), figures={"what": "compilation", "ms": float(ms_at)})

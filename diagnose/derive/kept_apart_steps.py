@@ -24,11 +24,22 @@ def work_of(work: pd.DataFrame | None, rank: int, what: str) -> pd.DataFrame:
     return work[(work["rank"] == rank) & (work["what"] == what)].reset_index(drop=True)
 
 
-def add_compile_meta(meta: dict, compiles: pd.DataFrame, rows: pd.DataFrame, warm: pd.Series, compiled: pd.Series):
+def add_compile_meta(
+    meta: dict,
+    compiles: pd.DataFrame,
+    rows: pd.DataFrame,
+    warm: pd.Series,
+    compiled: pd.Series,
+    compiled_before: set | frozenset = frozenset(),
+):
     """The compiles in the warm-up steps (a note) and after it (the steps kept apart and what compiled there).
 
     A compile after warm-up is one whose step is neither a warm-up nor an instrumented step: a step that has a
-    step record (kept out of the steady figures) or the step the run ended in (no record, nothing to keep out)."""
+    step record (kept out of the steady figures) or the step the run ended in (no record, nothing to keep out).
+    Each function compiled after warm-up says whether that was its first compile (``first_step``: its step, for a
+    function that compiled once after warm-up and never before, neither in ``compiled_before`` (the names compiled
+    before the first step) nor in an earlier step; None otherwise) and its ``recompiles``: JAX compiles jnp
+    operations run outside jit one by one the first time they run, which is not a recompile (issue 34)."""
     meta["compile_steps"] = int(compiled.sum())
     meta["compile_step_numbers"] = [int(s) for s in rows.loc[compiled, "step"]]
     meta["compile_steps_wall_ms"] = float(rows.loc[compiled, "wall_ms"].sum())
@@ -57,13 +68,20 @@ def add_compile_meta(meta: dict, compiles: pd.DataFrame, rows: pd.DataFrame, war
             .agg(["sum", "size"])
             .sort_values("sum", ascending=False)
         )
+        steps = sorted({int(s) for s in of_name["step"]})
+        earlier = compiles.loc[compiles["step"] < steps[0], "name"]
+        # a function that compiled more than once after warm-up is recompiling for new shapes; its first compile may
+        # predate the records (a jitted step function's first call starts the first step, before any record)
+        first = bool(name) and len(of_name) == 1 and name not in compiled_before and not (earlier == name).any()
         functions.append(
             {
                 "name": str(name) or None,
                 "ms": float(of_name["ms"].sum()),
                 "count": int(len(of_name)),
-                "steps": sorted({int(s) for s in of_name["step"]}),
+                "steps": steps,
                 "locations": [(str(loc) or None, int(r["size"]), float(r["sum"])) for loc, r in by_line.iterrows()],
+                "first_step": steps[0] if first else None,
+                "recompiles": int(len(of_name)) - (1 if first else 0),
             }
         )
     meta["compile_functions"] = sorted(functions, key=lambda f: -f["ms"])

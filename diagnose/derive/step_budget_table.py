@@ -165,8 +165,9 @@ def rank_budget(
     rows = rows.assign(wall_ms=budget_wall_ms(rows))
     instrumented = rows["instrumented"].fillna(False).astype(bool) if "instrumented" in rows else rows["warmup"] & False
     warm = rows["warmup"] & ~instrumented
-    compiles = work_of(profile.work_records.get(rank), rank, COMPILATION)
-    compiles = compiles[compiles["step"] >= rows["step"].min()]  # before the first step: the run budget's
+    every_compile = work_of(profile.work_records.get(rank), rank, COMPILATION)
+    compiles = every_compile[every_compile["step"] >= rows["step"].min()]  # before the first step: the run budget's
+    compiled_before = set(every_compile.loc[every_compile["step"] < rows["step"].min(), "name"].dropna())
     compiled = rows["step"].isin(compiles["step"]) & ~rows["warmup"]  # compiled after warm-up: kept apart too
     shapes = work_of(profile.work_records.get(rank), rank, NEW_SHAPE)
     new_shaped = rows["step"].isin(shapes["step"]) & ~rows["warmup"] & ~compiled  # a compile explains it first
@@ -181,7 +182,7 @@ def rank_budget(
         "steady_steps": int(len(steady)),
         "notes": [],
     }
-    add_compile_meta(meta, compiles, rows, warm, compiled)
+    add_compile_meta(meta, compiles, rows, warm, compiled, compiled_before)
     meta["new_shape_steps"] = int(new_shaped.sum())
     meta["new_shape_step_numbers"] = [int(s) for s in rows.loc[new_shaped, "step"]]
     meta["new_shape_steps_wall_ms"] = float(rows.loc[new_shaped, "wall_ms"].sum())

@@ -1,7 +1,13 @@
-"""``step_budget.compilation``: a function that compiled again after warm-up (light mode's compilation records: a
-JAX jit or torch.compile compiling for a new shape), named with its line, when the compiles cost
-``compile_min_share`` of the run after warm-up. The steps that compiled are kept out of the budget's figures
-(diagnose.derive.kept_apart_steps)."""
+"""``step_budget.compilation``: a function that compiled after warm-up (light mode's compilation records: a JAX jit
+or torch.compile compiling for a new shape), named with its line, when the compiles cost ``compile_min_share`` of
+the run after warm-up. The steps that compiled are kept out of the budget's figures
+(diagnose.derive.kept_apart_steps).
+
+A compile is said as a recompile only where the function had compiled before. A first compile after warm-up is
+code that ran for the first time there: JAX compiles jnp operations run outside jit one executable per operation
+and shape (an epoch-end ``accuracy()`` of plain jnp ops compiled ``jit(matmul)``, ``jit(_argmax)``, ``jit(equal)``
+and ``jit(_mean)`` in one step on CPU, issue 34). Several first compiles in one step from one file are said as that,
+with their lines, and get the advice that fits them instead of the static-shape one."""
 
 from __future__ import annotations
 
@@ -18,6 +24,15 @@ ADVICE = (
     "True)` (or JAX_LOG_COMPILES=1), torch `TORCH_LOGS=recompiles`. With torch.compile, compile once for varying "
     "sizes with torch.compile(dynamic=True) or torch._dynamo.mark_dynamic(tensor, dim)."
 )
+
+
+FIRST_ADVICE = (
+    "These are first compiles, not recompiles: code that runs for the first time after warm-up compiles once (an "
+    "evaluation, a checkpoint's conversion). jnp operations run outside jit compile one executable per operation and "
+    "input shape: put that code under jax.jit, so it compiles once as one executable and runs fused, or run it once "
+    "during warm-up. JAX_LOG_COMPILES=1 lists what compiles."
+)
+OUTSIDE_JIT_MIN = 3  # first compiles in one step from one file from which they are said as jnp ops outside jit
 
 
 def function_words(name: str | None) -> str:
@@ -44,12 +59,22 @@ def compile_findings(meta: dict, th: Thresholds) -> list[Finding]:
         steps = sorted({s for f in m["compile_functions"] for s in f["steps"]})
         where = short_location(top["locations"][0][0]) if top["locations"] else "an unknown line"
         others = len(m["compile_functions"]) - 1
-        title = (
-            f"{function_words(top['name'])} compiled again in {n_things(len(top['steps']), 'step')} after warm-up "
-            f"(steps {', '.join(str(s) for s in top['steps'][:6])}{', …' if len(top['steps']) > 6 else ''}): "
-            f"{ms_human(top['ms'])} in all, {ms_human(top['ms'] / top['count'])} each ({where})"
-        )
-        if others:
+        step_list = f"{', '.join(str(s) for s in top['steps'][:6])}{', …' if len(top['steps']) > 6 else ''}"
+        if top.get("first_step") is None:
+            title = (
+                f"{function_words(top['name'])} compiled again in {n_things(len(top['steps']), 'step')} after warm-up "
+                f"(steps {step_list}): {ms_human(top['ms'])} in all, {ms_human(top['ms'] / top['count'])} each "
+                f"({where})"
+            )
+        else:
+            title = (
+                f"{function_words(top['name'])} compiled for the first time after warm-up, in step "
+                f"{top['first_step']}: {ms_human(top['ms'])} ({where})"
+            )
+        outside = outside_jit(m["compile_functions"], top)
+        if outside:
+            title += f"; {outside}, {ms_human(total_ms)} of compilation in all"
+        elif others:
             title += f"; {n_things(others, 'other function')} too, {ms_human(total_ms)} of compilation in all"
         if len(meta) > 1:
             title += f" on rank {rank}"
@@ -82,8 +107,40 @@ def compile_findings(meta: dict, th: Thresholds) -> list[Finding]:
                     Evidence("step_budget_compile_share", share, "share", th.step_budget.compile_min_share),
                 ),
                 cost_share=share,
-                recommendation=f"At {where}: {ADVICE}",
+                recommendation=f"At {where}: {FIRST_ADVICE if top.get('first_step') is not None else ADVICE}",
                 section=SECTION,
             )
         )
     return findings
+
+
+def outside_jit(functions: list[dict], top: dict) -> str | None:
+    """``4 functions compiled for the first time in step 33 at eval.py:11–12: jnp operations outside jit, one
+    executable per operation and shape``, where ``OUTSIDE_JIT_MIN`` functions or more first compiled in the top's
+    step from the top's file; else None."""
+    step = top.get("first_step")
+    if step is None or not top["locations"] or not top["locations"][0][0]:
+        return None
+    file = str(top["locations"][0][0]).rpartition(":")[0]
+    firsts = [
+        f
+        for f in functions
+        if f.get("first_step") == step and f["locations"] and str(f["locations"][0][0]).rpartition(":")[0] == file
+    ]
+    if len(firsts) < OUTSIDE_JIT_MIN:
+        return None
+    lines = sorted(
+        {
+            int(loc.rpartition(":")[2])
+            for f in firsts
+            for loc, _, _ in f["locations"]
+            if loc and loc.rpartition(":")[2].isdigit()
+        }
+    )
+    span = f"{lines[0]}" if len(lines) == 1 else f"{lines[0]}–{lines[-1]}"
+    names = ", ".join(str(f["name"]) for f in firsts[:4]) + (", …" if len(firsts) > 4 else "")
+    return (
+        f"{n_things(len(firsts), 'function')} compiled for the first time in step {step} at "
+        f"{short_location(file + ':' + span)} ({names}): jnp operations run outside jit, one executable per operation "
+        "and shape"
+    )
