@@ -621,7 +621,15 @@ ARG_COLUMNS: dict[str, tuple[tuple[str, str, str, Any], ...]] = {
         ("python_id", "Python id", "python_id", _ints),
         ("parent_id", "Python parent id", "python_parent_id", _ints),
     ),
+    # JAX/XLA's perfetto traces: every event is "other" until _from_perfetto sorts them; a device op and the host
+    # call that launched it (cuLaunchKernel, cuGraphLaunch for all of a command buffer's kernels) share this id
+    "other": (("correlation", "correlation_id", "correlation_id", lambda v: _ints(_digits_as_ints(v))),),
 }
+
+
+def _digits_as_ints(values: list) -> list:
+    """XLA writes ids as text ("17"): as ints, other values as they are (_ints makes them -1)."""
+    return [int(v) if isinstance(v, str) and v.isdigit() else v for v in values]
 
 
 class _Fields:
@@ -660,6 +668,7 @@ _STRUCT_ARGS = {
     "wait_on_stream": lambda args: [a.wait_on_stream for a in args],
     "python_id": lambda args: [a.python_id for a in args],
     "python_parent_id": lambda args: [a.python_parent_id for a in args],
+    "correlation_id": lambda args: [a.correlation_id for a in args],
 }
 _STRUCT_FIELDS = _Fields(
     top=lambda evs, name: _STRUCT_TOP[name](evs),
@@ -836,13 +845,18 @@ def _from_perfetto(frames: dict, procs: dict, threads: dict) -> dict:
     )
     host_pids = [p for p, n in procs.items() if n.startswith("/host:")]
     host = other[~on_gpu & other["pid"].isin(host_pids)]
-    is_api = host["name"].astype(str).str.match(r"^cu[A-Z]|^cuda[A-Z]")
-    # correlation ids of perfetto events are not read yet (strings in args, shared by CUDA-graph nodes)
-    gpu["correlation"] = -1
+    # CUDA driver/runtime calls, and XLA's host-side copy events (MemcpyH2D/D2H/D2D), which carry the correlation id
+    # of the device copy they issue
+    is_api = host["name"].astype(str).str.match(r"^cu[A-Z]|^cuda[A-Z]|^Memcpy(?:H2D|D2H|D2D)$")
+    # XLA's correlation ids (args.correlation_id): a device op and the CUDA driver call that launched it share one,
+    # and every kernel of a command buffer (a CUDA graph) shares its cuGraphLaunch's: _link_launches links them
+    if "correlation" not in other:
+        gpu["correlation"] = -1
+        host = host.assign(correlation=-1)
     gpu["external_id"] = -1
     frames = dict(frames)
     frames["gpu"] = gpu
-    frames["runtime"] = host[is_api].reset_index(drop=True).assign(correlation=-1, external_id=-1)
+    frames["runtime"] = host[is_api].reset_index(drop=True).assign(external_id=-1)
     frames["cpu_ops"] = host[~is_api].reset_index(drop=True)
     frames["other"] = other[~on_gpu & ~other["pid"].isin(host_pids)].reset_index(drop=True)
     return frames

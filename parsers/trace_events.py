@@ -41,6 +41,7 @@ if msgspec is not None:
         bytes: Scalar = None
         python_id: Scalar = _arg("Python id")
         python_parent_id: Scalar = _arg("Python parent id")
+        correlation_id: Scalar = None  # XLA's perfetto traces (text)
         cuda_sync_kind: str | None = None
         wait_on_stream: Scalar = None
         name: Kept = UNSET  # metadata events (process_name, thread_name)

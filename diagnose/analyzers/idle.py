@@ -68,6 +68,11 @@ CAUSE_ADVICE = {
     "host": "The GPU waits for the host to launch work: the step is launch-bound or blocked by CPU work "
     "(data loading, Python overhead). Overlap input loading (DataLoader num_workers, pin_memory, "
     "prefetch), and cut launches with torch.compile or CUDA graphs (see launch statistics).",
+    "host_jax": "The GPU waits for the host to dispatch work: each jitted call (or each op run outside jit) is "
+    "dispatched from Python, and the Python between steps runs while the GPU waits. Put more of the step into one "
+    "jitted function (jax.lax.scan over several steps or microbatches), keep per-step Python work off the step "
+    "(float(loss) or np.asarray every step blocks; log every N steps), build batches ahead (a prefetching iterator "
+    "with jax.device_put), and donate the state's buffers (jax.jit(donate_argnums=...)).",
     "other": "Queued work waits on other streams or events: check cross-stream dependencies "
     "(cudaStreamWaitEvent) and collectives that wait for other ranks.",
     "short": "Idle time is made of many short gaps between kernels: fuse small kernels (torch.compile) "
@@ -241,7 +246,9 @@ def rank_part(profile: Profile, derived: Derived, rank: int, th: Thresholds, low
     shown = host_activity_words(trace) if by_cause["unlinked"] > 0 else ""
     by_cause = {c: by_cause[c] - input_by_cause.get(c, 0.0) for c in tl.GAP_CAUSES}
     by_cause["input"] = sum(input_by_cause.values())
-    finding = idle_finding(rank, b, by_cause, per_step, th, shown, capture_advice.from_run_folder(profile))
+    finding = idle_finding(
+        rank, b, by_cause, per_step, th, shown, capture_advice.from_run_folder(profile), trace.format == "perfetto"
+    )
     if finding:
         part["findings"].append(finding)
     return part
@@ -255,9 +262,11 @@ def idle_finding(
     th: Thresholds,
     shown: str = "",
     run_folder: bool = False,
+    jax: bool = False,
 ) -> Finding | None:
     """``shown``: what the trace shows of the host (host_activity_words), said when the cause cannot be read;
-    ``run_folder``: the input is a run folder of ``gpudiag profile``, whose advice never sends the user back to it."""
+    ``run_folder``: the input is a run folder of ``gpudiag profile``, whose advice never sends the user back to it;
+    ``jax``: the trace is XLA's (perfetto), whose host work is dispatching jitted executables."""
     span = b["span_ns"]
     if span <= 0:
         return None
@@ -294,6 +303,8 @@ def idle_finding(
         f"({100 * by_cause[main] / span:.1f} % of the span)"
     )
     advice = UNLINKED_IN_RUN_FOLDER if main == "unlinked" and run_folder else CAUSE_ADVICE[main]
+    if main == "host" and jax:  # XLA's trace: the host dispatches jitted executables, no torch launch to cut
+        advice = CAUSE_ADVICE["host_jax"]
     if main == "unlinked":  # say plainly what cannot be attributed, and what the trace does show
         title = (
             f"GPU idle {idle_pct:.1f} % of the time on rank {rank}; the trace links no kernel to its launch, so "

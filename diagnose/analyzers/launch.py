@@ -143,7 +143,7 @@ def rank_part(profile: Profile, derived: Derived, rank: int, th: Thresholds, low
     fetches = input_fetches(trace, tl.steps(trace), derived.source_dirs())
     host_wait_ns -= input_idle_by_cause(gaps, fetches).get("host", 0.0) if len(fetches) else 0.0
     host_wait_pct = 100 * host_wait_ns / span if span else 0.0
-    finding = launch_finding(rank, stats, per_op, host_wait_pct, th)
+    finding = launch_finding(rank, stats, per_op, host_wait_pct, th, jax=trace.format == "perfetto")
     if finding:
         part["findings"].append(finding)
     return part
@@ -235,9 +235,18 @@ def _per_op(launches: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     return out
 
 
+JAX_ADVICE = (
+    "XLA already launches a jitted step's kernels together (a CUDA graph: one cuGraphLaunch for many kernels); the "
+    "host's time is dispatching each jitted call from Python and the Python between calls. Put more work into one "
+    "jitted call (jax.lax.scan over steps or microbatches, larger batches), keep Python off the step (no float(loss) "
+    "or np.asarray every step), and build batches ahead (jax.device_put in a prefetching iterator)."
+)
+
+
 def launch_finding(
-    rank: int, stats: dict, per_op: pd.DataFrame, host_wait_pct: float, th: Thresholds
+    rank: int, stats: dict, per_op: pd.DataFrame, host_wait_pct: float, th: Thresholds, jax: bool = False
 ) -> Finding | None:
+    """``jax``: the trace is XLA's (perfetto): its advice is about dispatch, not torch's launches."""
     short = stats["shorter_than_launch_pct"] / 100
     top = per_op[per_op["short_kernels_per_step"] > 0].head(th.sync.launch_top_ops)
     # without steps the op figures are totals over the traced span (ops_table divided by 1): named so, never per step
@@ -284,7 +293,9 @@ def launch_finding(
             Evidence("launch_rate_per_s", stats["launch_rate_per_s"], "1/s"),
         ),
         cost_share=(host_wait_pct / 100) if bound else None,
-        recommendation=f"Fuse or graph-capture the ops that issue most tiny kernels ({names}): torch.compile "
+        recommendation=f"The ops that issue most tiny kernels: {names}. {JAX_ADVICE}"
+        if jax
+        else f"Fuse or graph-capture the ops that issue most tiny kernels ({names}): torch.compile "
         f"(mode='reduce-overhead' also uses CUDA graphs), torch.cuda.graphs for a static step, "
         f"fused optimizers (foreach=True / fused=True), or larger batches per launch.",
         section=SECTION,

@@ -194,6 +194,8 @@ def rank_budget(
     meta["steady_total_ms"] = float(step_ms.sum())
     meta["input_stalls"] = input_stalls(steady, getattr(profile, "loaders", None), rank, median_ms, th)
     meta["host_phases"] = host_phases(steady)  # the host's typical step by phase (issue 31); None: not measured
+    # "perfetto": XLA's trace (JAX), whose host work is dispatch; read from the header a cluster read keeps light
+    meta["trace_format"] = getattr(profile.trace_header(rank), "format", None) if rank in profile.traces else None
     add_new_shape_meta(meta, shapes, rows[new_shaped], median_ms, th)
     input_ms = pd.to_numeric(rows["input_ms"], errors="coerce") if "input_ms" in rows else pd.Series(np.nan, rows.index)
     steady_input = input_ms[steady.index].dropna()

@@ -18,7 +18,7 @@ BARE = re.compile(r"`?gpudiag profile`?(?!\s+--[\w-])")  # the command without a
 CASES = {
     "cudnn_new_shape": ("step_budget.unexplained", "fragmentation.not_measured", "idle.not_measured",
                         "sync.not_measured", "utilization.not_measured"),
-    "jax_train": ("idle.gpu_idle", "step_budget.unexplained"),
+    "jax_train": ("idle.gpu_idle", "step_budget.launch_bound"),  # XLA's correlation ids link its kernels (issue 34)
     "ncu_churn": ("step_budget.not_measured", "idle.not_measured", "sync.not_measured", "utilization.not_measured"),
     "ncu_kinds": ("steps.not_measured", "step_budget.not_measured", "fragmentation.not_measured",
                   "idle.not_measured"),

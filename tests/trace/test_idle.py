@@ -118,13 +118,14 @@ def test_trace_warnings_become_info_findings():
     assert result.summary["gpu_idle_pct"] == pytest.approx(100 * 20 / 40)  # kernels 20–30 and 50–60 µs
 
 
-def test_jax_idle_is_said_plainly_to_be_unattributable_with_what_the_trace_shows():
-    """fixtures/runs/jax_train (H200, jax.profiler): no kernel is linked to a launch. Before, 97.9 % of the span
-    read as "waiting on other streams or events" with cudaStreamWaitEvent advice (issue 18)."""
+def test_jax_idle_is_said_plainly_to_be_unattributable_with_what_the_trace_shows(tmp_path):
+    """fake: fixtures/runs/jax_train without XLA's correlation ids (tests/unlinked_jax.py), so no kernel is linked
+    to a launch. Before, 97.9 % of the span read as "waiting on other streams or events" with cudaStreamWaitEvent
+    advice (issue 18)."""
     import diagnose
-    from tests.paths import FIXTURES
+    from tests.unlinked_jax import JAX_RUN, unlinked
 
-    result = run_analyzer(idle, diagnose.load(FIXTURES / "runs" / "jax_train"))
+    result = run_analyzer(idle, diagnose.load(unlinked(JAX_RUN, tmp_path)))
     (f,) = [f for f in result.findings if f.id == "idle.gpu_idle"]
     assert f.title == (
         "GPU idle 98.1 % of the time on rank 0; the trace links no kernel to its launch, so 97.9 % of the span "
@@ -135,6 +136,25 @@ def test_jax_idle_is_said_plainly_to_be_unattributable_with_what_the_trace_shows
     assert "3 device-to-host copies" in f.recommendation and "6 host-to-device copies" in f.recommendation
     row = result.tables["breakdown"].iloc[0]
     assert row["idle_other_ns"] == 0 and row["idle_unlinked_ns"] > 0.97 * row["span_ns"]
+
+
+def test_jax_idle_is_attributed_where_xla_links_its_device_ops():
+    """fixtures/runs/jax_train (H200): XLA's correlation ids link 129 of its 141 device ops to their cuGraphLaunch
+    or host copy (issue 34): most of the idle is the host dispatching work, with JAX's advice."""
+    import diagnose
+    from parsers.trace import read_trace
+    from tests.paths import FIXTURES
+
+    trace = read_trace(next((FIXTURES / "runs" / "jax_train" / "trace").glob("*.json.gz")))
+    assert (len(trace.gpu), int((trace.gpu["runtime_index"] >= 0).sum())) == (141, 129)
+    result = run_analyzer(idle, diagnose.load(FIXTURES / "runs" / "jax_train"))
+    (f,) = [f for f in result.findings if f.id == "idle.gpu_idle"]
+    assert (
+        f.title
+        == "GPU idle 98.1 % of the time on rank 0, mostly waiting for the host to launch work (60.4 % of the span)"
+    )
+    assert "each jitted call (or each op run outside jit) is dispatched from Python" in f.recommendation
+    assert "DataLoader" not in f.recommendation and "torch.compile" not in f.recommendation
 
 
 def test_torch_traces_link_their_launches():

@@ -48,13 +48,24 @@ def test_sync_planted_capture():
     assert s["launch_kernels_per_step"] == 31.0
 
 
-def test_no_launch_links_or_no_gpu():
+def test_no_launch_links_or_no_gpu(tmp_path):
+    from tests.unlinked_jax import JAX_TRACE, unlinked
+
     assert [f.id for f in run_analyzer(launch, profile_of(BAD / "trace_fake_cpu_only.json")).findings] == [
         "launch.not_measured"
     ]
-    assert [f.id for f in run_analyzer(launch, profile_of(TRACE / "jax" / "perfetto_trace.json.gz")).findings] == [
+    assert [f.id for f in run_analyzer(launch, profile_of(unlinked(JAX_TRACE, tmp_path))).findings] == [
         "launch.not_measured"
     ]
+
+
+def test_a_jax_trace_links_its_kernels_to_their_graph_launch_and_gets_jax_advice():
+    """fixtures/trace/jax (H200, XLA): every device op is linked, its kernels to the cuGraphLaunch of the step's
+    command buffer (issue 34); the advice is about dispatching jitted calls, not torch.compile."""
+    result = run_analyzer(launch, profile_of(TRACE / "jax" / "perfetto_trace.json.gz"))
+    (f,) = [f for f in result.findings if f.id == "launch.launch_bound"]
+    assert "XLA already launches a jitted step's kernels together" in f.recommendation
+    assert "torch.compile" not in f.recommendation
 
 
 def test_a_trace_without_steps_is_launch_bound_as_a_whole():

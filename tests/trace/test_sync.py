@@ -232,9 +232,13 @@ def test_no_location_is_ever_line_0():
     "path",
     [FIXTURES / "trace" / "jax" / "perfetto_trace.json.gz", RUNS / "jax_train"],
 )
-def test_traces_whose_kernels_have_no_launch_are_not_given_a_clean_bill(path):
-    """JAX's perfetto traces link no GPU work to a launch call: no sync can be seen there, so the analyzer says it
-    could not judge, never "the host never waited" (issue 28 item 12)."""
+def test_traces_whose_kernels_have_no_launch_are_not_given_a_clean_bill(path, tmp_path):
+    """A trace that links no GPU work to a launch call (fake: the JAX captures without XLA's correlation ids,
+    tests/unlinked_jax.py): no sync can be seen there, so the analyzer says it could not judge, never "the host
+    never waited" (issue 28 item 12)."""
+    from tests.unlinked_jax import unlinked
+
+    path = unlinked(path, tmp_path)
     import diagnose
 
     result = run_analyzer(sync, diagnose.load(path))
@@ -263,3 +267,16 @@ def test_a_sync_a_library_made_names_the_librarys_line_and_the_users():
     assert subject.figures["library_location"] == library
     assert f.subjects[0] is subject  # the costliest: the title names both lines
     assert f"aten::to at {library} (inside the call at /abs/examples/sync_planted.py:21)" in f.title
+
+
+@pytest.mark.parametrize(
+    "path",
+    [FIXTURES / "trace" / "jax" / "perfetto_trace.json.gz", RUNS / "jax_train"],
+)
+def test_jax_traces_that_link_their_launches_are_judged(path):
+    """The real JAX captures link their device ops to cuGraphLaunch and the host copies (issue 34): their syncs can
+    be judged, and these loops have none inside their steps."""
+    import diagnose
+
+    result = run_analyzer(sync, diagnose.load(path))
+    assert [f.id for f in result.findings] == ["sync.none"]

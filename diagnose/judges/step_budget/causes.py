@@ -23,6 +23,11 @@ ADVICE = {
     "launch_bound": "The GPU waits for the host to launch work: capture the step in a CUDA graph "
     "(torch.cuda.graphs, torch.compile(mode='reduce-overhead')), fuse small kernels with torch.compile, or use "
     "larger batches so each launch carries more work.",
+    "launch_bound_jax": "The GPU waits for the host to dispatch work: each jitted call is dispatched from Python, "
+    "and the Python between steps runs while the GPU waits. Put more of the step into one jitted function "
+    "(jax.lax.scan over several steps or microbatches, larger batches), keep per-step Python work off the step "
+    "(float(loss) or np.asarray every step blocks: log every N steps), and build batches ahead (jax.device_put in a "
+    "prefetching iterator).",
     "allocator": "Segments are created and freed inside steps, and each cudaMalloc/cudaFree stalls: set "
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, do not call torch.cuda.empty_cache() in the loop, and keep "
     "tensor shapes steady so cached blocks are reused.",
@@ -142,6 +147,8 @@ def cause_findings(
                 findings.append(make(id="step_budget.input", title=title))
         elif part == "launch_bound":
             title = f"The GPU waits for the host to launch work {what}{rank_words}{where}"
+            if meta.get(rank, {}).get("trace_format") == "perfetto":  # XLA's trace: dispatch, not torch launches
+                recommendation = ADVICE["launch_bound_jax"]
             findings.append(
                 make(id="step_budget.launch_bound", title=title, recommendation=with_phases(recommendation, meta, rank))
             )
