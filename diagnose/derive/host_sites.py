@@ -1,0 +1,151 @@
+"""Where the host was while the GPU waited for it: the Python code behind host-caused GPU idle (issue 31).
+
+"GPU idle, waiting for the host to launch work" is a symptom; a user acts on the code the host was running. A
+trace recorded with Python stacks (``with_stack=True``, which light mode's trace window uses) holds every Python
+call on the launching thread with its start and end. For each host-caused gap of the GPU timeline, the time is
+given to the innermost Python frame active on that thread at each moment, and named by the innermost user frame
+over it (the user's code) and, when the innermost frame is a library's, the library call the user's frame made
+(the library frame right under it: ``torch/_tensor.py: backward``, ``torch/optim/optimizer.py: wrapper``). Kineto
+names a frame by its function and the function's first line, so a site is a function, not a line.
+
+Only the ``MAX_GAPS`` longest gaps are read (a 1 GB trace has hundreds of thousands of short ones); the result says
+what share of the host-caused idle they hold.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+MAX_GAPS = 5000
+COLUMNS = ["user_site", "library_site", "idle_ns", "share"]
+# gpudiag's own frames (its wrappers of torch.autograd.backward and the optimizers) are neither the user's code nor
+# the library call the user made: the walk passes through them
+# and the warnings machinery inside the trace window, where gpudiag's sync debug mode makes torch warn at every sync
+GPUDIAG_FRAMES = re.compile(r"(?:^|/)diagnose/(?:launch|derive|analyzers)/|(?:^|/)warnings\.py\(\d+\): _showwarnmsg")
+OWN_WORK = "gpudiag's own work in the trace window"
+BUILTIN_METHOD = re.compile(r"^<built-in method (\w+) of (\w+) object at 0x[0-9a-fA-F]+>$")
+BUILTIN_FUNCTION = re.compile(r"^<built-in function (\w+)>$")
+
+
+def host_sites(trace, gaps: pd.DataFrame, causes: tuple[str, ...] = ("host",)) -> pd.DataFrame:
+    """Per (user site, library site), the host-caused GPU idle the host spent there, largest first; ``share`` is of
+    the idle read, on the Python thread that launches the most GPU work. ``attrs["read_share"]``: the share of the causes' idle in the gaps read. Empty without Python
+    frames on the launching thread."""
+    py = getattr(trace, "python", None)
+    empty = pd.DataFrame(columns=COLUMNS)
+    if py is None or not len(py) or not len(gaps) or not len(trace.runtime):
+        return empty
+    # the Python thread that launches the most GPU work (the autograd engine's own thread launches the backward's
+    # kernels but runs no Python: the main thread waits inside backward() meanwhile)
+    launches = trace.runtime["tid"].value_counts()
+    python_tids = py["tid"].value_counts()
+    tid = int(max(python_tids.index, key=lambda t: (launches.get(t, 0), python_tids[t])))
+    on = py["tid"].to_numpy() == tid
+    if not on.any():
+        return empty
+    mine = np.flatnonzero(on)
+    starts = py["ts_ns"].to_numpy(dtype=np.int64)
+    ends = py["end_ns"].to_numpy(dtype=np.int64)
+    parents = py["parent_index"].to_numpy(dtype=np.int64)
+    names = py["name"].astype(object).to_numpy()
+    ours = np.array([isinstance(n, str) and bool(GPUDIAG_FRAMES.search(n)) for n in names], dtype=bool)
+    is_user = py["is_user"].to_numpy(dtype=bool) & ~ours
+    depth = _depths(parents)
+    wanted = gaps[gaps["cause"].isin(causes)]
+    total = float(wanted["dur_ns"].sum())
+    if total <= 0:
+        return empty
+    read = wanted.nlargest(MAX_GAPS, "dur_ns")
+    order = mine[np.argsort(starts[mine], kind="stable")]
+    sorted_starts = starts[order]
+    time_of: dict[int, float] = {}
+    for s, e in zip(read["start_ns"].to_numpy(dtype=np.int64), read["end_ns"].to_numpy(dtype=np.int64)):
+        cands = order[: np.searchsorted(sorted_starts, e, side="left")]
+        cands = cands[ends[cands] > s]
+        if not len(cands):
+            continue
+        cuts = np.unique(np.clip(np.concatenate([[s, e], starts[cands], ends[cands]]), s, e))
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            mid = (a + b) // 2
+            active = cands[(starts[cands] <= mid) & (ends[cands] > mid)]
+            if len(active):
+                frame = int(active[np.argmax(depth[active])])
+                time_of[frame] = time_of.get(frame, 0.0) + float(b - a)
+    if not time_of:
+        return empty
+    rows = {}
+    for frame, ns in time_of.items():
+        key = _site(frame, parents, is_user, ours, names)
+        rows[key] = rows.get(key, 0.0) + ns
+    read_ns = sum(rows.values())
+    out = pd.DataFrame([(u, lib, ns, ns / read_ns) for (u, lib), ns in rows.items()], columns=COLUMNS).sort_values(
+        "idle_ns", ascending=False, kind="stable"
+    )
+    out = out.reset_index(drop=True)
+    out.attrs["read_share"] = float(read["dur_ns"].sum()) / total
+    return out
+
+
+def _depths(parents: np.ndarray) -> np.ndarray:
+    depth = np.full(len(parents), -1, dtype=np.int64)
+    for i in range(len(parents)):
+        chain = []
+        j = i
+        while j >= 0 and depth[j] < 0:
+            chain.append(j)
+            j = parents[j] if 0 <= parents[j] < len(parents) else -1
+        d = depth[j] if j >= 0 else -1
+        for k in reversed(chain):
+            d += 1
+            depth[k] = d
+    return depth
+
+
+def _site(
+    frame: int, parents: np.ndarray, is_user: np.ndarray, ours: np.ndarray, names: np.ndarray
+) -> tuple[str, str | None]:
+    """(the innermost user frame over ``frame``, the library frame the user's frame called on the way to it, not
+    gpudiag's own and not a frame without a name)."""
+    child, j, decided, own = None, frame, False, False
+    while j >= 0 and not is_user[j]:
+        if not decided and (ours[j] or not str(names[j]).startswith("<built-in")):
+            decided, own = True, bool(ours[j])  # the innermost frame that is not a built-in says whose work it is
+        if not ours[j] and isinstance(names[j], str):
+            child = j
+        j = parents[j] if 0 <= parents[j] < len(parents) else -1
+    user = _words(names[j]) if j >= 0 and isinstance(names[j], str) else "(no user frame)"
+    if own:  # gpudiag's own work inside the trace window (its sync capture's warning handler, say)
+        return user, OWN_WORK
+    library = _words(names[child]) if child is not None else None
+    return user, library
+
+
+def _words(name: str) -> str:
+    """``train.py(42): get_batch`` as ``get_batch() in train.py``; ``<built-in method cpu of Tensor object at 0x…>``
+    as ``Tensor.cpu()``; ``nn.Module: Sequential_0`` as ``the forward of Sequential_0``."""
+    if m := BUILTIN_METHOD.match(name):
+        return f"{m.group(2)}.{m.group(1)}()"
+    if m := BUILTIN_FUNCTION.match(name):
+        return f"{m.group(1)}()"
+    if name.startswith("nn.Module: "):
+        return f"the forward of {name.removeprefix('nn.Module: ')}"
+    head, sep, function = name.partition("): ")
+    file = head.rpartition("(")[0] if sep else name
+    if sep and function == "<module>":
+        return f"the module-level code of {file}"
+    return f"{function}() in {file}" if sep else name
+
+
+def sites_text(sites: pd.DataFrame, limit: int = 4) -> str:
+    """``main() in train.py, in torch/optim/optimizer.py's wrapper() (31 %); …``, the largest first."""
+    from diagnose.formatting import share_human
+
+    parts = []
+    for r in sites.head(limit).itertuples():
+        library = r.library_site if isinstance(r.library_site, str) else None
+        where = f"{r.user_site}, inside {library}" if library else f"{r.user_site} itself"
+        parts.append(f"{where} ({share_human(r.share, 0)})")
+    return "; ".join(parts)

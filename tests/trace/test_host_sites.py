@@ -1,0 +1,52 @@
+"""Issue 31 (2): the Python code the host ran while the GPU waited for it, from traces with Python stacks (H200
+captures): the user's frame and the library call under it, gpudiag's own frames passed through."""
+
+from __future__ import annotations
+
+import diagnose
+from diagnose.derive import trace_timeline as tl
+from diagnose.derive.host_sites import host_sites
+from diagnose.derive.trace_view import TraceView
+from diagnose.thresholds import Thresholds
+from tests.paths import FIXTURES, shared
+
+
+def sites(path) -> dict[tuple[str, str | None], float]:
+    th = Thresholds()
+    trace = tl.analysed(TraceView(diagnose.load(path).traces[0]))
+    table = host_sites(trace, tl.gaps(trace, th.sync.kernel_gap_us * 1e3, th.sync.sync_slack_us * 1e3))
+    assert table.attrs["read_share"] == 1.0 and abs(table["share"].sum() - 1.0) < 1e-9
+    return {
+        (r.user_site, r.library_site if isinstance(r.library_site, str) else None): round(100 * r.share)
+        for r in table.itertuples()
+    }
+
+
+def test_the_launch_bound_mlp_waits_on_issuing_its_backward():
+    """fixtures/runs/torchrun_mlp: a small MLP whose step is launch-bound; gpudiag's backward wrapper
+    (diagnose/launch/runtime/steps.py) is not named, the torch call the user made is."""
+    got = sites(FIXTURES / "runs" / "torchrun_mlp")
+    assert got[("train() in train_mlp.py", "backward() in torch/_tensor.py")] == 63
+    assert got[("train() in train_mlp.py", "wrapper() in torch/optim/optimizer.py")] == 15
+    assert got[("train() in train_mlp.py", "the forward of Sequential_0")] == 10
+    assert not any("diagnose/launch" in (lib or "") or "diagnose/launch" in user for user, lib in got)
+
+
+def test_a_module_level_loop_and_the_autograd_thread():
+    """fixtures/shared/torch (someone else's convnet trace): the backward's kernels are launched by the autograd
+    engine's thread, which runs no Python; the sites come from the main thread, a module-level loop."""
+    got = sites(shared("torch", "convnet.trace.json.gz"))
+    assert got[("the module-level code of starter_torch.py", "the forward of Sequential_0")] == 62
+    assert got[("the module-level code of starter_torch.py", "backward() in torch/_tensor.py")] == 30
+
+
+def test_the_idle_finding_names_them():
+    a = diagnose.analyze(diagnose.load(FIXTURES / "runs" / "torchrun_mlp"))
+    f = next(f for f in a.findings if f.id == "idle.gpu_idle")
+    assert (
+        "While the GPU waited, the host was in (traced steps, share of that idle): train() in train_mlp.py, "
+        "inside backward() in torch/_tensor.py (63 %)" in f.recommendation
+    )
+    locations = [s for s in f.subjects if s.kind == "location"]
+    assert locations[0].name == "train() in train_mlp.py, inside backward() in torch/_tensor.py"
+    assert round(locations[0].figures["host_idle_share"], 2) == 0.63
