@@ -50,8 +50,12 @@ def host_sites(trace, gaps: pd.DataFrame, causes: tuple[str, ...] = ("host",)) -
     starts = py["ts_ns"].to_numpy(dtype=np.int64)
     ends = py["end_ns"].to_numpy(dtype=np.int64)
     parents = py["parent_index"].to_numpy(dtype=np.int64)
-    names = py["name"].astype(object).to_numpy()
-    ours = np.array([isinstance(n, str) and bool(GPUDIAG_FRAMES.search(n)) for n in names], dtype=bool)
+    names = py["name"].astype("category")
+    categories = names.cat.categories.astype(str)
+    codes = names.cat.codes.to_numpy()
+    ours_by_code = np.append(np.array([bool(GPUDIAG_FRAMES.search(c)) for c in categories], dtype=bool), False)
+    ours = ours_by_code[codes]  # code -1 (no name): the last entry
+    names = np.append(np.asarray(categories, dtype=object), None)[codes]
     is_user = py["is_user"].to_numpy(dtype=bool) & ~ours
     depth = _depths(parents)
     wanted = gaps[gaps["cause"].isin(causes)]
@@ -62,9 +66,21 @@ def host_sites(trace, gaps: pd.DataFrame, causes: tuple[str, ...] = ("host",)) -
     order = mine[np.argsort(starts[mine], kind="stable")]
     sorted_starts = starts[order]
     time_of: dict[int, float] = {}
+    n = len(parents)
     for s, e in zip(read["start_ns"].to_numpy(dtype=np.int64), read["end_ns"].to_numpy(dtype=np.int64)):
-        cands = order[: np.searchsorted(sorted_starts, e, side="left")]
-        cands = cands[ends[cands] > s]
+        # frames nest on one thread: those active at the gap's start are the last frame begun before it, or its
+        # ancestors; the others begin inside the gap. So a gap costs its depth and its own frames, never the whole table
+        before = int(np.searchsorted(sorted_starts, s, side="right"))
+        chain = []
+        if before:
+            j = int(order[before - 1])
+            while 0 <= j < n and ends[j] <= s:
+                j = int(parents[j])
+            while 0 <= j < n:
+                chain.append(j)
+                j = int(parents[j])
+        inside = order[before : int(np.searchsorted(sorted_starts, e, side="left"))]
+        cands = np.concatenate([np.asarray(chain, dtype=np.int64), inside]) if chain else inside
         if not len(cands):
             continue
         cuts = np.unique(np.clip(np.concatenate([[s, e], starts[cands], ends[cands]]), s, e))
@@ -90,17 +106,16 @@ def host_sites(trace, gaps: pd.DataFrame, causes: tuple[str, ...] = ("host",)) -
 
 
 def _depths(parents: np.ndarray) -> np.ndarray:
-    depth = np.full(len(parents), -1, dtype=np.int64)
-    for i in range(len(parents)):
-        chain = []
-        j = i
-        while j >= 0 and depth[j] < 0:
-            chain.append(j)
-            j = parents[j] if 0 <= parents[j] < len(parents) else -1
-        d = depth[j] if j >= 0 else -1
-        for k in reversed(chain):
-            d += 1
-            depth[k] = d
+    """Each frame's depth (0 for a root), by passes over the whole array: one pass per level, not per frame."""
+    n = len(parents)
+    parent = np.where((parents >= 0) & (parents < n), parents, -1)
+    depth = np.zeros(n, dtype=np.int64)
+    has = parent >= 0
+    for _ in range(n):
+        new = np.where(has, depth[np.maximum(parent, 0)] + 1, 0)
+        if np.array_equal(new, depth):
+            break
+        depth = new
     return depth
 
 
