@@ -31,6 +31,7 @@ class TraceHeader:
     rank: int | None
     metadata: dict
     device_properties: object  # its device_properties frame, None when the trace has none
+    format: str | None = None  # parsers.trace's KINETO / PERFETTO …: whose trace it is (JAX's advice differs)
 
 
 # a rank this large (rows of its gpu, runtime, cpu_ops and python tables) is collected for when dropped
@@ -81,7 +82,9 @@ class ParquetTraces(Mapping):
             header = read_header(folder)
             has_props = (header["tables"].get("device_properties") or {}).get("rows")
             props = read_table(folder, "device_properties", header) if has_props else None
-            self._light[rank] = TraceHeader(header["path"], header["rank"], metadata_of(header), props)
+            self._light[rank] = TraceHeader(
+                header["path"], header["rank"], metadata_of(header), props, header.get("trace_format")
+            )
         return self._light[rank]
 
     def __iter__(self) -> Iterator[int]:

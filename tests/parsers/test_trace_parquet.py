@@ -68,3 +68,17 @@ def test_a_foreign_header_is_named(tmp_path):
     (tmp_path / HEADER).write_text('{"format": "something else"}')
     with pytest.raises(InputError, match="is not a gpudiag.trace-parquet/1 header"):
         read_trace(tmp_path)
+
+
+def test_a_cluster_reads_header_names_whose_trace_it_is(tmp_path):
+    """The cluster read's light header (diagnose.cluster.parquet_traces) carries the trace's format: the step budget
+    reads it to give a JAX trace JAX's advice without reading the rank's tables. XLA's correlation ids survive the
+    round trip, so the rank's kernels stay linked to their launches."""
+    from diagnose.cluster.parquet_traces import ParquetTraces
+    from diagnose.cluster.rank_cache import TRACE_DIR
+
+    trace = registry.detect(JAX := FIXTURES / "trace" / "jax" / "perfetto_trace.json.gz").read(JAX)
+    write_trace(trace, tmp_path / "rank0" / TRACE_DIR)
+    traces = ParquetTraces({0: tmp_path / "rank0"})
+    assert traces.light(0).format == "perfetto" and traces.reads == 0
+    assert (traces[0].gpu["runtime_index"] >= 0).sum() == 80
