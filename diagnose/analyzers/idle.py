@@ -14,12 +14,12 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from diagnose.derive import capture_advice
+from diagnose.derive import capture_advice, jax_dispatch
 from diagnose.derive import trace_timeline as tl
 from diagnose.derive import untraced_cost as untraced_cost_module
 from diagnose.derive.derived import Derived
-from diagnose.derive.host_phases import phase_advice, phases_text
-from diagnose.derive.host_sites import host_sites, sites_text
+from diagnose.derive.host_phases import with_phases
+from diagnose.derive.host_sites import host_sites, site_words, sites_text
 from diagnose.derive.step_gpu_breakdown import step_breakdown
 from diagnose.derive.trace_input_wait import input_fetches, input_idle_by_cause
 from diagnose.derive.untraced_cost import untraced_cost
@@ -71,10 +71,7 @@ CAUSE_ADVICE = {
     "(data loading, Python overhead). Overlap input loading (DataLoader num_workers, pin_memory, "
     "prefetch), and cut launches with torch.compile or CUDA graphs (see launch statistics).",
     "host_jax": "The GPU waits for the host to dispatch work: each jitted call (or each op run outside jit) is "
-    "dispatched from Python, and the Python between steps runs while the GPU waits. Put more of the step into one "
-    "jitted function (jax.lax.scan over several steps or microbatches), keep per-step Python work off the step "
-    "(float(loss) or np.asarray every step blocks; log every N steps), build batches ahead (a prefetching iterator "
-    "with jax.device_put), and donate the state's buffers (jax.jit(donate_argnums=...)).",
+    f"dispatched from Python, and the Python between steps runs while the GPU waits. {jax_dispatch.FIX}",
     "other": "Queued work waits on other streams or events: check cross-stream dependencies "
     "(cudaStreamWaitEvent) and collectives that wait for other ranks.",
     "short": "Idle time is made of many short gaps between kernels: fuse small kernels (torch.compile) "
@@ -158,7 +155,7 @@ def with_host_sites(finding: Finding, sites: pd.DataFrame) -> Finding:
     subjects = tuple(
         Subject(
             "location",
-            r.user_site if not isinstance(r.library_site, str) else f"{r.user_site}, inside {r.library_site}",
+            r.user_site if not isinstance(r.library_site, str) else site_words(r.user_site, r.library_site),
             figures={"host_idle_share": float(r.share), "host_idle_ms": float(r.idle_ns) / 1e6},
         )
         for r in sites.head(HOST_SITES_SHOWN).itertuples()
@@ -185,9 +182,7 @@ def with_host_phases(finding: Finding, derived: Derived, rank: int) -> Finding:
     return replace(
         finding,
         subjects=subjects,
-        recommendation=f"Where the host's time goes, {phases_text(phases)}. "
-        + (f"{advice} " if (advice := phase_advice(phases)) else "")
-        + finding.recommendation,
+        recommendation=with_phases(finding.recommendation, phases),
     )
 
 

@@ -46,6 +46,7 @@ import pandas as pd
 from diagnose.derive.allocator_timeline import allocator_timeline, hit_after_new_segment
 from diagnose.derive.derived import Derived
 from diagnose.derive.kernel_limiter import kernel_limiters
+from diagnose.derive.kernel_reuse import reuse
 from diagnose.derive.kernel_stats import (
     kernel_subject_name,
     label_of_launch,
@@ -53,7 +54,6 @@ from diagnose.derive.kernel_stats import (
     most_common,
     names_list,
     per_kernel,
-    per_kernel_sum,
     slim,
     total_gpu_time_ns,
     weighted_mean,
@@ -92,12 +92,6 @@ METRICS = [
     "sm_throughput_pct",
     "memory_throughput_pct",
 ]
-# global-load sectors at L1 and at L2, DRAM sectors read, and the L1 data pipe's wavefronts (all / shared memory)
-L1_GLOBAL_LOAD_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum [sector]"
-L2_READ_SECTORS_FROM_L1 = "lts__t_sectors_srcunit_tex_op_read.sum [sector]"
-DRAM_READ_SECTORS = "dram__sectors_read.sum [sector]"
-LSU_PIPE_PCT = "l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed [%]"
-LSU_SHARED_PIPE_PCT = "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed [%]"
 COMPULSORY, REUSE_MISSED, OTHER = "compulsory", "reuse missed", "scattered or unknown"
 HOW_TO_MEASURE = (
     "Collect it with ncu's MemoryWorkloadAnalysis section (`ncu --section MemoryWorkloadAnalysis`) "
@@ -198,31 +192,6 @@ def analyze(profile, derived: Derived, th) -> Result:
     if len(rest):
         result.findings.append(_below_band_finding(rest, heavy, owned, t, th))
     return result
-
-
-def reuse(kernels: pd.DataFrame, stats: pd.DataFrame, memo=None) -> pd.DataFrame:
-    """Per kernel (aligned with ``stats``): global-load sectors requested at L1 and at L2 per DRAM sector read,
-    and the share of the L1 data pipe's wavefronts that are shared-memory ones; NaN where not collected."""
-
-    def summed(column: str) -> pd.Series:
-        if column not in kernels.columns:
-            return pd.Series(np.nan, index=stats.index)
-        values = pd.to_numeric(kernels[column], errors="coerce")
-        return per_kernel_sum(kernels, values, stats, memo=memo)
-
-    dram = summed(DRAM_READ_SECTORS).where(lambda d: d > 0)
-    pipe = per_kernel(kernels, [LSU_PIPE_PCT, LSU_SHARED_PIPE_PCT], memo=memo).set_index("kernel_name")
-    pipe = pipe.reindex(stats["kernel_name"]).reset_index(drop=True).set_axis(stats.index)
-    return pd.DataFrame(
-        {
-            "reuse_l1": summed(L1_GLOBAL_LOAD_SECTORS) / dram,
-            "reuse_l2": summed(L2_READ_SECTORS_FROM_L1) / dram,
-            "shared_wavefront_share": (pipe[LSU_SHARED_PIPE_PCT] / pipe[LSU_PIPE_PCT].where(lambda v: v > 0)).clip(
-                upper=1.0
-            ),
-        },
-        index=stats.index,
-    )
 
 
 def cause_of(reuse_l1: float, reuse_l2: float, t) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from diagnose.derive import jax_dispatch
 from diagnose.derive import trace_timeline as tl
 from diagnose.derive.derived import Derived
 from diagnose.derive.trace_input_wait import input_fetches, input_idle_by_cause
@@ -237,9 +238,7 @@ def _per_op(launches: pd.DataFrame, n_steps: int) -> pd.DataFrame:
 
 JAX_ADVICE = (
     "XLA already launches a jitted step's kernels together (a CUDA graph: one cuGraphLaunch for many kernels); the "
-    "host's time is dispatching each jitted call from Python and the Python between calls. Put more work into one "
-    "jitted call (jax.lax.scan over steps or microbatches, larger batches), keep Python off the step (no float(loss) "
-    "or np.asarray every step), and build batches ahead (jax.device_put in a prefetching iterator)."
+    f"host's time is dispatching each jitted call from Python and the Python between calls. {jax_dispatch.FIX}"
 )
 
 

@@ -29,6 +29,7 @@ import numpy as np
 from diagnose.derive import onchip_bound as onchip
 from diagnose.derive.derived import Derived
 from diagnose.derive.kernel_limiter import kernel_limiters, path_of
+from diagnose.derive.kernel_roofline import TENSOR_MIN_PCT
 from diagnose.derive.kernel_stats import kernel_subject_name, launches_figure, names_list, per_kernel
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import agree, count_human, n_things, ns_human, number_human, pct_human, share_human
@@ -257,7 +258,7 @@ def _roofline_clause(r) -> str:
     if r["saving_basis"] != "roofline":
         why = (
             "tensor-core work, which ncu's SASS FLOP counts leave out"
-            if r["tensor_pipe_pct"] >= 1
+            if r["tensor_pipe_pct"] >= TENSOR_MIN_PCT
             else "no SpeedOfLight_RooflineChart metrics in the capture"
         )
         return (

@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from diagnose.formatting import ms_human, n_things, share_human
+
 PHASES = ("input", "forward_and_rest", "backward", "optimizer")
 LABELS = {
     "input": "waiting for input",
@@ -59,8 +61,6 @@ def host_phases(steady: pd.DataFrame) -> dict | None:
 def phases_text(phases: dict) -> str:
     """``of the median step's 19.9 ms on the host (phases of the 5 untraced steps nearest it): backward (issuing it)
     8.1 ms (41 %), …``, the largest phase first."""
-    from diagnose.formatting import ms_human, n_things, share_human
-
     order = sorted(PHASES, key=lambda p: -phases[f"{p}_ms"])
     parts = [
         f"{LABELS[p]} {ms_human(phases[f'{p}_ms'])} ({share_human(phases[f'{p}_share'], 0)})"
@@ -82,8 +82,6 @@ def phase_advice(phases: dict) -> str | None:
     the host's step issues its update parameter by parameter (torch's for-loop implementation) or tensor list by
     tensor list: a fused optimizer issues a few kernels for all of them."""
     if phases.get("optimizer_share", 0.0) >= OPTIMIZER_DOMINANT_SHARE:
-        from diagnose.formatting import ms_human, share_human
-
         return (
             f"The optimizer step holds {share_human(phases['optimizer_share'], 0)} of the host's step "
             f"({ms_human(phases['optimizer_ms'])}): unless it is fused already, use a fused optimizer "
@@ -91,3 +89,12 @@ def phase_advice(phases: dict) -> str | None:
             "parameters in a few kernels instead of several per parameter."
         )
     return None
+
+
+def with_phases(recommendation: str, phases: dict | None) -> str:
+    """``recommendation`` after where the host's median step goes by phase and what a standing-out phase points to:
+    the host work a launch-bound, unexplained or host-caused idle finding is made of (None: not measured)."""
+    if not phases:
+        return recommendation
+    advice = phase_advice(phases)
+    return f"Where the host's time goes, {phases_text(phases)}. {advice + ' ' if advice else ''}{recommendation}"

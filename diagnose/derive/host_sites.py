@@ -19,6 +19,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from diagnose.formatting import share_human
+
 MAX_GAPS = 5000
 COLUMNS = ["user_site", "library_site", "idle_ns", "share"]
 # gpudiag's own frames (its wrappers of torch.autograd.backward and the optimizers) are neither the user's code nor
@@ -154,13 +156,13 @@ def _words(name: str) -> str:
     return f"{function}() in {file}" if sep else name
 
 
-def sites_text(sites: pd.DataFrame, limit: int = 4) -> str:
-    """``main() in train.py, in torch/optim/optimizer.py's wrapper() (31 %); …``, the largest first."""
-    from diagnose.formatting import share_human
+def site_words(user_site: str, library_site) -> str:
+    """``main() in train.py, inside backward() in torch/_tensor.py``, or ``main() in train.py itself``."""
+    return f"{user_site}, inside {library_site}" if isinstance(library_site, str) else f"{user_site} itself"
 
-    parts = []
-    for r in sites.head(limit).itertuples():
-        library = r.library_site if isinstance(r.library_site, str) else None
-        where = f"{r.user_site}, inside {library}" if library else f"{r.user_site} itself"
-        parts.append(f"{where} ({share_human(r.share, 0)})")
-    return "; ".join(parts)
+
+def sites_text(sites: pd.DataFrame, limit: int = 4) -> str:
+    """``main() in train.py, inside torch/optim/optimizer.py's wrapper() (31 %); …``, the largest first."""
+    return "; ".join(
+        f"{site_words(r.user_site, r.library_site)} ({share_human(r.share, 0)})" for r in sites.head(limit).itertuples()
+    )

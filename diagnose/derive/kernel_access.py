@@ -68,7 +68,8 @@ def metric_column(kernels: pd.DataFrame, metric: str) -> str | None:
     return next((c for c in kernels.columns if isinstance(c, str) and c.startswith(prefix)), None)
 
 
-def _values(kernels: pd.DataFrame, metric: str) -> np.ndarray:
+def metric_values(kernels: pd.DataFrame, metric: str) -> np.ndarray:
+    """A raw metric's per-launch values as floats (its column found by :func:`metric_column`), NaN where absent."""
     col = metric_column(kernels, metric)
     if col is None:
         return np.full(len(kernels), np.nan)
@@ -77,8 +78,8 @@ def _values(kernels: pd.DataFrame, metric: str) -> np.ndarray:
 
 def _bytes_per_sector(kernels: pd.DataFrame, direction: str) -> np.ndarray:
     """Bytes used per 32-byte sector: the ``.ratio`` form, else ``.pct`` (of 32 bytes)."""
-    ratio = _values(kernels, BYTES_PER_SECTOR[direction] + ".ratio")
-    pct = _values(kernels, BYTES_PER_SECTOR[direction] + ".pct") * SECTOR_BYTES / 100.0
+    ratio = metric_values(kernels, BYTES_PER_SECTOR[direction] + ".ratio")
+    pct = metric_values(kernels, BYTES_PER_SECTOR[direction] + ".pct") * SECTOR_BYTES / 100.0
     return np.where(np.isnan(ratio), pct, ratio)
 
 
@@ -100,13 +101,17 @@ def kernel_access(kernels: pd.DataFrame, th, memo=None) -> pd.DataFrame:
     def per(values: np.ndarray) -> np.ndarray:
         return _sum(values, groups).reindex(names).to_numpy(dtype=float)
 
-    excess, sectors, ideal = (per(_values(kernels, m)) for m in (EXCESS, SECTORS, IDEAL))
+    excess, sectors, ideal = (per(metric_values(kernels, m)) for m in (EXCESS, SECTORS, IDEAL))
     # where only the ideal is known with the total (or the excess with one of them), complete the triple
     excess = np.where(np.isnan(excess), np.clip(sectors - ideal, 0, None), excess)
     sectors = np.where(np.isnan(sectors), excess + ideal, sectors)
     l1, req, wasted = {}, {}, {}
     for d in ("ld", "st"):
-        s, r, b = _values(kernels, L1_SECTORS[d]), _values(kernels, L1_REQUESTS[d]), _bytes_per_sector(kernels, d)
+        s, r, b = (
+            metric_values(kernels, L1_SECTORS[d]),
+            metric_values(kernels, L1_REQUESTS[d]),
+            _bytes_per_sector(kernels, d),
+        )
         l1[d], req[d] = per(s), per(r)
         # bytes per sector weighted by the direction's sectors (a launch's mean over its own sectors)
         ok = ~np.isnan(b) & ~np.isnan(s)

@@ -29,9 +29,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diagnose.derive.kernel_access import metric_column
-from diagnose.derive.kernel_stats import by_kernel, kernel_groups
-from diagnose.derive.table_values import TableValues, values_of
+from diagnose.derive.kernel_access import metric_values
+from diagnose.derive.kernel_stats import by_kernel, kernel_groups, per_kernel_sum
+from diagnose.derive.table_values import TableValues
 
 SECTOR_BYTES = 32.0
 # (precision, [(instruction metric, FLOPs per instruction)], peak metric with its FLOPs per cycle)
@@ -90,13 +90,6 @@ COLUMNS = [
 ]
 
 
-def _values(kernels: pd.DataFrame, metric: str) -> np.ndarray:
-    column = metric_column(kernels, metric)
-    if column is None:
-        return np.full(len(kernels), np.nan)
-    return pd.to_numeric(kernels[column], errors="coerce").to_numpy(dtype=float)
-
-
 def _tensor_pct(kernels: pd.DataFrame) -> np.ndarray:
     """Per launch, the busiest tensor-pipe percentage collected (NaN when none was)."""
     columns = [
@@ -118,15 +111,15 @@ def launch_roofline(kernels: pd.DataFrame) -> pd.DataFrame:
     L2 and L1 global bytes, shared-memory wavefronts and bank conflicts, the tensor pipe, and its roofline time."""
     n = len(kernels)
     seconds = pd.to_numeric(kernels["dur_ns"], errors="coerce").to_numpy(dtype=float) / 1e9
-    smsp_hz, sm_hz = _values(kernels, SMSP_HZ), _values(kernels, SM_HZ)
+    smsp_hz, sm_hz = metric_values(kernels, SMSP_HZ), metric_values(kernels, SM_HZ)
     flop_by, time_at_peak = {}, np.zeros(n)
     measured = np.zeros(n, dtype=bool)
     for name, ops, peak_metric in PRECISIONS:
-        rates = [(_values(kernels, INSTRUCTION.format(op=op)), per) for op, per in ops]
+        rates = [(metric_values(kernels, INSTRUCTION.format(op=op)), per) for op, per in ops]
         known = np.any([~np.isnan(r) for r, _ in rates], axis=0) if rates else np.zeros(n, dtype=bool)
         per_cycle = np.nansum([r * per for r, per in rates], axis=0)
         flop = np.where(known, per_cycle * smsp_hz * seconds, np.nan)
-        peak = _values(kernels, peak_metric) * sm_hz
+        peak = metric_values(kernels, peak_metric) * sm_hz
         flop_by[name] = (flop, peak)
         ok = ~np.isnan(flop) & (peak > 0)
         time_at_peak = time_at_peak + np.where(ok, np.nan_to_num(flop) / np.where(ok, peak, 1.0), 0.0)
@@ -140,17 +133,17 @@ def launch_roofline(kernels: pd.DataFrame) -> pd.DataFrame:
     tensor = _tensor_pct(kernels)
     uses_tensor = tensor >= TENSOR_MIN_PCT
     flop_total = np.where(uses_tensor, np.nan, flop_total)
-    dram = np.nansum([_values(kernels, m) for m in DRAM_BYTES], axis=0)
-    dram_known = ~np.all([np.isnan(_values(kernels, m)) for m in DRAM_BYTES], axis=0)
+    dram = np.nansum([metric_values(kernels, m) for m in DRAM_BYTES], axis=0)
+    dram_known = ~np.all([np.isnan(metric_values(kernels, m)) for m in DRAM_BYTES], axis=0)
     dram = np.where(dram_known, dram, np.nan)
-    dram_peak = _values(kernels, DRAM_PEAK_PER_CYCLE) * _values(kernels, DRAM_HZ)
+    dram_peak = metric_values(kernels, DRAM_PEAK_PER_CYCLE) * metric_values(kernels, DRAM_HZ)
     dram_time = dram / np.where(dram_peak > 0, dram_peak, np.nan)
     compute_time = np.where(np.isnan(flop_total), np.nan, time_at_peak)
-    alu = next((v for v in (_values(kernels, m + " [%]") for m in ALU_PIPE_PCT) if not np.isnan(v).all()), None)
+    alu = next((v for v in (metric_values(kernels, m + " [%]") for m in ALU_PIPE_PCT) if not np.isnan(v).all()), None)
     alu_time = np.nan_to_num(alu) / 100.0 * seconds if alu is not None else np.zeros(n)
     roofline_s = np.fmax(np.fmax(compute_time, dram_time), alu_time)
     roofline_s = np.where(np.isnan(compute_time) | np.isnan(dram_time), np.nan, roofline_s)
-    l1 = np.array([_values(kernels, m) for m in L1_GLOBAL_SECTORS])
+    l1 = np.array([metric_values(kernels, m) for m in L1_GLOBAL_SECTORS])
     return pd.DataFrame(
         {
             "flop": flop_total,
@@ -161,10 +154,10 @@ def launch_roofline(kernels: pd.DataFrame) -> pd.DataFrame:
             "peak_dram_bytes_per_s": dram_peak,
             "dram_time_ns": dram_time * 1e9,
             "alu_time_ns": alu_time * 1e9,
-            "l2_bytes": _values(kernels, L2_SECTORS) * SECTOR_BYTES,
+            "l2_bytes": metric_values(kernels, L2_SECTORS) * SECTOR_BYTES,
             "l1_global_bytes": np.where(np.isnan(l1).all(axis=0), np.nan, np.nansum(l1, axis=0)) * SECTOR_BYTES,
-            "shared_wavefronts": _values(kernels, SHARED_WAVEFRONTS),
-            "shared_conflicts": _values(kernels, SHARED_CONFLICTS),
+            "shared_wavefronts": metric_values(kernels, SHARED_WAVEFRONTS),
+            "shared_conflicts": metric_values(kernels, SHARED_CONFLICTS),
             "tensor_pipe_pct": tensor,
             "roofline_ns": roofline_s * 1e9,
             "dur_ns": seconds * 1e9,
@@ -176,22 +169,20 @@ def launch_roofline(kernels: pd.DataFrame) -> pd.DataFrame:
 def kernel_roofline(kernels: pd.DataFrame, stats: pd.DataFrame, memo: TableValues | None = None) -> pd.DataFrame:
     """Per kernel of ``stats`` (kernel_stats.per_kernel rows, same order and index): :data:`COLUMNS`. Sums over
     launches; peaks and the tensor pipe as duration-weighted means. NaN where the capture lacks the metrics."""
-    per_launch = values_of(
-        memo, kernels, "kernel_roofline", ("kernel_name", "dur_ns"), lambda: launch_roofline(kernels)
-    )
+    per_launch = launch_roofline(kernels)  # worked out once per report: Derived.onchip_bound is its one reader
     codes, keys = kernel_groups(kernels, memo)
 
     def total(column: str) -> np.ndarray:
-        summed = by_kernel(pd.Series(per_launch[column].to_numpy()).groupby(codes).sum(min_count=1), keys)
-        return stats["kernel_name"].map(summed).to_numpy(dtype=float)
+        return per_kernel_sum(kernels, per_launch[column], stats, memo).to_numpy(dtype=float)
 
     def mean(column: str) -> np.ndarray:
-        v = per_launch[column].to_numpy(dtype=float)
-        w = np.nan_to_num(per_launch["dur_ns"].to_numpy(dtype=float)) + 1e-9
-        ok = ~np.isnan(v)
-        num = pd.Series(np.where(ok, v * w, 0.0)).groupby(codes).sum()
-        den = pd.Series(np.where(ok, w, 0.0)).groupby(codes).sum()
-        return stats["kernel_name"].map(by_kernel(num / den.where(den > 0), keys)).to_numpy(dtype=float)
+        """Duration-weighted over the launches that have the value."""
+        v = per_launch[column]
+        w = per_launch["dur_ns"].fillna(0.0) + 1e-9
+        weight = per_kernel_sum(kernels, w.where(v.notna(), 0.0), stats, memo).to_numpy(dtype=float)
+        return per_kernel_sum(kernels, (v * w).fillna(0.0), stats, memo).to_numpy(dtype=float) / np.where(
+            weight > 0, weight, np.nan
+        )
 
     precision = by_kernel(pd.Series(per_launch["precision"].to_numpy()).groupby(codes).first(), keys)
     out = pd.DataFrame(index=stats.index)

@@ -182,22 +182,23 @@ def _notes(kernels: pd.DataFrame, out: pd.DataFrame, codes: np.ndarray, keys: np
         return [None] * len(out)
     configs: list[str | None] = [None] * len(out)
     if "grid_size" in kernels.columns and "block_size" in kernels.columns:
-        row_of = {k: i for i, k in enumerate(out["kernel_name"])}
+        # by the launches' group codes, only the repeated kernels' launches: no per-launch Python or string work
+        code_of_key = {k: c for c, k in enumerate(keys)}
+        row_of_code = {code_of_key[k]: i for i, (k, s) in enumerate(zip(out["kernel_name"], shorts)) if s in repeated}
+        mask = np.isin(codes, np.fromiter(row_of_code, dtype=np.int64, count=len(row_of_code)))
         frame = pd.DataFrame(
             {
-                "key": keys[codes],
-                "grid": pd.to_numeric(kernels["grid_size"], errors="coerce").to_numpy(),
-                "block": pd.to_numeric(kernels["block_size"], errors="coerce").to_numpy(),
-                "dur": pd.to_numeric(kernels["dur_ns"], errors="coerce").fillna(0.0).to_numpy(),
+                "code": codes[mask],
+                "grid": pd.to_numeric(kernels["grid_size"].to_numpy()[mask], errors="coerce"),
+                "block": pd.to_numeric(kernels["block_size"].to_numpy()[mask], errors="coerce"),
+                "dur": np.nan_to_num(pd.to_numeric(kernels["dur_ns"].to_numpy()[mask], errors="coerce")),
             }
-        )
-        frame = frame[frame["key"].map(lambda k: shorts[row_of[k]] in repeated if k in row_of else False)]
-        frame = frame.dropna(subset=["grid", "block"])
+        ).dropna(subset=["grid", "block"])
         if len(frame):
-            top = frame.groupby(["key", "grid", "block"])["dur"].sum().reset_index()
-            top = top.sort_values(["key", "dur"], ascending=[True, False]).drop_duplicates("key")
-            for k, g, b in zip(top["key"], top["grid"], top["block"]):
-                configs[row_of[k]] = f"grid {count_human(g)} × {count_human(b)} threads"
+            top = frame.groupby(["code", "grid", "block"])["dur"].sum().reset_index()
+            top = top.sort_values(["code", "dur"], ascending=[True, False]).drop_duplicates("code")
+            for c, g, b in zip(top["code"], top["grid"], top["block"]):
+                configs[row_of_code[int(c)]] = f"grid {count_human(g)} × {count_human(b)} threads"
     labels, fulls = list(out["kernel"]), [str(n) for n in out["kernel_name"]]
     return instance_notes(labels, shorts, fulls, configs)
 

@@ -32,8 +32,9 @@ import numpy as np
 import pandas as pd
 
 from diagnose.derive.kernel_limiter import kernel_limiters, path_of
+from diagnose.derive.kernel_reuse import reuse
 from diagnose.derive.kernel_roofline import kernel_roofline
-from diagnose.derive.kernel_stats import per_kernel, per_kernel_sum
+from diagnose.derive.kernel_stats import per_kernel
 
 ON_CHIP_PATHS = ("load/store path", "L2")
 BANK_CONFLICTS, WASTED_SECTORS, REUSE_MISSED, SHARED_TRAFFIC, UNKNOWN = (
@@ -44,10 +45,6 @@ BANK_CONFLICTS, WASTED_SECTORS, REUSE_MISSED, SHARED_TRAFFIC, UNKNOWN = (
     "unknown",
 )
 METRICS = ["sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct", "l2_hit_pct"]
-L1_GLOBAL_LOAD_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum [sector]"
-DRAM_READ_SECTORS = "dram__sectors_read.sum [sector]"
-LSU_PIPE_PCT = "l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed [%]"
-LSU_SHARED_PIPE_PCT = "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed [%]"
 
 
 def onchip_bound(kernels: pd.DataFrame, access: pd.DataFrame, th, memo=None) -> pd.DataFrame:
@@ -55,17 +52,14 @@ def onchip_bound(kernels: pd.DataFrame, access: pd.DataFrame, th, memo=None) -> 
     first the main one), ``saving`` (share of its own time), ``saving_basis``, ``est_loss_share`` (share of all
     GPU time) and ``flagged``. ``access``: diagnose.derive.kernel_access's table of the same kernels."""
     t, sol = th.onchip_bound, th.speed_of_light
-    stats = per_kernel(kernels, METRICS + [LSU_PIPE_PCT, LSU_SHARED_PIPE_PCT], memo=memo)
+    stats = per_kernel(kernels, METRICS, memo=memo)
     if not len(stats):
         return stats
     limiters = kernel_limiters(kernels, stats, memo=memo)
     for c in ("limiter_unit", "limiter_pct", "next_unit", "next_pct"):
         stats[c] = limiters[c].to_numpy()
     stats = stats.join(kernel_roofline(kernels, stats, memo=memo))
-    stats["shared_wavefront_share"] = (stats[LSU_SHARED_PIPE_PCT] / stats[LSU_PIPE_PCT].where(lambda v: v > 0)).clip(
-        upper=1.0
-    )
-    stats["reuse_l1"] = _reuse_l1(kernels, stats, memo)
+    stats = stats.join(reuse(kernels, stats, memo=memo)[["reuse_l1", "shared_wavefront_share"]])
     excess = access.set_index("kernel_name")["excess_share_pct"] if len(access) else pd.Series(dtype=float)
     stats["excess_share_pct"] = stats["kernel_name"].map(excess).astype(float)
     stats["causes"] = [_causes(r, th) for _, r in stats.iterrows()]
@@ -80,18 +74,7 @@ def onchip_bound(kernels: pd.DataFrame, access: pd.DataFrame, th, memo=None) -> 
     # estimate alone says too little to act on (a cuDNN convolution on the tensor pipe, say)
     known = (stats["saving_basis"] == "roofline") | stats["causes"].map(lambda c: c != [UNKNOWN])
     stats["flagged"] = on_chip & heavy & known & (stats["saving"] >= t.min_saving)
-    return stats.drop(columns=[LSU_PIPE_PCT, LSU_SHARED_PIPE_PCT])
-
-
-def _reuse_l1(kernels: pd.DataFrame, stats: pd.DataFrame, memo) -> pd.Series:
-    """Global-load sectors requested at L1 per DRAM sector read (NaN where not collected)."""
-
-    def summed(column: str) -> pd.Series:
-        if column not in kernels.columns:
-            return pd.Series(np.nan, index=stats.index)
-        return per_kernel_sum(kernels, pd.to_numeric(kernels[column], errors="coerce"), stats, memo=memo)
-
-    return summed(L1_GLOBAL_LOAD_SECTORS) / summed(DRAM_READ_SECTORS).where(lambda d: d > 0)
+    return stats
 
 
 def _causes(row: pd.Series, th) -> list[str]:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from diagnose.formatting import ms_human, share_human
+
 MEDIAN_STEP = "median step"  # the budget's column of the median untraced steady step
 TRACED_STEPS = "traced steps"  # its column of the traced steps
 BUSY_PARTS = ("compute", "memcpy", "collective")
@@ -38,8 +40,6 @@ class UntracedCost:
     def words(self, what: str) -> str:
         """``Untraced, the median step is 5.56 ms with 5.06 ms of GPU busy: <what> hold 494 µs of it (8.9 %), what
         removing them can save; the traced steps ran 6.17 ms, slowed by the profiler.``"""
-        from diagnose.formatting import ms_human, share_human
-
         slower = (
             f"; the traced steps ran {ms_human(self.traced_ms)}, slowed by the profiler"
             if self.traced_ms is not None and self.traced_ms > self.median_ms

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from diagnose.derive.host_phases import phase_advice, phases_text
+from diagnose.derive import jax_dispatch
+from diagnose.derive.host_phases import with_phases
 from diagnose.findings import Evidence, Finding, Severity, Subject, within
 from diagnose.formatting import ms_human
 from diagnose.ingest.profile_data import Profile
@@ -24,10 +25,7 @@ ADVICE = {
     "(torch.cuda.graphs, torch.compile(mode='reduce-overhead')), fuse small kernels with torch.compile, or use "
     "larger batches so each launch carries more work.",
     "launch_bound_jax": "The GPU waits for the host to dispatch work: each jitted call is dispatched from Python, "
-    "and the Python between steps runs while the GPU waits. Put more of the step into one jitted function "
-    "(jax.lax.scan over several steps or microbatches, larger batches), keep per-step Python work off the step "
-    "(float(loss) or np.asarray every step blocks: log every N steps), and build batches ahead (jax.device_put in a "
-    "prefetching iterator).",
+    f"and the Python between steps runs while the GPU waits. {jax_dispatch.FIX}",
     "allocator": "Segments are created and freed inside steps, and each cudaMalloc/cudaFree stalls: set "
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, do not call torch.cuda.empty_cache() in the loop, and keep "
     "tensor shapes steady so cached blocks are reused.",
@@ -150,7 +148,11 @@ def cause_findings(
             if meta.get(rank, {}).get("trace_format") == "perfetto":  # XLA's trace: dispatch, not torch launches
                 recommendation = ADVICE["launch_bound_jax"]
             findings.append(
-                make(id="step_budget.launch_bound", title=title, recommendation=with_phases(recommendation, meta, rank))
+                make(
+                    id="step_budget.launch_bound",
+                    title=title,
+                    recommendation=with_phases(recommendation, meta.get(rank, {}).get("host_phases")),
+                )
             )
         elif part == "allocator":
             title = f"The allocator's cudaMalloc/cudaFree hold the GPU idle {what}{rank_words}{where}"
@@ -165,17 +167,7 @@ def cause_findings(
                     id="step_budget.unexplained",
                     title=title,
                     severity=Severity.INFO,
-                    recommendation=with_phases(recommendation, meta, rank),
+                    recommendation=with_phases(recommendation, meta.get(rank, {}).get("host_phases")),
                 )
             )
     return findings
-
-
-def with_phases(recommendation: str, meta: dict, rank: int) -> str:
-    """``recommendation`` after where the host's typical step goes by phase, where light mode measured it
-    (diagnose.derive.host_phases): the host work a launch-bound or unexplained part is made of."""
-    phases = meta.get(rank, {}).get("host_phases")
-    if not phases:
-        return recommendation
-    advice = phase_advice(phases)
-    return f"Where the host's time goes, {phases_text(phases)}. {advice + ' ' if advice else ''}{recommendation}"
