@@ -7,9 +7,7 @@ mode and --ncu, on the H200. Skipped without a GPU (the `gpu` marker).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ pytestmark = pytest.mark.gpu
 if not has_cuda_gpu():  # before importing test_launch_gpu, which skips itself at import without a GPU
     pytest.skip("no NVIDIA GPU here", allow_module_level=True)
 
-from tests.gpu.test_launch_gpu import EXAMPLES, NCU_LIMIT_S, _env, _events, _profile, _record, _report  # noqa: E402
+from tests.gpu.test_launch_gpu import EXAMPLES, NCU_LIMIT_S, _events, _profile, _record, _report  # noqa: E402
 
 
 def _line_of(script: Path, marker: str) -> int:
@@ -161,21 +159,18 @@ def test_ncu_timeout_stops_a_long_jax_run(tmp_path):
     assert any(n.startswith("the run was stopped (--ncu-timeout 30 s)") for n in manifest["notes"])
 
 
-def test_after_window_stop_ends_a_long_script_within_twice_its_plain_time(tmp_path):
+def test_after_window_stop_ends_a_long_script_after_its_window(tmp_path):
     """Issue 32 (a): the char-level GPT (600 iterations, evaluation and checkpoint every 200, module-level loop) under
-    --ncu with the default --after-window stop ends within 2x its plain run, and its folder reports cleanly."""
+    --ncu with the default --after-window stop is stopped once its window step is profiled, and its folder reports
+    cleanly. Its wall time against the plain run (the 2x target) is benchmarks/ncu_after_window.py's, not a test's."""
     command = [sys.executable, str(EXAMPLES / "char_gpt.py"), "--iters", "600", "--eval-interval", "200"]
-    t0 = time.monotonic()
-    plain = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=600)
-    plain_s = time.monotonic() - t0
-    assert plain.returncode == 0, plain.stderr[-2000:]
     run = tmp_path / "char-gpt-ncu"
     r, wall = _profile(run, ["--ncu"], command, timeout=600)
-    manifest, _, _ = _record("char_gpt", "ncu-after-window", r, run, wall, note=f"plain {plain_s:.1f} s")
-    print(f"char_gpt: plain {plain_s:.1f} s, --ncu (after-window stop) {wall:.1f} s")
+    manifest, _, _ = _record("char_gpt", "ncu-after-window", r, run, wall)
     assert r.returncode == 0 and manifest["status"] == "ok" and manifest["stopped_after_window"] is True
-    assert wall <= 2 * plain_s, (wall, plain_s)
     assert any("as --after-window stop asks" in n for n in manifest["notes"])
+    steps = [e["step"] for e in _events(run) if e["kind"] == "step"]
+    assert 5 <= max(steps) < 599  # stopped after the window step (5), before the script's last iteration
     raw = (run / "ncu" / "raw.csv").read_text()
     assert raw.count("\n") >= 3 and "gpu__time_duration.sum" in raw
     findings = _report(run)
