@@ -37,19 +37,21 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [p for p in (str(REPO), str(REPO / "benchmarks"), str(REPO / "examples")) if p not in sys.path]
-from light_overhead_interleaved import ARMS, own_time, run_rounds, summarize  # noqa: E402
+from light_overhead_interleaved import ARMS, own_time, pause_sampler, run_rounds, summarize  # noqa: E402
 
 
 class JitHook:
-    """Switches the step between light mode's jit proxy (a boundary per call) and jax's own jitted function."""
+    """Switches the step between light mode's jit proxy (a boundary per call) and jax's own jitted function, and the
+    long-step sampler's thread on and off with it."""
 
-    def __init__(self, proxy):
+    def __init__(self, proxy, steps=None):
         if not hasattr(proxy, "_jitted"):
             raise SystemExit("light mode did not wrap jax.jit: nothing to switch")
-        self.proxy, self.call = proxy, proxy
+        self.proxy, self.call, self.steps = proxy, proxy, steps
 
     def set(self, on: bool) -> None:
         self.call = self.proxy if on else self.proxy._jitted
+        pause_sampler(self.steps, on)
 
 
 def dispatch_us(add, jnp, calls: int) -> float:
@@ -103,7 +105,9 @@ def main(argv=None) -> int:
             # jitted after light mode started, as a script's @jax.jit runs after gpudiag's bootstrap
             update = jax.jit(script.update.__wrapped__)
             params = script.init(jax.random.PRNGKey(0), [64, args.width, args.width, 1])
-            hook = JitHook(update)
+            from diagnose.launch.runtime import lifecycle
+
+            hook = JitHook(update, lifecycle.active().steps)
             state = {"params": params}
 
             def step():

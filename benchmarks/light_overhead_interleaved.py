@@ -57,8 +57,16 @@ ARMS = ("light", "plain", "plain-b")
 LIGHT_SHARE = 1 / len(ARMS)  # of the wall time: the clock-kept intervals are divided by it
 
 
+def pause_sampler(steps, on: bool) -> None:
+    """The long-step sampler (long_step_code) runs in the light arm only: its thread's wake-ups are light mode's."""
+    sampler = getattr(steps, "long_step_code", None)
+    if sampler is not None:
+        sampler.resume() if on else sampler.pause()
+
+
 class StepHook:
-    """Attaches and detaches the active runtime's global optimizer step hook: with it off no boundary runs."""
+    """Attaches and detaches the active runtime's global optimizer step hook, and the long-step sampler with it:
+    with it off no boundary runs and the sampler's thread sleeps."""
 
     def __init__(self, runtime):
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -70,6 +78,7 @@ class StepHook:
 
     def set(self, on: bool) -> None:
         steps = self._steps
+        pause_sampler(steps, on)
         if on and steps.optimizer_hook_handle is None:
             steps.optimizer_hook_handle = self._register(steps.on_optimizer_step)
         elif not on and steps.optimizer_hook_handle is not None:

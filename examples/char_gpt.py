@@ -7,6 +7,10 @@ the held-out text between model.eval() and model.train() (EVALUATION), then torc
 state (CHECKPOINT). With --compile the model goes through torch.compile: the first training call and the first
 evaluation call each compile a graph.
 
+--phase-clock-out FILE times each training step's phases by hand, as a user checking gpudiag would: the device
+synchronized and time.perf_counter read around the batch, the forward pass with the loss, zero_grad with the
+backward pass, and the optimizer step (a separate run: the synchronizations change the run's timing).
+
 --clock-out FILE writes the script's own stopwatch (what a user would time by hand, time.time_ns()): when the
 script started, when its imports ended, each evaluation and checkpoint span, the first compiled calls, the first
 and last optimizer steps, and its end. Tests compare gpudiag's run budget with it.
@@ -42,6 +46,7 @@ parser.add_argument("--layers", type=int, default=6)
 parser.add_argument("--heads", type=int, default=4)
 parser.add_argument("--compile", action="store_true")
 parser.add_argument("--clock-out", default=None)
+parser.add_argument("--phase-clock-out", default=None)
 args = parser.parse_args()
 torch.manual_seed(0)
 clocks = {"script_start_ns": SCRIPT_START_NS, "imports_done_ns": IMPORTS_DONE_NS, "evaluation": [], "checkpoint": []}
@@ -108,6 +113,29 @@ if args.compile:
     model = torch.compile(model)
 checkpoint = os.path.join(tempfile.mkdtemp(prefix="char_gpt_"), "ckpt.pt")
 first_eval_call = first_train_call = True
+phase_ms = {"batch": [], "forward": [], "backward": [], "optimizer": []}
+phase_at = [0.0]
+
+
+def mark(phase):
+    """--phase-clock-out: the host ms of the phase that ends here, the device synchronized first."""
+    if not args.phase_clock_out:
+        return
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    now = time.perf_counter()
+    if phase != "start":
+        phase_ms[phase].append((now - phase_at[0]) * 1e3)
+    phase_at[0] = now
+
+
+def write_phase_clocks():
+    if args.phase_clock_out:
+        with open(args.phase_clock_out, "w") as f:
+            json.dump({"phase_ms": phase_ms}, f)
+
+
+atexit.register(write_phase_clocks)
 
 for it in range(args.iters):
     if it % args.eval_interval == 0 or it == args.iters - 1:
@@ -134,17 +162,22 @@ for it in range(args.iters):
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint)  # CHECKPOINT
         clocks["checkpoint"].append([started, time.time_ns()])
         print(f"iter {it}: train loss {losses['train']:.3f}, val loss {losses['val']:.3f}", flush=True)
+    mark("start")
     x, y = batch_of(train_data)
+    mark("batch")
     if first_train_call:
         call_started = time.time_ns()
     loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    mark("forward")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    mark("backward")
     if first_train_call:
         torch.cuda.synchronize() if args.device == "cuda" else None
         clocks["first_train_call"] = [call_started, time.time_ns()]
         first_train_call = False
     optimizer.step()
+    mark("optimizer")
     if it == 0:
         clocks["first_step_ns"] = time.time_ns()
 clocks["last_step_ns"] = time.time_ns()

@@ -140,15 +140,19 @@ WORK_SCHEMA = Schema(
         "name": STR,
         "cudnn_benchmark": BOOL,
         "library_location": STR,
+        "caller": STR,
+        "share": F64,
+        "samples": F64,
     },
     docs={
         "step": "the step in progress when the work began (its time is in that step's host_ms); -1 before the first "
         "step",
         "what": "'checkpoint' (torch.save, safetensors or torch.distributed.checkpoint), 'evaluation' "
         "(model.eval() until the next model.train()), 'compilation' (a JAX jit or torch.compile compile), "
-        "'new-shape' (the first DataLoader batch of a shape), 'import' (an import before the first step) or "
-        "'gpudiag' (gpudiag's own work: trace start, trace export, snapshot dump)",
-        "ms": "host wall time of the call or the span",
+        "'new-shape' (the first DataLoader batch of a shape), 'import' (an import before the first step), "
+        "'gpudiag' (gpudiag's own work: trace start, trace export, snapshot dump) or 'host-code' (the Python "
+        "function a long step's samples were in most: diagnose/launch/runtime/long_step_code.py)",
+        "ms": "host wall time of the call or the span (host-code: the sampled time in that function, a lower bound)",
         "location": "'file:line' of the user's call (torch.save, model.eval(), an import); empty when no user frame",
         "t_ns": "when the work began, unix epoch ns",
         "name": "what was compiled ('jit(update)', 'torch.compile(forward)'), the new batch's tensor shapes "
@@ -159,6 +163,9 @@ WORK_SCHEMA = Schema(
         "convolutions for it); False for other work",
         "library_location": "'file:line' of the library frame that made the call when it is not the user's (HF "
         "Trainer's model.eval() beside the user's trainer.train() in location); empty otherwise",
+        "caller": "host-code: 'file:line' of the user line that called the sampled function; empty otherwise",
+        "share": "host-code: the share of the long step's samples in that function; NaN otherwise",
+        "samples": "host-code: how many samples the long step took; NaN otherwise",
     },
 )
 
@@ -488,6 +495,12 @@ def _work_record(r: dict) -> dict:
     ms = _duration(r, "ms")
     if math.isnan(ms):
         raise ValueError("needs ms, found none")
+    caller = r.get("caller")
+    if caller is not None and not isinstance(caller, str):
+        raise ValueError(f"caller should be 'file:line', found {str(caller)[:40]!r}")
+    share = _number(r, "share")
+    if not math.isnan(share) and not 0.0 <= share <= 1.0:
+        raise ValueError(f"share should be between 0 and 1, found {r.get('share')!r}")
     return {
         "rank": _index(r, "rank", default=0),
         "step": _index(r, "step"),
@@ -498,6 +511,9 @@ def _work_record(r: dict) -> dict:
         "name": name or None,
         "cudnn_benchmark": cudnn_benchmark,
         "library_location": r.get("library_location") or None,
+        "caller": caller or None,
+        "share": share,
+        "samples": _duration(r, "samples"),
     }
 
 

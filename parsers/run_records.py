@@ -167,11 +167,13 @@ SYNC = RecordKind(
 )
 # work that ran between steps (or before the first one, step -1): a checkpoint, an evaluation span, a compile, the
 # first batch of a new input shape, an import before the first step, gpudiag's own work (trace export, snapshot dump).
-# library_location: the innermost frame when it is a library's, beside the user's line in location
+# library_location: the innermost frame when it is a library's, beside the user's line in location. A host-code
+# record (the Python sampled in a long step) adds caller (the user line that called the function in name), share
+# (of its samples in that function) and samples (how many were taken)
 WORK = RecordKind(
     "work",
     ("what", "rank", "step", "t_ns", "ms", "location"),
-    optional=("name", "cudnn_benchmark", "library_location"),
+    optional=("name", "cudnn_benchmark", "library_location", "caller", "share", "samples"),
 )
 # the first line; install_ns: when the runtime was installed (just after interpreter start and the sitecustomize)
 RUN_START = RecordKind(
@@ -220,7 +222,16 @@ WORK_COMPILATION = "compilation"  # a JAX jit or torch.compile compile
 WORK_NEW_SHAPE = "new-shape"  # the first DataLoader batch of a shape
 WORK_IMPORT = "import"  # an outermost import statement before the first step (the short ones summed in one record)
 WORK_GPUDIAG = "gpudiag"  # gpudiag's own work: the trace window's start and export, the allocator snapshot's dump
-WORK_WHATS = (WORK_CHECKPOINT, WORK_EVALUATION, WORK_COMPILATION, WORK_NEW_SHAPE, WORK_IMPORT, WORK_GPUDIAG)
+WORK_HOST_CODE = "host-code"  # the Python function most of a long step's samples were in (long_step_code)
+WORK_WHATS = (
+    WORK_CHECKPOINT,
+    WORK_EVALUATION,
+    WORK_COMPILATION,
+    WORK_NEW_SHAPE,
+    WORK_IMPORT,
+    WORK_GPUDIAG,
+    WORK_HOST_CODE,
+)
 # a checkpoint record's name: what saved it
 CHECKPOINT_TORCH_SAVE = "torch.save"
 CHECKPOINT_SAFETENSORS = "safetensors"

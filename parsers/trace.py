@@ -722,7 +722,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
         runtime=_conformed(frames["runtime"], RUNTIME_SCHEMA),
         cuda_sync=_conformed(frames["cuda_sync"], CUDA_SYNC_SCHEMA),
         cpu_ops=_conformed(frames["cpu_ops"], CPU_OP_SCHEMA),
-        python=_python(frames["python"]),
+        python=_python(frames["python"], names_are_base_names=fmt == PERFETTO),
         annotations=_annotations(frames["annotations"]),
         flows=_conformed(frames["flows"], FLOW_SCHEMA),
         other=_conformed(frames["other"], OTHER_SCHEMA),
@@ -857,9 +857,29 @@ def _from_perfetto(frames: dict, procs: dict, threads: dict) -> dict:
     frames = dict(frames)
     frames["gpu"] = gpu
     frames["runtime"] = host[is_api].reset_index(drop=True).assign(external_id=-1)
-    frames["cpu_ops"] = host[~is_api].reset_index(drop=True)
+    # JAX's Python tracer: "$file.py:53 make_batch" (the file's base name and the function's first line) and
+    # "$<unknown> acquire" (a C function), written as Kineto names its Python frames: "file.py(53): make_batch",
+    # "<built-in function acquire>". They nest by time (no ids).
+    names = host["name"].astype(str)
+    is_python = ~is_api & names.str.startswith("$").to_numpy()
+    if is_python.any():
+        py = host[is_python].reset_index(drop=True)
+        frames["python"] = py.assign(name=[_kineto_frame_name(n) for n in py["name"].astype(str)], python_id=-1)
+    frames["cpu_ops"] = host[~is_api & ~is_python].reset_index(drop=True)
     frames["other"] = other[~on_gpu & ~other["pid"].isin(host_pids)].reset_index(drop=True)
     return frames
+
+
+_JAX_PY_FRAME = re.compile(r"^\$(.+):(\d+) (.+)$")
+
+
+def _kineto_frame_name(name: str) -> str:
+    """A JAX Python-tracer frame name as Kineto writes one: ``$train.py:53 make_batch`` → ``train.py(53):
+    make_batch``; ``$<unknown> acquire`` → ``<built-in function acquire>``."""
+    if name.startswith("$<unknown> "):
+        return f"<built-in function {name[len('$<unknown> ') :]}>"
+    m = _JAX_PY_FRAME.match(name)
+    return f"{m.group(1)}({m.group(2)}): {m.group(3)}" if m else name[1:]
 
 
 def _gpu(df: pd.DataFrame) -> pd.DataFrame:
@@ -963,7 +983,10 @@ def _host_side(m) -> str | None:
     return side.lower() if side and side.lower() in ("pageable", "pinned") else None
 
 
-def _python(df: pd.DataFrame) -> pd.DataFrame:
+def _python(df: pd.DataFrame, names_are_base_names: bool = False) -> pd.DataFrame:
+    """The Python frames, with their file, line and function parsed from the name. ``names_are_base_names``: JAX's
+    tracer names a file by its base name alone (``numeric.py`` may be numpy's or the user's), so no frame is taken
+    for the user's here; diagnose.derive.host_sites marks them with the run's own files."""
     if len(df):
         names = df["name"].astype("category")
         cats = list(names.cat.categories.astype(str))
@@ -972,7 +995,9 @@ def _python(df: pd.DataFrame) -> pd.DataFrame:
         files = _by_code([m.group(1) if m else None for m in parsed], codes, None)
         lines = _by_code([int(m.group(2)) if m else -1 for m in parsed], codes, -1, np.int64)
         funcs = _by_code([m.group(3) if m else c for m, c in zip(parsed, cats)], codes, None)
-        user = _by_code([bool(m) and is_user_file(m.group(1)) for m in parsed], codes, False, bool)
+        user = _by_code(
+            [bool(m) and not names_are_base_names and is_user_file(m.group(1)) for m in parsed], codes, False, bool
+        )
         df = df.assign(file=pd.Categorical(files), line=lines, function=pd.Categorical(funcs), is_user=user)
     out = _conformed(df, PYTHON_SCHEMA)
     if len(out):

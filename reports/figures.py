@@ -72,6 +72,7 @@ RUN_PART_COLORS = {
     "slow_unexplained": CAUSE_COLORS["unexplained"],
     "evaluation": "#1b9e77",
     "checkpoint": "#e7298a",
+    "host_code": "#a6761d",
     "gpudiag": CAUSE_COLORS["trace_window"],
     "teardown": "#5e3c99",
 }

@@ -19,13 +19,13 @@ from diagnose.derive import trace_timeline as tl
 from diagnose.derive import untraced_cost as untraced_cost_module
 from diagnose.derive.derived import Derived
 from diagnose.derive.host_phases import with_phases
-from diagnose.derive.host_sites import host_sites, site_words, sites_text
 from diagnose.derive.step_gpu_breakdown import step_breakdown
 from diagnose.derive.trace_input_wait import input_fetches, input_idle_by_cause
 from diagnose.derive.untraced_cost import untraced_cost
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human
 from diagnose.ingest.profile_data import Profile
+from diagnose.judges.host_sites_words import with_host_sites
 from diagnose.metrics import HIGHER, LOWER, NEUTRAL, Metric, rank_key
 from diagnose.thresholds import Thresholds
 from parsers.run_records import TRACE
@@ -40,7 +40,6 @@ COST_BASIS_BY_ID: dict[str, str] = {}  # no finding's basis differs
 # the Thresholds groups it reads (diagnose/thresholds.py); steps and step_budget: the untraced median step its cost
 # is put in (Derived.step_budget(), diagnose.derive.untraced_cost)
 THRESHOLDS = ("sync", "steps", "step_budget")
-HOST_SITES_SHOWN = 5  # the Python sites behind host-caused idle given as subjects
 SUMMARY_METRICS = (  # what analyze() writes into Result.summary, per rank_key (diagnose.metrics)
     # shares of the trace span; trace timestamps are microseconds (Kineto) or ns (nsys): 0.01 % of a span
     Metric("gpu_idle_pct", "GPU idle", "%", LOWER, 0.01),
@@ -147,27 +146,6 @@ def on_untraced_step(finding: Finding, derived: Derived, rank: int) -> Finding:
     )
 
 
-def with_host_sites(finding: Finding, sites: pd.DataFrame) -> Finding:
-    """A host-caused idle finding with the Python code the host was running while the GPU waited (traced steps,
-    diagnose.derive.host_sites): in its advice, and each site as a subject."""
-    if not len(sites):
-        return finding
-    subjects = tuple(
-        Subject(
-            "location",
-            r.user_site if not isinstance(r.library_site, str) else site_words(r.user_site, r.library_site),
-            figures={"host_idle_share": float(r.share), "host_idle_ms": float(r.idle_ns) / 1e6},
-        )
-        for r in sites.head(HOST_SITES_SHOWN).itertuples()
-    )
-    return replace(
-        finding,
-        subjects=(*finding.subjects, *subjects),
-        recommendation=f"While the GPU waited, the host was in (traced steps, share of that idle): "
-        f"{sites_text(sites)}. {finding.recommendation}",
-    )
-
-
 def with_host_phases(finding: Finding, derived: Derived, rank: int) -> Finding:
     """An idle finding whose main cause is the host, with where the host's typical untraced step goes by phase
     (diagnose.derive.host_phases, from light mode's step records): backward, optimizer, input, forward and the rest."""
@@ -268,7 +246,7 @@ def rank_part(profile: Profile, derived: Derived, rank: int, th: Thresholds, low
         rank, b, by_cause, per_step, th, shown, capture_advice.from_run_folder(profile), trace.format == "perfetto"
     )
     if finding is not None and finding.subjects[0].figures.get("main_cause") == "host":
-        finding = with_host_sites(finding, host_sites(trace, gaps))
+        finding = with_host_sites(finding, derived.host_sites(rank))
     if finding:
         part["findings"].append(finding)
     return part

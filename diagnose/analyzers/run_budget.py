@@ -26,7 +26,13 @@ from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_
 from diagnose.formatting import ms_human, n_things
 from diagnose.ingest.profile_data import Profile
 from diagnose.judges.step_budget.common import short_location
-from diagnose.judges.step_budget.periodic import CHECKPOINT_ADVICE, EVALUATION_ADVICE
+from diagnose.judges.step_budget.periodic import (
+    CHECKPOINT_ADVICE,
+    EVALUATION_ADVICE,
+    HOST_CODE_ADVICE,
+    function_call,
+    host_code_words,
+)
 from diagnose.metrics import LOWER, NEUTRAL, Metric, rank_key
 from diagnose.thresholds import Thresholds
 from parsers.run_records import EVENTS
@@ -47,10 +53,16 @@ FINDING_IDS = (
     "run_budget.checkpoint",
     "run_budget.compilation",
     "run_budget.evaluation",
+    "run_budget.host_code",
     "run_budget.not_measured",
     "run_budget.startup",
 )
-CAUSE_FINDING_IDS = ("run_budget.evaluation", "run_budget.checkpoint", "run_budget.compilation")
+CAUSE_FINDING_IDS = (
+    "run_budget.evaluation",
+    "run_budget.checkpoint",
+    "run_budget.compilation",
+    "run_budget.host_code",
+)
 
 WORK_WORDS = {"evaluation": ("Evaluation", "model.eval()"), "checkpoint": ("Checkpoint saving", "the save")}
 COMPILE_ADVICE = (
@@ -97,6 +109,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
     result.meta["parts"] = [part for part, _ in RUN_PARTS]
     b = budgets[lowest]  # the findings speak of the lowest rank (rank 0): the others ran the same script
     result.findings.extend(named_work_findings(b, th, multi=len(budgets) > 1))
+    result.findings.extend(host_code_findings(b, th, multi=len(budgets) > 1))
     result.findings.extend(compile_findings(b, th))
     result.findings.extend(startup_findings(b, th))
     return result
@@ -204,6 +217,64 @@ def named_work_findings(b: RankRunBudget, th: Thresholds, multi: bool = False) -
         )
         findings.append(finding if part == "evaluation" else dataclasses.replace(finding, id="run_budget.checkpoint"))
     return findings
+
+
+def host_code_findings(b: RankRunBudget, th: Thresholds, multi: bool = False) -> list[Finding]:
+    """``run_budget.host_code`` when the Python sampled in long steps (long_step_code: what no hook timed) holds
+    ``named_work_min_share`` of the run: the function most of it ran in, the loop's line that called it."""
+    ms = b.part_ms("host_code")
+    level = severity(ms / b.wall_ms, th.run_budget.named_work_min_share, th)
+    if level is None:
+        return []
+    work = b.work[(b.work["part"] == "host_code") & (b.work["counted_ms"] > 0)]
+    keys = [work[c].fillna("") for c in ("name", "location", "library_location", "caller")]
+    by_code = work.groupby(keys, sort=False)["counted_ms"].agg(["sum", "size"]).sort_values("sum", ascending=False)
+    (name, location, library, caller), top = next(by_code.iterrows())
+    at = host_code_words(name or None, location or None, library or None, caller or None)
+    every, period = period_words([int(s) for s in work["step"]])
+    title = f"Python code in long steps takes {of_run(b, ms)}: {at}, in {n_things(int(top['size']), 'step')}{every}"
+    if multi:
+        title += f" on rank {b.rank}"
+    evidence = [
+        Evidence("run_host_code_ms", ms, "ms"),
+        Evidence("run_wall_ms", b.wall_ms, "ms"),
+        Evidence("run_host_code_share", ms / b.wall_ms, "share", th.run_budget.named_work_min_share),
+        Evidence("run_host_code_steps", float(len(work)), "count"),
+        Evidence("run_host_code_top_ms", float(top["sum"]), "ms"),
+    ]
+    if period:
+        evidence.append(Evidence("run_host_code_period_steps", float(period), "steps"))
+    subjects = [
+        Subject(
+            "location",
+            loc or lib,
+            figures={
+                "what": "host-code",
+                "function": fn,
+                "steps": int(r["size"]),
+                "ms": float(r["sum"]),
+                **({"library_location": lib} if lib and loc else {}),
+                **({"caller": call} if call else {}),
+            },
+        )
+        for (fn, loc, lib, call), r in by_code.iterrows()
+        if loc or lib
+    ]
+    subjects += [Subject("step", str(int(s)), figures={"rank": b.rank}) for s in work["step"] if s >= 0][:20]
+    called = f" (called at {short_location(caller)})" if caller else ""
+    return [
+        Finding(
+            id="run_budget.host_code",
+            analyzer=NAME,
+            severity=level,
+            title=title,
+            subjects=tuple(subjects),
+            evidence=tuple(evidence),
+            cost_share=ms / b.wall_ms,
+            recommendation=HOST_CODE_ADVICE.format(name=function_call(name or None), caller=called),
+            section=SECTION,
+        )
+    ]
 
 
 def compile_findings(b: RankRunBudget, th: Thresholds) -> list[Finding]:

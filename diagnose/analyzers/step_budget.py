@@ -18,6 +18,7 @@ from diagnose.derive import capture_advice
 from diagnose.derive.derived import Derived
 from diagnose.findings import Result, not_measured
 from diagnose.ingest.profile_data import Profile
+from diagnose.judges.host_sites_words import with_host_sites
 from diagnose.judges.step_budget.causes import cause_findings
 from diagnose.judges.step_budget.common import NAME, SECTION  # every judge's finding carries them
 from diagnose.judges.step_budget.compilation import compile_findings
@@ -135,6 +136,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         result.tables["traced_steps"] = budget.traced_steps
     meta, calls = budget.ranks, budget.sync_calls
     causes = cause_findings(profile, budget.budget, meta, calls, budget.traced_by_rank, th)
+    causes = [with_launch_sites(f, derived) for f in causes]
     result.findings.extend(causes)
     median_input = {int(s.name) for f in causes if f.id == "step_budget.input" for s in f.subjects if s.kind == "rank"}
     result.findings.extend(stall_findings(meta, median_input, th))
@@ -170,3 +172,17 @@ def summary_of(ranks: dict[int, dict], budget: pd.DataFrame) -> dict[str, float]
             if rank_meta.get(k) is not None:
                 summary[rank_key(rank, lowest, f"step_budget_{k}")] = float(rank_meta[k])
     return summary
+
+
+def with_launch_sites(finding, derived: Derived):
+    """The launch-bound share with the Python code its rank's host ran while the GPU waited (the idle analyzer names
+    the same sites): the host's work is the cause, the code is where it is. In a JAX trace the site holding most of
+    that idle is named in the title too: its advice is generic (dispatch), the site is the line to change; a torch
+    trace's sites stay in the advice (a loop in main() would name main() there)."""
+    if finding.id != "step_budget.launch_bound":
+        return finding
+    ranks = [int(s.name) for s in finding.subjects if s.kind == "rank" and str(s.name).isdigit()]
+    if len(ranks) != 1 or ranks[0] not in derived.profile.traces:
+        return finding
+    jax = getattr(derived.profile.trace_header(ranks[0]), "format", None) == "perfetto"
+    return with_host_sites(finding, derived.host_sites(ranks[0]), in_title=jax)

@@ -14,7 +14,7 @@ What it holds:
 - ``rank_parts``: each trace analyzer's per-rank part (its ``rank_part``) when a cluster's workers worked it
   out (:meth:`Derived.rank_part`);
 - the profile-level tables below (``step_table``, ``trace_window``, ``source_dirs``, ``kernel_access``, ``onchip_bound``,
-  ``rank_calls``, ``step_budget``, ``run_budget``), each a method whose result is kept.
+  ``host_sites``, ``rank_calls``, ``step_budget``, ``run_budget``), each a method whose result is kept.
 """
 
 from __future__ import annotations
@@ -119,6 +119,22 @@ class Derived:
             lambda: onchip_bound(self.profile.kernels, self.kernel_access(), self.thresholds, self.kernel_memo),
         )
         return table.copy()
+
+    def host_sites(self, rank: int) -> pd.DataFrame:
+        """Where rank ``rank``'s host was while the GPU waited for it in the traced steps (diagnose.derive.host_sites):
+        idle and the step budget's launch-bound finding name the same code. A copy."""
+        from diagnose.derive import trace_timeline as tl
+        from diagnose.derive.host_sites import host_sites, user_files_of
+
+        def compute() -> pd.DataFrame:
+            trace = self.analysed(rank)
+            gaps = tl.gaps(trace, self.thresholds.sync.kernel_gap_us * 1e3, self.thresholds.sync.sync_slack_us * 1e3)
+            return host_sites(trace, gaps, user_files=self.once("user_files", lambda: user_files_of(self.profile)))
+
+        table = self.once(("host_sites", rank), compute)
+        out = table.copy()
+        out.attrs = dict(table.attrs)
+        return out
 
     def rank_calls(self, rank: int) -> tuple[pd.DataFrame, float, int]:
         """One rank's sync calls with their costs and lines (diagnose.derive.sync_calls): sync and the step budget

@@ -8,12 +8,16 @@ over it (the user's code) and, when the innermost frame is a library's, the libr
 (the library frame right under it: ``torch/_tensor.py: backward``, ``torch/optim/optimizer.py: wrapper``). Kineto
 names a frame by its function and the function's first line, so a site is a function, not a line.
 
+JAX's trace names a frame's file by its base name alone (``numeric.py``: numpy's or the user's?), so there the user's
+frames are those of the run's own files (``user_files_of``: the script and the files light mode's records name).
+
 Only the ``MAX_GAPS`` longest gaps are read (a 1 GB trace has hundreds of thousands of short ones); the result says
 what share of the host-caused idle they hold.
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -28,14 +32,44 @@ COLUMNS = ["user_site", "library_site", "idle_ns", "share"]
 # and the warnings machinery inside the trace window, where gpudiag's sync debug mode makes torch warn at every sync
 GPUDIAG_FRAMES = re.compile(r"(?:^|/)diagnose/(?:launch|derive|analyzers)/|(?:^|/)warnings\.py\(\d+\): _showwarnmsg")
 OWN_WORK = "gpudiag's own work in the trace window"
+NO_USER_FRAME = "(no user frame)"
+# gpudiag's own modules by base name: a JAX trace names files so (its jit proxy's __call__ is jit_steps.py's)
+_OWN_DIRS = [
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) for d in ("launch", "launch/runtime")
+]
+OWN_BASE_NAMES = frozenset(f for d in _OWN_DIRS if os.path.isdir(d) for f in os.listdir(d) if f.endswith(".py"))
+JIT_PROXY = re.compile(r"^jit_steps\.py\(\d+\): __call__$")
+JIT_DISPATCH = "a jitted function's dispatch"
 BUILTIN_METHOD = re.compile(r"^<built-in method (\w+) of (\w+) object at 0x[0-9a-fA-F]+>$")
 BUILTIN_FUNCTION = re.compile(r"^<built-in function (\w+)>$")
 
 
-def host_sites(trace, gaps: pd.DataFrame, causes: tuple[str, ...] = ("host",)) -> pd.DataFrame:
+def user_files_of(profile) -> frozenset[str]:
+    """Base names of the run's own Python files: the script in the manifest's command and every file light mode's
+    work and sync records name as the user's (gpudiag's own files are not the user's)."""
+    names = set()
+    command = (getattr(profile, "manifest", None) or {}).get("command") or []
+    for arg in command[:4] if isinstance(command, list) else []:
+        if isinstance(arg, str) and arg.endswith(".py"):
+            names.add(os.path.basename(arg))
+    for records in (getattr(profile, "work_records", {}) or {}, getattr(profile, "sync_records", {}) or {}):
+        for frame in records.values():
+            if frame is None or "location" not in frame:
+                continue
+            for location in frame["location"].dropna().unique():
+                file = str(location).rpartition(":")[0]
+                if file.endswith(".py") and not GPUDIAG_FRAMES.search(file) and "/diagnose/" not in file:
+                    names.add(os.path.basename(file))
+    return frozenset(names)
+
+
+def host_sites(
+    trace, gaps: pd.DataFrame, causes: tuple[str, ...] = ("host",), user_files: frozenset[str] = frozenset()
+) -> pd.DataFrame:
     """Per (user site, library site), the host-caused GPU idle the host spent there, largest first; ``share`` is of
-    the idle read, on the Python thread that launches the most GPU work. ``attrs["read_share"]``: the share of the causes' idle in the gaps read. Empty without Python
-    frames on the launching thread."""
+    the idle read, on the Python thread that launches the most GPU work. ``attrs["read_share"]``: the share of the
+    causes' idle in the gaps read. Empty without Python frames on the launching thread. ``user_files``: base names
+    of the run's own files, which mark the user's frames in a JAX trace (user_files_of)."""
     py = getattr(trace, "python", None)
     empty = pd.DataFrame(columns=COLUMNS)
     if py is None or not len(py) or not len(gaps) or not len(trace.runtime):
@@ -58,7 +92,19 @@ def host_sites(trace, gaps: pd.DataFrame, causes: tuple[str, ...] = ("host",)) -
     ours_by_code = np.append(np.array([bool(GPUDIAG_FRAMES.search(c)) for c in categories], dtype=bool), False)
     ours = ours_by_code[codes]  # code -1 (no name): the last entry
     names = np.append(np.asarray(categories, dtype=object), None)[codes]
-    is_user = py["is_user"].to_numpy(dtype=bool) & ~ours
+    is_user = py["is_user"].to_numpy(dtype=bool)
+    if getattr(trace, "format", None) == "perfetto" and "file" in py:  # base names: the run's files, gpudiag's
+        files = py["file"].astype("category")
+        base = [os.path.basename(str(c)) for c in files.cat.categories]
+        file_codes = files.cat.codes.to_numpy()
+        is_user = np.append([b in user_files for b in base], False)[file_codes]
+        ours = ours | np.append([b in OWN_BASE_NAMES and b not in user_files for b in base], False)[file_codes]
+        # gpudiag's jit proxy forwards to jax's jitted function (its dispatch runs in C++, no frame under it): the
+        # time in it is that dispatch's, named so
+        proxy = np.asarray([isinstance(n, str) and JIT_PROXY.match(n) is not None for n in names], dtype=bool)
+        ours = ours & ~proxy
+        names = np.where(proxy, JIT_DISPATCH, names)
+    is_user = is_user & ~ours
     depth = _depths(parents)
     wanted = gaps[gaps["cause"].isin(causes)]
     total = float(wanted["dur_ns"].sum())
@@ -133,15 +179,16 @@ def _site(
         if not ours[j] and isinstance(names[j], str):
             child = j
         j = parents[j] if 0 <= parents[j] < len(parents) else -1
-    user = _words(names[j]) if j >= 0 and isinstance(names[j], str) else "(no user frame)"
+    user = _words(names[j], with_line=True) if j >= 0 and isinstance(names[j], str) else NO_USER_FRAME
     if own:  # gpudiag's own work inside the trace window (its sync capture's warning handler, say)
         return user, OWN_WORK
     library = _words(names[child]) if child is not None else None
     return user, library
 
 
-def _words(name: str) -> str:
-    """``train.py(42): get_batch`` as ``get_batch() in train.py``; ``<built-in method cpu of Tensor object at 0x…>``
+def _words(name: str, with_line: bool = False) -> str:
+    """``train.py(42): get_batch`` as ``get_batch() in train.py`` (``with_line``: ``get_batch() in train.py:42``, the
+    function's first line, where the user's own code is named); ``<built-in method cpu of Tensor object at 0x…>``
     as ``Tensor.cpu()``; ``nn.Module: Sequential_0`` as ``the forward of Sequential_0``."""
     if m := BUILTIN_METHOD.match(name):
         return f"{m.group(2)}.{m.group(1)}()"
@@ -150,10 +197,11 @@ def _words(name: str) -> str:
     if name.startswith("nn.Module: "):
         return f"the forward of {name.removeprefix('nn.Module: ')}"
     head, sep, function = name.partition("): ")
-    file = head.rpartition("(")[0] if sep else name
+    file, _, line = head.rpartition("(") if sep else (name, "", "")
     if sep and function == "<module>":
         return f"the module-level code of {file}"
-    return f"{function}() in {file}" if sep else name
+    at = f"{file}:{line}" if with_line and line.isdigit() and int(line) > 0 else file
+    return f"{function}() in {at}" if sep else name
 
 
 def site_words(user_site: str, library_site) -> str:

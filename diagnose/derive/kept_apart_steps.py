@@ -38,7 +38,8 @@ def add_compile_meta(
     step record (kept out of the steady figures) or the step the run ended in (no record, nothing to keep out).
     Each function compiled after warm-up says whether that was its first compile (``first_step``: its step, for a
     function that compiled once after warm-up and never before, neither in ``compiled_before`` (the names compiled
-    before the first step) nor in an earlier step; None otherwise) and its ``recompiles``: JAX compiles jnp
+    before the first step) nor in an earlier step; None otherwise), ``once_step`` (its step when all its compiles after
+    warm-up were in one step, first or not) and its ``recompiles``: JAX compiles jnp
     operations run outside jit one by one the first time they run, which is not a recompile (issue 34)."""
     meta["compile_steps"] = int(compiled.sum())
     meta["compile_step_numbers"] = [int(s) for s in rows.loc[compiled, "step"]]
@@ -81,6 +82,9 @@ def add_compile_meta(
                 "steps": steps,
                 "locations": [(str(loc) or None, int(r["size"]), float(r["sum"])) for loc, r in by_line.iterrows()],
                 "first_step": steps[0] if first else None,
+                # compiled in one step only after warm-up (first or for shapes it had not met: an evaluation's eager
+                # ops, one executable per shape): one-off work, not a function that keeps compiling
+                "once_step": steps[0] if len(steps) == 1 else None,
                 "recompiles": int(len(of_name)) - (1 if first else 0),
             }
         )

@@ -32,6 +32,7 @@ from parsers.run_records import (
     WORK_COMPILATION,
     WORK_EVALUATION,
     WORK_GPUDIAG,
+    WORK_HOST_CODE,
     WORK_IMPORT,
     WORK_NEW_SHAPE,
 )
@@ -49,6 +50,7 @@ RUN_PARTS = (
     ("slow_unexplained", "slow steps: unexplained"),
     ("evaluation", "evaluation"),
     ("checkpoint", "checkpoints"),
+    ("host_code", "long steps' sampled Python"),
     ("gpudiag", "gpudiag's own cost"),
     ("teardown", "teardown after the last step"),
 )
@@ -60,6 +62,7 @@ WORK_PARTS = {
     WORK_EVALUATION: ("evaluation", 2),
     WORK_CHECKPOINT: ("checkpoint", 2),
     WORK_IMPORT: ("imports", 3),
+    WORK_HOST_CODE: ("host_code", 4),  # sampled: what no hook timed (long_step_code), after every timed kind
 }
 OTHER_IMPORTS = "(other imports)"  # the record of every import shorter than the runtime's cut-off, summed
 # where a piece of work ran, by the span it began in
@@ -225,14 +228,15 @@ def claimed_pieces(work: pd.DataFrame | None, lo: float, hi: float) -> tuple[dic
 
     The "(other imports)" record is a sum, not a span (its t_ns is the first short import's start): it is counted
     as an amount of the time before the first step instead (rank_run_budget)."""
-    columns = ["what", "name", "step", "t_ns", "ms", "location", "library_location", "part", "counted_ms"]
+    columns = ["what", "name", "step", "t_ns", "ms", "location", "library_location", "caller", "part", "counted_ms"]
     if work is None or not len(work):
         return {}, pd.DataFrame(columns=columns)
     w = work[work["what"].isin(WORK_PARTS)].copy()
     if "name" not in w:
         w["name"] = None
-    if "library_location" not in w:
-        w["library_location"] = None
+    for optional in ("library_location", "caller"):
+        if optional not in w:
+            w[optional] = None
     summed = (w["what"] == WORK_IMPORT) & (w["name"] == OTHER_IMPORTS)
     w["part"] = w["what"].map(lambda what: WORK_PARTS[what][0])
     w["priority"] = w["what"].map(lambda what: WORK_PARTS[what][1])

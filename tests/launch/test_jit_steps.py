@@ -75,6 +75,27 @@ def test_a_helper_called_twice_per_iteration_is_not_the_step(tmp_path):
     assert jax.jit is jax_jit  # unwrapped after the block
 
 
+def test_a_helper_called_inside_the_step_while_it_compiles_is_not_the_step(tmp_path):
+    """optax's AdamW calls its jitted tree_bias_correction twice inside a flax train step: while the step is traced
+    (compiled), never on its own. Counted, those 2 calls made it "the function called least often" after 8 calls,
+    and a flax/optax loop got no step at all."""
+    with diagnose.profile(out=tmp_path / "r", trace_steps=0, nvml=False, quiet=True) as run:
+        correction = jax.jit(lambda m: m / 0.9)
+
+        @jax.jit
+        def train_step(w, x):
+            return w - 0.1 * correction(jnp.mean(x) * w) - 0.01 * correction(w)  # 2 nested calls, traced once
+
+        w = jnp.ones(4)
+        for i in range(12):
+            w = train_step(w, jnp.arange(4.0) + i)
+        finder_choice = diagnose.launch.runtime.lifecycle.active().steps.jit.chosen_name
+    assert finder_choice.endswith("train_step")
+    # call 8 of train_step chooses it (the nested calls are not counted) and is a boundary, as are calls 9..12:
+    # 5 boundaries -> 4 finished steps
+    assert [s["step"] for s in _steps(run.path)] == [0, 1, 2, 3]
+
+
 def test_the_proxy_behaves_like_jax_jitted_function(tmp_path):
     import functools
 

@@ -99,6 +99,18 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
         library_location="/site-packages/transformers/trainer.py:3120",
     )
     write_work(runtime, rr.WORK_GPUDIAG, 4, T_NS + 8, 70_000_000, None, name=rr.GPUDIAG_TRACE_EXPORT)
+    write_work(
+        runtime,
+        rr.WORK_HOST_CODE,
+        5,
+        T_NS + 9,
+        210_500_000,
+        "/abs/train.py:18",
+        name="host_metric",
+        caller="/abs/train.py:29",
+        share=0.975,
+        samples=40,
+    )
     loaders = LoaderConfigs(runtime)
     iterator = object()
     loader = SimpleNamespace(
@@ -184,6 +196,8 @@ def test_every_record_the_runtime_writes_is_read_back_field_for_field(tmp_path, 
     assert (work.loc[-1, "what"], work.loc[-1, "name"], work.loc[-1, "ms"]) == ("import", "torch", 1250.5)
     assert work.loc[3, "library_location"] == "/site-packages/transformers/trainer.py:3120"
     assert work["library_location"].isna().sum() == len(work) - 1
+    assert (work.loc[5, "caller"], work.loc[5, "share"], work.loc[5, "samples"]) == ("/abs/train.py:29", 0.975, 40)
+    assert work["caller"].isna().sum() == len(work) - 1
     (marks,) = tables.steps.attrs["run_marks"]
     assert (marks.rank, marks.install_ns, marks.start_ns, marks.end_ns) == (
         2,

@@ -26,9 +26,9 @@ def test_the_launch_bound_mlp_waits_on_issuing_its_backward():
     """fixtures/runs/torchrun_mlp: a small MLP whose step is launch-bound; gpudiag's backward wrapper
     (diagnose/launch/runtime/steps.py) is not named, the torch call the user made is."""
     got = sites(FIXTURES / "runs" / "torchrun_mlp")
-    assert got[("train() in train_mlp.py", "backward() in torch/_tensor.py")] == 63
-    assert got[("train() in train_mlp.py", "wrapper() in torch/optim/optimizer.py")] == 15
-    assert got[("train() in train_mlp.py", "the forward of Sequential_0")] == 10
+    assert got[("train() in train_mlp.py:75", "backward() in torch/_tensor.py")] == 63
+    assert got[("train() in train_mlp.py:75", "wrapper() in torch/optim/optimizer.py")] == 15
+    assert got[("train() in train_mlp.py:75", "the forward of Sequential_0")] == 10
     assert not any("diagnose/launch" in (lib or "") or "diagnose/launch" in user for user, lib in got)
 
 
@@ -44,9 +44,9 @@ def test_the_idle_finding_names_them():
     a = diagnose.analyze(diagnose.load(FIXTURES / "runs" / "torchrun_mlp"))
     f = next(f for f in a.findings if f.id == "idle.gpu_idle")
     assert (
-        "While the GPU waited, the host was in (traced steps, share of that idle): train() in train_mlp.py, "
+        "While the GPU waited, the host was in (traced steps, share of that idle): train() in train_mlp.py:75, "
         "inside backward() in torch/_tensor.py (63 %)" in f.recommendation
     )
     locations = [s for s in f.subjects if s.kind == "location"]
-    assert locations[0].name == "train() in train_mlp.py, inside backward() in torch/_tensor.py"
+    assert locations[0].name == "train() in train_mlp.py:75, inside backward() in torch/_tensor.py"
     assert round(locations[0].figures["host_idle_share"], 2) == 0.63

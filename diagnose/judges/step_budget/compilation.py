@@ -3,7 +3,10 @@ or torch.compile compiling for a new shape), named with its line, when the compi
 the run after warm-up. The steps that compiled are kept out of the budget's figures
 (diagnose.derive.kept_apart_steps).
 
-A compile is said as a recompile only where the function had compiled before. A first compile after warm-up is
+A compile is said as a recompile only where the function compiled more than once after warm-up; one that compiled
+once there (for the first time, or for shapes it had not met: an evaluation's eager ``dot_general`` of a new batch
+size) is one-off work, not a function that keeps compiling. So is one that compiled several times in one step only
+(each eager operation compiles once per shape it meets). A first compile after warm-up is
 code that ran for the first time there: JAX compiles jnp operations run outside jit one executable per operation
 and shape (an epoch-end ``accuracy()`` of plain jnp ops compiled ``jit(matmul)``, ``jit(_argmax)``, ``jit(equal)``
 and ``jit(_mean)`` in one step on CPU, issue 34). Several first compiles in one step from one file are said as that,
@@ -60,7 +63,13 @@ def compile_findings(meta: dict, th: Thresholds) -> list[Finding]:
         where = short_location(top["locations"][0][0]) if top["locations"] else "an unknown line"
         others = len(m["compile_functions"]) - 1
         step_list = f"{', '.join(str(s) for s in top['steps'][:6])}{', …' if len(top['steps']) > 6 else ''}"
-        if top.get("first_step") is None:
+        if top.get("first_step") is None and top.get("once_step") is not None:
+            times = "" if top["count"] == 1 else f" ({top['count']} shapes)"
+            title = (
+                f"{function_words(top['name'])} compiled in one step after warm-up, step {top['once_step']}, for "
+                f"shapes it had not met{times}: {ms_human(top['ms'])} ({where})"
+            )
+        elif top.get("first_step") is None:
             title = (
                 f"{function_words(top['name'])} compiled again in {n_things(len(top['steps']), 'step')} after warm-up "
                 f"(steps {step_list}): {ms_human(top['ms'])} in all, {ms_human(top['ms'] / top['count'])} each "
@@ -107,25 +116,33 @@ def compile_findings(meta: dict, th: Thresholds) -> list[Finding]:
                     Evidence("step_budget_compile_share", share, "share", th.step_budget.compile_min_share),
                 ),
                 cost_share=share,
-                recommendation=f"At {where}: {FIRST_ADVICE if top.get('first_step') is not None else ADVICE}",
+                recommendation=f"At {where}: {FIRST_ADVICE if once_only(top) else ADVICE}",
                 section=SECTION,
             )
         )
     return findings
 
 
+def once_only(function: dict) -> bool:
+    """True when the function compiled in one step after warm-up (for the first time, or for shapes it had not
+    met)."""
+    return function.get("first_step") is not None or function.get("once_step") is not None
+
+
 def outside_jit(functions: list[dict], top: dict) -> str | None:
     """``4 functions compiled for the first time in step 33 at eval.py:11–12: jnp operations outside jit, one
     executable per operation and shape``, where ``OUTSIDE_JIT_MIN`` functions or more first compiled in the top's
     step from the top's file; else None."""
-    step = top.get("first_step")
+    step = top.get("first_step") if top.get("first_step") is not None else top.get("once_step")
     if step is None or not top["locations"] or not top["locations"][0][0]:
         return None
     file = str(top["locations"][0][0]).rpartition(":")[0]
     firsts = [
         f
         for f in functions
-        if f.get("first_step") == step and f["locations"] and str(f["locations"][0][0]).rpartition(":")[0] == file
+        if step in (f.get("first_step"), f.get("once_step"))
+        and f["locations"]
+        and str(f["locations"][0][0]).rpartition(":")[0] == file
     ]
     if len(firsts) < OUTSIDE_JIT_MIN:
         return None
@@ -140,7 +157,8 @@ def outside_jit(functions: list[dict], top: dict) -> str | None:
     span = f"{lines[0]}" if len(lines) == 1 else f"{lines[0]}–{lines[-1]}"
     names = ", ".join(str(f["name"]) for f in firsts[:4]) + (", …" if len(firsts) > 4 else "")
     return (
-        f"{n_things(len(firsts), 'function')} compiled for the first time in step {step} at "
+        f"{n_things(len(firsts), 'function')} compiled "
+        f"{'for the first time' if all(f.get('first_step') == step for f in firsts) else 'for new shapes'} in step {step} at "
         f"{short_location(file + ':' + span)} ({names}): jnp operations run outside jit, one executable per operation "
         "and shape"
     )

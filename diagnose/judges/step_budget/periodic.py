@@ -4,7 +4,7 @@ input they waited for, or with a sync the trace saw block the host there."""
 
 from __future__ import annotations
 
-from diagnose.derive.periodic_work import CHECKPOINT, EVALUATION
+from diagnose.derive.periodic_work import CHECKPOINT, EVALUATION, HOST_CODE
 from diagnose.derive.step_budget_table import step_ranges
 from diagnose.derive.sync_sites import where_words
 from diagnose.findings import Evidence, Finding, Severity, Subject
@@ -25,6 +25,30 @@ EVALUATION_ADVICE = (
 )
 
 
+def function_call(name: str | None) -> str:
+    """``evaluate()``; ``This code`` for a module's or a loop's own lines (``<module>``)."""
+    return f"{name}()" if name and not name.startswith("<") else "This code"
+
+
+HOST_CODE_ADVICE = (
+    "{name} runs in the training loop's own thread and stops training while it runs{caller}. Run it less often, "
+    "on less data, or off the loop (a background thread, a separate process on a saved checkpoint). If it is an "
+    "evaluation or a metric: compile it as the step is (jax.jit of the evaluation step, torch.no_grad() with "
+    "larger batches), keep its results on the device and read them once (one float() or .item() at the end, not "
+    "one per batch)."
+)
+
+
+def host_code_words(name: str | None, location: str | None, library: str | None, caller: str | None) -> str:
+    """``evaluate() at train.py:51, called at train.py:70``; a library's function ``Trainer._maybe_log_save_evaluate()
+    in trainer.py:3120, called at trainer.py:2540 (your line train.py:88)``."""
+    call = function_call(name) if name and not name.startswith("<") else "the loop's own line"
+    called = f", called at {short_location(caller)}" if caller else ""
+    if library:
+        return f"{call} in {short_location(library)}{called} (your line {short_location(location)})"
+    return f"{call} at {short_location(location)}{called}"
+
+
 def work_words(work: list[dict]) -> tuple[str, str, list[Subject]]:
     """The title's words, the advice and the location subjects for the work that runs in a period's slow steps."""
     words, advice, subjects = [], [], []
@@ -37,6 +61,12 @@ def work_words(work: list[dict]) -> tuple[str, str, list[Subject]]:
         elif w["what"] == EVALUATION:
             words.append(f"evaluation (model.eval() at {where}) takes {ms_human(w['ms'])}")
             advice.append(EVALUATION_ADVICE.format(where=where))
+        elif w["what"] == HOST_CODE:
+            code = w.get("code") or {}
+            at = host_code_words(code.get("name"), top, code.get("library_location"), code.get("caller"))
+            words.append(f"the host runs {at} ({ms_human(w['ms'])} sampled there)")
+            called = f" (called at {short_location(code['caller'])})" if code.get("caller") else ""
+            advice.append(HOST_CODE_ADVICE.format(name=function_call(code.get("name")), caller=called))
         else:
             words.append(f"{w['what']} at {where} takes {ms_human(w['ms'])}")
             advice.append(f"{w['what']} at {where} runs in these steps: make it less frequent or asynchronous.")

@@ -129,6 +129,7 @@ class Runtime:
         self.steps.hook_backward(torch)
         self.steps.hook_input_wait(torch)
         self.steps.arm_time_slices()
+        self.steps.start_long_step_code()
         self._hook_periodic_work(torch)
         self._hook_compile_work("torch", torch)
         self._memory_capture().record_history_from_cuda_init(torch)
@@ -174,6 +175,7 @@ class Runtime:
         if not self.disabled:
             self.steps.hook_jit(jax)
             self.steps.arm_time_slices()
+            self.steps.start_long_step_code()
             self._hook_compile_work("jax", jax)
 
     def _memory_capture(self):
@@ -306,6 +308,10 @@ class Runtime:
         """Write everything still held: pending steps, an open window, the snapshot, the end record."""
         if (self.disabled and self.events is None) or self.faults.writes_off:
             return
+        try:  # before the lock: the sampler writes its last long step through it
+            self.steps.stop_long_step_code()
+        except Exception as e:
+            self.faults.internal_error("long-step sampler", e)
         with self.lock:
             try:
                 if self.events is None or not self.events.opened:

@@ -40,6 +40,7 @@ class JitStepFinder:
         self._names: list[str] = []
         self._jax = None
         self._original = None
+        self._trace_state_clean = None  # jax's own "not tracing now" test, where this jax has one
 
     def hook(self, jax) -> None:
         original = getattr(jax, "jit", None)
@@ -56,6 +57,7 @@ class JitStepFinder:
         jit.__doc__ = getattr(original, "__doc__", None)
         jit.__wrapped__ = original
         self._jax, self._original = jax, original
+        self._trace_state_clean = _trace_state_clean()
         jax.jit = jit
 
     @property
@@ -103,6 +105,9 @@ class JitStepFinder:
             if index == chosen:
                 self._steps.on_jit_step()
             return
+        clean = self._trace_state_clean
+        if clean is not None and not clean():  # called while another function is traced: part of that one
+            return
         counts = self._counts
         if counts[index] == 0:
             self._first_call[index] = self._calls
@@ -115,6 +120,17 @@ class JitStepFinder:
                 self.chosen_name = self._names[self.chosen]
                 if index == self.chosen:
                     self._steps.on_jit_step()
+
+
+def _trace_state_clean():
+    """jax's test for "no function is being traced now" (``jax._src.core.trace_state_clean``, in jax since 0.2), or
+    None where this jax has none: then nested calls count as the others do."""
+    try:
+        from jax._src import core
+    except ImportError:
+        return None
+    clean = getattr(core, "trace_state_clean", None)
+    return clean if callable(clean) else None
 
 
 class CountedJit:

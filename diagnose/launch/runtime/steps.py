@@ -65,6 +65,7 @@ class Steps:
         self._loop_tried = False
         self._loop_mark_ns = self._loop_mark_calls = 0
         self.time_slices = None  # time_slices.TimeSlices once a framework is imported
+        self.long_step_code = None  # long_step_code.LongStepCode once a framework is imported
         self.other_source_seen = False  # a step ended by anything but a time slice: no slicing from then on
         self._source = None
         self._perf_ns = 0
@@ -126,6 +127,43 @@ class Steps:
         if self.time_slices is not None:
             self.time_slices.disarm()
             self.time_slices = None
+        self.stop_long_step_code()
+
+    def stop_long_step_code(self) -> None:
+        """Stop the long-step sampler; a long step it is sampling is written first (its thread is joined)."""
+        sampler, self.long_step_code = self.long_step_code, None
+        if sampler is not None:
+            sampler.stop()
+
+    def start_long_step_code(self) -> None:
+        """Sample the Python that runs in long steps (long_step_code): one work record per long step."""
+        if self.long_step_code is not None:
+            return
+        from diagnose.launch.runtime.long_step_code import LongStepCode
+        from diagnose.launch.runtime.periodic_work import write_work
+        from parsers.run_records import WORK_HOST_CODE
+
+        runtime = self._runtime
+
+        def write(step, t_ns, ms, location, name, caller, library, share, samples):
+            extra = {"library_location": library} if library else {}
+            write_work(
+                runtime,
+                WORK_HOST_CODE,
+                step,
+                t_ns,
+                int(ms * 1e6),
+                location,
+                name=name,
+                caller=caller,
+                share=share,
+                samples=samples,
+                **extra,
+            )
+
+        sampler = LongStepCode(self, write, self._main_thread)
+        sampler.start()
+        self.long_step_code = sampler
 
     def arm_time_slices(self) -> None:
         """The last source: time slices when nothing else ends a step (time_slices)."""

@@ -1,0 +1,208 @@
+"""What the main thread's Python runs in a long step, sampled: the code behind a slow step no hook names.
+
+periodic_work names a slow step's checkpoint or evaluation only where a hook sees it (torch.save, model.eval()).
+An evaluation outside jit in a JAX loop, metrics computed on the host, a log written every N steps, an
+evaluation that never calls model.eval(): none of these passes a hook, and the step budget could only say "a step
+is 49 ms slower" (issue 34's per-epoch evaluation outside jit). py-spy and Nsight Systems answer this by
+sampling the Python stack; this does the same, only while a step runs long:
+
+* A daemon thread wakes every ``POLL_S``. It learns the loop's typical step from the step numbers it sees advance
+  (the time per step over its last polls), and the loop itself from one stack per poll of an ordinary step: the
+  frames every one of the last ``LOOP_SAMPLES`` such stacks share, outermost first (the script's ``<module>``
+  or ``main``; a Trainer's ``_inner_training_loop`` below the user's ``trainer.train()``).
+* Once the step in progress has run ``LONG_MIN_MS`` and ``LONG_FACTOR`` typical steps, it reads the main thread's
+  stack every ``SAMPLE_S``. What a sample runs is the frame just inside the loop's frames: the function the loop
+  called (``evaluate`` called at the loop's line), or the loop's own line when the work is inline. Where too few
+  ordinary steps were seen to know the loop (long steps most of the time), the frames all of the long step's
+  samples share stand for it, less the deepest: that deepest shared function is what runs.
+* When that step ends, its samples become one work record (``what`` ``host-code``): the function most samples
+  were in (``name``), at its most sampled line, the loop's line that called it (``caller``), the share of the
+  samples in it and their count, and ``ms``: that share of the time sampled (a lower bound of the time the step
+  spent there: the step's first ``LONG_FACTOR`` typical steps are not sampled). Where that function is a
+  library's (HF Trainer's ``_maybe_log_save_evaluate``), it is the record's ``library_location`` and
+  ``location`` is the user's innermost line (``trainer.train()``), as in the other work records.
+
+The steps gpudiag's profiler window instruments are left alone: the profiler, not the script, makes them long.
+Between long steps the thread reads one stack and compares two numbers per poll: a loop of 0.5 ms steps pays for
+50 wake-ups a second. A step shorter than ``LONG_MIN_MS`` is never sampled.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import threading
+import time
+
+from diagnose.launch.runtime.sync_capture import is_gpudiag_file, is_user_file
+
+POLL_S = 0.02
+SAMPLE_S = 0.005
+LONG_MIN_MS = 30.0  # a step shorter than this is never sampled
+LONG_FACTOR = 4.0  # ... nor one shorter than this many typical steps
+TYPICAL_POLLS = 50  # the typical step: time per step over the last this many polls (one second)
+MAX_RECORDS = 1000  # long steps recorded in one run (a run of nothing but long steps needs no more)
+LOOP_SAMPLES = 20  # ordinary steps' stacks the loop's frames are read from
+MAX_DEPTH = 200  # frames read per stack
+MAX_SAMPLES = 4000  # samples kept per long step (20 s at SAMPLE_S)
+
+
+def stack_of(frame) -> list[tuple[str, str, int]]:
+    """(file, function, line) of each frame, outermost first, gpudiag's own frames left out."""
+    frames = []
+    while frame is not None and len(frames) < MAX_DEPTH:
+        code = frame.f_code
+        if not is_gpudiag_file(code.co_filename):
+            frames.append((code.co_filename, getattr(code, "co_qualname", code.co_name), frame.f_lineno))
+        frame = frame.f_back
+    frames.reverse()
+    return frames
+
+
+def loop_depth(loop_stacks) -> int:
+    """How many outermost frames (by file and function) every stack of an ordinary step shares: the loop's."""
+    stacks = list(loop_stacks)
+    if not stacks:
+        return 0
+    depth = 0
+    for frames in zip(*stacks):
+        if any(f[:2] != frames[0][:2] for f in frames[1:]):
+            break
+        depth += 1
+    return depth
+
+
+def what_runs(stack: list[tuple[str, str, int]], depth: int) -> tuple[tuple[str, str, int], str | None, str | None]:
+    """(the frame a long step's sample runs: the one just inside the loop's ``depth`` frames, or the innermost
+    when the stack ends there; the loop line that called it; the user's innermost line)."""
+    inside = stack[depth] if depth < len(stack) else stack[-1]
+    at = min(depth, len(stack) - 1)
+    caller = f"{stack[at - 1][0]}:{stack[at - 1][2]}" if at >= 1 else None
+    user = next((f"{f[0]}:{f[2]}" for f in reversed(stack) if is_user_file(f[0])), None)
+    return inside, caller, user
+
+
+class LongStepCode:
+    """Samples the main thread's Python while a step of ``steps`` (runtime.steps.Steps) runs long; one work record
+    per long step through ``write`` (``write(step, t_ns, ms, location, name, caller, library, share, samples)``)."""
+
+    def __init__(self, steps, write, main_thread_id: int | None = None):
+        self._steps = steps
+        self._write = write
+        self._main = main_thread_id if main_thread_id is not None else threading.main_thread().ident
+        self._stop = threading.Event()
+        self._running = threading.Event()  # cleared: paused, the thread waits without waking
+        self._running.set()
+        self._thread: threading.Thread | None = None
+        self._seen = collections.deque(maxlen=TYPICAL_POLLS)  # (perf_ns, step) at each poll
+        self._loop_stacks = collections.deque(maxlen=LOOP_SAMPLES)  # ordinary steps' stacks
+        self.records = 0
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpudiag-long-step-code", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._running.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=1.0)
+
+    def pause(self) -> None:
+        """No wake-ups until resume() (the overhead benchmarks' plain arms)."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def typical_step_ns(self) -> float | None:
+        """The time per step over the polls kept, or None before two polls saw the step number move."""
+        seen = self._seen
+        if len(seen) < 2:
+            return None
+        (t0, s0), (t1, s1) = seen[0], seen[-1]
+        return (t1 - t0) / (s1 - s0) if s1 > s0 else None
+
+    def _main_stack(self) -> list[tuple[str, str, int]]:
+        frame = sys._current_frames().get(self._main)
+        try:
+            return stack_of(frame) if frame is not None else []
+        finally:
+            del frame
+
+    def _run(self) -> None:
+        steps, stop = self._steps, self._stop
+        while not stop.wait(POLL_S):
+            if not self._running.is_set():
+                self._running.wait()
+                continue
+            step, started_ns = steps.current_step, steps._perf_ns
+            if step is None or steps._instrumented:  # no step yet, or gpudiag's trace window slows this one
+                continue
+            now = time.perf_counter_ns()
+            typical = self.typical_step_ns()
+            self._seen.append((now, step))
+            if typical is None or now - started_ns < max(LONG_MIN_MS * 1e6, LONG_FACTOR * typical):
+                stack = self._main_stack()
+                if stack:
+                    self._loop_stacks.append(stack)
+                continue
+            self._sample_step(step, started_ns)
+            if self.records >= MAX_RECORDS:
+                return
+
+    def _sample_step(self, step: int, started_ns: int) -> None:
+        """Sample until the step ends (or sampling stops), then write what the samples saw."""
+        steps, stop = self._steps, self._stop
+        stacks = []
+        first_ns = time.perf_counter_ns()
+        first_wall_ns = time.time_ns()
+        while steps.current_step == step and steps._perf_ns == started_ns and not stop.is_set():
+            stack = self._main_stack()
+            if stack and len(stacks) < MAX_SAMPLES:
+                stacks.append(stack)
+            if stop.wait(SAMPLE_S):
+                break
+        sampled_ms = (time.perf_counter_ns() - first_ns) / 1e6
+        if not stacks:
+            return
+        # the loop's frames, from ordinary steps; where too few were seen (long steps most of the time), the frames
+        # every sample of this step shares but the last: the deepest shared function is what runs
+        depth = loop_depth(self._loop_stacks) if len(self._loop_stacks) >= 2 else max(0, loop_depth(stacks) - 1)
+        counts: collections.Counter = collections.Counter()  # (file, function) -> samples
+        lines: dict = collections.defaultdict(collections.Counter)  # (file, function) -> line -> samples
+        callers: dict = collections.defaultdict(collections.Counter)  # (file, function) -> loop line
+        users: dict = collections.defaultdict(collections.Counter)  # (file, function) -> user's innermost line
+        for stack in stacks:
+            (file, function, line), caller, user = what_runs(stack, depth)
+            key = (file, function)
+            counts[key] += 1
+            lines[key][line] += 1
+            if caller:
+                callers[key][caller] += 1
+            if user:
+                users[key][user] += 1
+        key, n = counts.most_common(1)[0]
+        share = n / len(stacks)
+        file, function = key
+        where = f"{os.path.abspath(file)}:{lines[key].most_common(1)[0][0]}"
+        caller = callers[key].most_common(1)[0][0] if callers[key] else None
+        user = users[key].most_common(1)[0][0] if users[key] else None
+        library = None
+        if not is_user_file(file):
+            library, where = where, user
+        self.records += 1
+        self._write(
+            step=step,
+            t_ns=first_wall_ns,
+            ms=share * sampled_ms,
+            location=where,
+            name=function,
+            caller=caller,
+            library=library,
+            share=round(share, 4),
+            samples=len(stacks),
+        )
