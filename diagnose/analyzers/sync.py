@@ -353,7 +353,7 @@ def subject_of(g, rank: int, th: Thresholds, span_only: bool = False) -> Subject
             else float(g.gpu_idle_ms_per_step),
             "share_of_step": None if share != share else float(share),
             "calls": str(g.calls),
-            "advice": advice_for(str(g.op), str(g.calls)),
+            "advice": advice_for(str(g.op), str(g.calls), getattr(g, "library_location", None)),
         },
     )
     library = getattr(g, "library_location", None)

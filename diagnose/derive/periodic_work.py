@@ -225,4 +225,6 @@ def period_work(
                 for key in ("name", "caller", "library_location")
             }
         found.append(entry)
+    if any(w["what"] != HOST_CODE for w in found):  # the Python sampled in an evaluation or a save is that work
+        found = [w for w in found if w["what"] != HOST_CODE]
     return sorted(found, key=lambda w: -w["ms"])

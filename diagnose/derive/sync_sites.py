@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from diagnose.derive.library_sync_sites import library_fix
 from diagnose.derive.sync_calls import MODULE
 
 ADVICE = [
@@ -41,7 +42,12 @@ ADVICE = [
 ]
 
 
-def advice_for(op: str, call: str) -> str:
+def advice_for(op: str, call: str, library_location: str | None = None) -> str:
+    """What fixes ``op`` at a site: a known library's setting where a library made the call (library_sync_sites),
+    else the advice for the op."""
+    fix = library_fix(library_location, op)
+    if fix is not None:
+        return fix
     text = f"{op} {call}"
     for keys, advice in ADVICE:
         if any(k in text for k in keys):
@@ -65,7 +71,7 @@ def where_words(location: str, function, file, line_exact: bool, library=None) -
 
 
 def group_syncs(calls: pd.DataFrame, n_steps: int, step_ns: float) -> pd.DataFrame:
-    """One row per (location, op): counts and costs per step, costliest first."""
+    """One row per (location, op, library_location): counts and costs per step, costliest first."""
     cols = [
         "location",
         "op",
@@ -104,14 +110,20 @@ def group_syncs(calls: pd.DataFrame, n_steps: int, step_ns: float) -> pd.DataFra
 
 
 def _grouped_by_location_op(calls: pd.DataFrame) -> dict[str, pd.Series]:
-    """``group_syncs``' aggregation per (location, op), groups in order of first appearance: the same columns and
+    """``group_syncs``' aggregation per (location, op, library location), groups in order of first appearance: the same columns and
     values as a two-key ``groupby(...).agg(...)``, through one integer group code and a groupby per column
     (~1 ms instead of ~5 ms of named aggregation on a dozen rows)."""
     loc, _ = pd.factorize(calls["location"], use_na_sentinel=False)  # a missing key is a group, as dropna=False
     op, _ = pd.factorize(calls["op"], use_na_sentinel=False)
-    _, first_row, inverse = np.unique(
-        loc.astype(np.int64) * (int(op.max()) + 1) + op, return_index=True, return_inverse=True
+    # a library's line beside the user's is a site of its own: HF Trainer's loss check and the model's mask check
+    # both sync with is_nonzero inside the one trainer.train() line, and each has its own fix
+    lib = (
+        pd.factorize(calls["library_location"], use_na_sentinel=False)[0]
+        if "library_location" in calls
+        else np.zeros(len(calls), dtype=np.int64)
     )
+    key = (loc.astype(np.int64) * (int(op.max()) + 1) + op) * (int(lib.max()) + 1) + lib
+    _, first_row, inverse = np.unique(key, return_index=True, return_inverse=True)
     rank = np.empty(len(first_row), dtype=np.int64)
     rank[np.argsort(first_row, kind="stable")] = np.arange(len(first_row))
     group = rank[inverse.reshape(-1)]  # 0, 1, ... in order of first appearance, as groupby(sort=False) orders

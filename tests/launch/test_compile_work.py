@@ -5,7 +5,9 @@ thread."""
 from __future__ import annotations
 
 import statistics
+import threading
 import types
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +101,34 @@ def test_unhook_takes_the_listener_and_the_callbacks_out():
     assert work._on_jax_duration not in monitoring.get_event_duration_listeners()
     assert work._on_dynamo_start not in callback.callback_handler.start_callbacks
     assert work._on_dynamo_end not in callback.callback_handler.end_callbacks
+
+
+def test_a_compile_on_the_autograd_thread_counts_while_the_main_thread_is_in_backward():
+    """A CUDA backward runs on the autograd engine's device thread, and so does AOTAutograd's lazy compile of the
+    backward graph: dynamo's callbacks fire there while the main thread waits in backward() (on the H100 the 4.9 s
+    backward compile of examples/char_gpt.py --compile was missed). In-process with a stand-in runtime: the callbacks
+    fired from another thread count only while the main thread is inside backward, named with its line."""
+    written = []
+    steps = types.SimpleNamespace(current_step=-1, _backward_depth=0)
+    runtime = types.SimpleNamespace(
+        disabled=False,
+        steps=steps,
+        faults=types.SimpleNamespace(writes_off=False, internal_error=lambda *a: written.append(("fault", a))),
+        write_record=lambda kind, **fields: written.append(fields),
+    )
+    work = CompileWork(runtime)
+
+    def compile_elsewhere():
+        go = threading.Event()
+        thread = threading.Thread(target=lambda: (go.wait(), work._on_dynamo_start(), work._on_dynamo_end()))
+        thread.start()
+        # the thread compiles only once this line runs, and the main thread stays on it until the thread ends
+        thread.join(go.set())  # BACKWARD-WAIT: the main thread waits here, as it would in loss.backward()
+
+    compile_elsewhere()  # the main thread is not in backward: a thread of the script's own
+    assert written == []
+    steps._backward_depth = 1
+    compile_elsewhere()
+    (record,) = written
+    assert record["what"] == "compilation" and record["name"] == "torch.compile(backward)" and record["step"] == -1
+    assert record["location"] == f"{Path(__file__).resolve()}:{line_of(Path(__file__), '# BACKWARD' + '-WAIT')}"

@@ -44,8 +44,10 @@ def host_code_words(name: str | None, location: str | None, library: str | None,
     in trainer.py:3120, called at trainer.py:2540 (your line train.py:88)``."""
     call = function_call(name) if name and not name.startswith("<") else "the loop's own line"
     called = f", called at {short_location(caller)}" if caller else ""
+    if library and caller:  # the loop called into a library: the loop's line is the user's
+        return f"{call} in {short_location(library)}{called}"
     if library:
-        return f"{call} in {short_location(library)}{called} (your line {short_location(location)})"
+        return f"{call} in {short_location(library)} (your line {short_location(location)})"
     return f"{call} at {short_location(location)}{called}"
 
 

@@ -59,5 +59,5 @@ def sync_words(
         )
         for g, sh, pm in zip(groups.head(10).itertuples(), shares, part_ms)
     ]
-    fix = f"At {top_where}: {advice_for(str(top['op']), str(top['calls']))}."
+    fix = f"At {top_where}: {advice_for(str(top['op']), str(top['calls']), top.get('library_location'))}."
     return title, fix, subjects

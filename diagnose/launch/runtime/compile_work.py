@@ -3,7 +3,9 @@
 A script that compiles again mid-run (a new input shape, the last partial batch of an epoch, a torch.compile
 guard that fails) shows as a few unexplained slow steps; these records say what ran in them. One
 ``{"kind": "work", "what": "compilation", "name": ...}`` record per compile, written as it ends (one write,
-like periodic_work's), on the main thread only; nothing runs per step, only while a compile runs.
+like periodic_work's), on the main thread, and torch.compile's on the autograd engine's thread while the main thread
+waits in backward() (a CUDA backward's lazy compile runs there; named with the main thread's line); nothing runs per
+step, only while a compile runs.
 
 * JAX: ``jax.monitoring``'s duration events, which jax fires synchronously on the dispatching thread at the end
   of each phase of a compile: ``/jax/core/compile/jaxpr_trace_duration`` (the trace),
@@ -152,23 +154,41 @@ class CompileWork:
             self._runtime.faults.internal_error("compilation record", e)
 
     # ---- torch.compile
+    def _dynamo_active(self) -> bool:
+        """Dynamo's callbacks count on the main thread, and on another thread while the main thread waits in
+        torch.autograd.backward: a CUDA backward runs on the autograd engine's device thread, so its lazy compile
+        (AOTAutograd's backward graph, seconds on a GPU) fires them there (on the H100, char_gpt's 4.9 s backward
+        compile was missed for this). A compile on a thread of the script's own is not the loop's."""
+        if not self._on or self._runtime.disabled:
+            return False
+        if threading.get_ident() == self._main_thread:
+            return True
+        return getattr(self._runtime.steps, "_backward_depth", 0) > 0
+
     def _on_dynamo_start(self, *args, **kwargs) -> None:
-        if not self._active():
+        if not self._dynamo_active():
             return
         try:
             caller = sys._getframe(1)
+            name = compiled_function(caller, args)
+            if threading.get_ident() != self._main_thread:  # the user's line is the main thread's, in backward()
+                main = sys._current_frames().get(self._main_thread)
+                sites = call_sites(main) if main is not None else (None, None)
+                name = "backward" if name == "?" else name
+            else:
+                sites = call_sites(caller)
             self._dynamo_open = (
                 time.perf_counter_ns(),
                 time.time_ns(),
                 self._runtime.steps.current_step,
-                call_sites(caller),
-                f"torch.compile({compiled_function(caller, args)})",
+                sites,
+                f"torch.compile({name})",
             )
         except Exception as e:
             self._runtime.faults.internal_error("compilation record", e)
 
     def _on_dynamo_end(self, *args, **kwargs) -> None:
-        if not self._active() or self._dynamo_open is None:
+        if not self._dynamo_active() or self._dynamo_open is None:
             return
         try:
             started_ns, t_ns, step, sites, name = self._dynamo_open

@@ -1,0 +1,56 @@
+"""Issue 31 on a GPU (the lent H100, 2026-12-05; fixtures/runs/PROVENANCE.md): the host's code behind a host-bound
+step, against a hand measurement, and the per-step syncs a library's loop makes, with the setting that removes each."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+import diagnose
+from tests.paths import FIXTURES
+
+RUNS = FIXTURES / "runs"
+
+
+def test_a_host_bound_transformer_names_its_phases_within_15_percent_of_a_hand_measurement():
+    """examples/char_gpt.py eager (6 layers, batch 32): gpudiag's host phases of the median untraced step against
+    a separate run timed by hand (--phase-clock-out: the device synchronized and time.perf_counter read around the
+    batch, forward with the loss, zero_grad with backward, and the optimizer step; median of steps 5-299)."""
+    analysis = diagnose.analyze(diagnose.load(RUNS / "char_gpt_h100", quiet=True))
+    phases = analysis.results["step_budget"].meta["ranks"][0]["host_phases"]
+    hand = json.loads((FIXTURES / "run_clocks" / "char_gpt_phases_h100.json").read_text())["phase_ms"]
+    hand = {k: statistics.median(v[5:]) for k, v in hand.items()}
+    assert phases["backward_ms"] == pytest.approx(hand["backward"], rel=0.15)  # 6.68 against 6.48 ms
+    assert phases["optimizer_ms"] == pytest.approx(hand["optimizer"], rel=0.15)  # 1.85 against 1.86 ms
+    # the rest: the batch, the forward pass and the loss (4.66 ms by hand)
+    assert phases["forward_and_rest_ms"] == pytest.approx(hand["batch"] + hand["forward"], rel=0.15)
+    top = analysis.findings[0]
+    assert top.id == "step_budget.launch_bound" and analysis.verdict.top_finding_ids[0] == top.id
+    assert "backward (issuing it) 6.68 ms (48 %), forward, loss and the rest 5.27 ms (38 %), optimizer step" in (
+        top.recommendation
+    )
+    assert "batch_of() in char_gpt.py:103 itself (5 %)" in top.recommendation  # the batch function, with its line
+
+
+def test_b_each_per_step_sync_of_the_trainer_names_the_library_line_the_user_line_and_its_setting():
+    """examples/hf_trainer_tiny.py (HF Trainer, the library's loop): three syncs a step, all inside the user's
+    trainer.train() line, each a site of its own with the library's file:line and the fix known for it."""
+    analysis = diagnose.analyze(diagnose.load(RUNS / "hf_trainer_h100", quiet=True))
+    sync = next(f for f in analysis.findings if f.id == "sync.host_sync")
+    sites = [s for s in sync.subjects if s.kind == "location"]
+    assert {s.name for s in sites} == {"/tmp/w/examples/hf_trainer_tiny.py:89"}
+    by_library = {s.figures["library_location"].split("site-packages/")[1]: s.figures for s in sites}
+    assert set(by_library) == {
+        "accelerate/utils/operations.py:160",
+        "transformers/trainer.py:1847",
+        "transformers/masking_utils.py:755",
+    }
+    assert [by_library[k]["count_per_step"] for k in sorted(by_library)] == [2.0, 1.0, 2.0]
+    assert "TrainingArguments(logging_nan_inf_filter=False)" in by_library["transformers/trainer.py:1847"]["advice"]
+    assert "non_blocking" in by_library["accelerate/utils/operations.py:160"]["advice"]
+    assert "attention_mask" in by_library["transformers/masking_utils.py:755"]["advice"]
+    assert sync.title.startswith("5 host syncs per step; the costliest, aten::to at ")
+    assert "accelerate/utils/operations.py:160 (inside the call at /tmp/w/examples/hf_trainer_tiny.py:89)" in sync.title
+    assert sync.recommendation.startswith("At ") and "accelerator_config={'non_blocking': True}" in sync.recommendation
