@@ -166,11 +166,12 @@ def explain(manifest: dict, records: list[dict]) -> tuple[dict[str, str], dict[s
     started = {r.get("rank") for r in records if r.get("event") == RUN_START.event}
     ended = {r.get("rank") for r in records if r.get("event") == RUN_END.event}
     for rank in sorted(started - ended, key=lambda r: (r is None, r)):
-        cause = (
-            f"rank {rank} was killed ({signal_name})"
-            if status == "signal"
-            else f"rank {rank} ended without flushing (os._exit, a crash in native code, or a kill of that process)"
-        )
+        if manifest.get("stopped_after_window"):  # the end asked for: --after-window stop, once ncu's window was done
+            cause = f"gpudiag stopped rank {rank} once its ncu window was profiled (--after-window stop)"
+        elif status == "signal":
+            cause = f"rank {rank} was killed ({signal_name})"
+        else:
+            cause = f"rank {rank} ended without flushing (os._exit, a crash in native code, or a kill of that process)"
         for path in missing:
             if _of_rank(path, rank):
                 why_missing.setdefault(path, f"not written: {cause} before it wrote it")

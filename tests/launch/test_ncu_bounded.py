@@ -150,3 +150,22 @@ def test_a_window_whose_end_gpudiag_cannot_see_is_not_stopped(tmp_path):
     r = _marker_loop(tmp_path / "r", "--ncu-nvtx-include", "my_range/", "--ncu-timeout", "3")
     assert "then the script runs to its end under ncu (gpudiag cannot see where this window ends)" in r.stderr
     assert "--after-window stop): stopping" not in r.stderr and "--ncu-timeout 3 s: stopping" in r.stderr
+
+
+def test_a_rank_stopped_after_its_window_is_said_so_not_called_a_crash():
+    """On the H100, ncu's SIGTERM after the window left rank 0 without its end record; the run folder's notes said
+    "os._exit, a crash in native code, or a kill" for an end gpudiag itself asked for (--after-window stop)."""
+    from diagnose.launch.run_manifest import explain
+
+    manifest = {
+        "status": "ok",
+        "stopped_after_window": True,
+        "missing": ["memory/rank0.snapshot.json.gz"],
+        "artifacts": {"events/rank0.jsonl": 100},
+    }
+    missing, incomplete = explain(manifest, [{"kind": "run", "event": "start", "rank": 0}])
+    assert missing["memory/rank0.snapshot.json.gz"] == (
+        "not written: gpudiag stopped rank 0 once its ncu window was profiled (--after-window stop) before it wrote it"
+    )
+    assert incomplete["events/rank0.jsonl"].startswith("no end record: gpudiag stopped rank 0 once its ncu window")
+    assert "crash" not in " ".join([*missing.values(), *incomplete.values()])
