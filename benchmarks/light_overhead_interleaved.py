@@ -58,10 +58,11 @@ LIGHT_SHARE = 1 / len(ARMS)  # of the wall time: the clock-kept intervals are di
 
 
 def pause_sampler(steps, on: bool) -> None:
-    """The long-step sampler (long_step_code) runs in the light arm only: its thread's wake-ups are light mode's."""
-    sampler = getattr(steps, "long_step_code", None)
-    if sampler is not None:
-        sampler.resume() if on else sampler.pause()
+    """The long-step sampler (long_step_code) and the forward timer's hooks (forward_time) run in the light arm only:
+    their cost is light mode's."""
+    for part in (getattr(steps, "long_step_code", None), getattr(steps, "forward", None)):
+        if part is not None:
+            part.resume() if on else part.pause()
 
 
 class StepHook:

@@ -74,6 +74,7 @@ STEPS_SCHEMA = Schema(
         "source": STR,
         "backward_ms": F64,
         "optimizer_ms": F64,
+        "forward_ms": F64,
     },
     docs={
         "rank": "process rank (0 for a single process)",
@@ -95,6 +96,8 @@ STEPS_SCHEMA = Schema(
         "pass; part of host_ms; NaN when not measured: not a torch training loop, or records before they had it)",
         "optimizer_ms": "host time inside the step's optimizer step() calls, every optimizer (part of host_ms; NaN "
         "when not measured)",
+        "forward_ms": "host time inside the step's outermost nn.Module calls on the main thread: the forward pass "
+        "(part of host_ms; NaN when not measured)",
     },
 )
 
@@ -428,6 +431,7 @@ def _step_record(r: dict) -> dict:
         "source": _source(r),
         "backward_ms": _duration(r, "backward_ms"),
         "optimizer_ms": _duration(r, "optimizer_ms"),
+        "forward_ms": _duration(r, "forward_ms"),
     }
 
 

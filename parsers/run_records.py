@@ -154,9 +154,12 @@ _STEP_WRITTEN_AS = {
 }
 # a step: the work between two step boundaries. input_ms (and input_from "loop") where the input wait was measured;
 # name only from other writers (a region a user timed: docs/step-timings.md); backward_ms / optimizer_ms: the host
-# time inside the step's outermost torch.autograd.backward calls / optimizer step() calls, where torch was hooked
+# time inside the step's outermost torch.autograd.backward calls / optimizer step() calls, where torch was hooked;
+# forward_ms: the host time in its outermost nn.Module calls (forward_time), with them where it was timed
 STEP = RecordKind(
-    "step", tuple(_STEP_WRITTEN_AS), optional=("input_ms", "input_from", "name", "backward_ms", "optimizer_ms")
+    "step",
+    tuple(_STEP_WRITTEN_AS),
+    optional=("input_ms", "input_from", "name", "backward_ms", "optimizer_ms", "forward_ms"),
 )
 # a synchronizing call inside the trace window, with the user's line and stack
 # library_location: the innermost frame outside torch/jax and gpudiag when it is a library's (the user's line is file:line)
@@ -301,6 +304,7 @@ _STEP_FORMAT = (
 _INPUT_MS = ',"input_ms":%.6f'
 _INPUT_FROM_LOOP = f',"input_from":"{INPUT_FROM_LOOP}"'
 _PHASES = ',"backward_ms":%.6f,"optimizer_ms":%.6f'
+_FORWARD = ',"forward_ms":%.6f'
 
 
 def step_line(
@@ -316,6 +320,7 @@ def step_line(
     input_from: str | None = None,
     backward_ms: float | None = None,
     optimizer_ms: float | None = None,
+    forward_ms: float | None = None,
 ) -> bytes:
     """A step record as one JSON line, the fields of :data:`STEP` in order: ms to 6 decimals (the ns), µs to 3.
 
@@ -324,9 +329,10 @@ def step_line(
     (2026-12-03), about 10 µs a step. ``input_ms`` (the DataLoader wait) is written only where it was measured
     (torch imported, and the step fetched a batch from a DataLoader, or on Python 3.12+ from the training loop's own
     ``for``: ``input_from`` "loop"). ``backward_ms`` and ``optimizer_ms`` are written together, where torch's backward
-    and optimizers were hooked. A source this module does not know or a value JSON cannot hold goes through
+    and optimizers were hooked, ``forward_ms`` after them where the forward was timed too. A source this module does not know or a value JSON cannot hold goes through
     :func:`format_record`, which writes the same record."""
     phases = backward_ms is not None and optimizer_ms is not None
+    forward = phases and forward_ms is not None
     if (
         source in STEP_SOURCES
         and math.isfinite(host_ms)
@@ -334,6 +340,7 @@ def step_line(
         and (gpu_ms is None or math.isfinite(gpu_ms))
         and (input_ms is None or math.isfinite(input_ms))
         and (not phases or (math.isfinite(backward_ms) and math.isfinite(optimizer_ms)))
+        and (not forward or math.isfinite(forward_ms))
     ):
         return (
             _STEP_FORMAT
@@ -351,7 +358,8 @@ def step_line(
                     if input_ms is None
                     else _INPUT_MS % input_ms + (_INPUT_FROM_LOOP if input_from == INPUT_FROM_LOOP else "")
                 )
-                + (_PHASES % (backward_ms, optimizer_ms) if phases else ""),
+                + (_PHASES % (backward_ms, optimizer_ms) if phases else "")
+                + (_FORWARD % forward_ms if forward else ""),
             )
         ).encode()
     optional = {}
@@ -362,6 +370,8 @@ def step_line(
     if phases:
         optional["backward_ms"] = _rounded(backward_ms, 6)
         optional["optimizer_ms"] = _rounded(optimizer_ms, 6)
+    if forward:
+        optional["forward_ms"] = _rounded(forward_ms, 6)
     return format_record(
         STEP,
         rank=rank,

@@ -1,9 +1,11 @@
-"""Where the host spends a typical step: input, backward, optimizer, and forward with the rest (issue 31).
+"""Where the host spends a typical step: input, forward, backward, optimizer and the rest (issue 31).
 
 Light mode's step records carry, per step, the host time the loop waited for its input (``input_ms``), the host time
-inside the step's outermost ``torch.autograd.backward`` calls (``backward_ms``: issuing the backward pass) and
-inside its optimizers' ``step()`` (``optimizer_ms``); what is left of the step's host time is the forward pass, the
-loss, and the rest (batch preparation, gradient clipping, the grad scaler, logging). These are untraced steps: the
+inside the step's outermost ``nn.Module`` calls (``forward_ms``: the forward pass), inside its outermost
+``torch.autograd.backward`` calls (``backward_ms``: issuing the backward pass) and inside its optimizers' ``step()``
+(``optimizer_ms``); what is left of the step's host time is the rest (the loss, batch preparation, gradient
+clipping, the grad scaler, logging). Records without ``forward_ms`` (older runs) give "forward, loss and the rest"
+as one phase. These are untraced steps: the
 profiler's window slows the host several-fold (a char-level GPT's traced steps took 49 ms against a 19.85 ms
 median step, issue 31), so no share of a step is read from traced durations here.
 
@@ -19,12 +21,15 @@ import pandas as pd
 
 from diagnose.formatting import ms_human, n_things, share_human
 
-PHASES = ("input", "forward_and_rest", "backward", "optimizer")
+PHASES = ("input", "forward_and_rest", "backward", "optimizer")  # records without forward_ms
+PHASES_WITH_FORWARD = ("input", "forward", "backward", "optimizer", "rest")
 LABELS = {
     "input": "waiting for input",
     "forward_and_rest": "forward, loss and the rest",
+    "forward": "forward (the model's call)",
     "backward": "backward (issuing it)",
     "optimizer": "optimizer step",
+    "rest": "the rest (loss, batch preparation, logging)",
 }
 
 
@@ -48,10 +53,15 @@ def host_phases(steady: pd.DataFrame) -> dict | None:
         "backward": float(middle["backward_ms"].astype(float).sum()),
         "optimizer": float(middle["optimizer_ms"].astype(float).sum()),
     }
+    forward = pd.to_numeric(middle["forward_ms"], errors="coerce") if "forward_ms" in middle else None
+    with_forward = forward is not None and bool(forward.notna().all())
+    if with_forward:
+        sums["forward"] = float(forward.sum())
     total = float(middle["host_ms"].astype(float).sum())
-    sums["forward_and_rest"] = max(0.0, total - sum(sums.values()))
-    out = {"steps": int(len(middle)), "host_ms": median_ms, "input_measured": input_measured}
-    for p in PHASES:
+    sums["rest" if with_forward else "forward_and_rest"] = max(0.0, total - sum(sums.values()))
+    phases = PHASES_WITH_FORWARD if with_forward else PHASES
+    out = {"steps": int(len(middle)), "host_ms": median_ms, "input_measured": input_measured, "phases": list(phases)}
+    for p in phases:
         share = sums[p] / total if total > 0 else np.nan
         out[f"{p}_share"] = share
         out[f"{p}_ms"] = share * median_ms
@@ -61,7 +71,7 @@ def host_phases(steady: pd.DataFrame) -> dict | None:
 def phases_text(phases: dict) -> str:
     """``of the median step's 19.9 ms on the host (phases of the 5 untraced steps nearest it): backward (issuing it)
     8.1 ms (41 %), …``, the largest phase first."""
-    order = sorted(PHASES, key=lambda p: -phases[f"{p}_ms"])
+    order = sorted(phases.get("phases", PHASES), key=lambda p: -phases[f"{p}_ms"])
     parts = [
         f"{LABELS[p]} {ms_human(phases[f'{p}_ms'])} ({share_human(phases[f'{p}_share'], 0)})"
         for p in order
@@ -89,6 +99,28 @@ def phase_advice(phases: dict) -> str | None:
             "parameters in a few kernels instead of several per parameter."
         )
     return None
+
+
+GRAPH_WORTH = 0.9  # a predicted graphed step under this share of the step is worth saying
+
+
+def graph_prediction(phases: dict | None, busy_ms: float, step_ms: float) -> str | None:
+    """What a CUDA graph of the step would leave: the forward, backward and optimizer launches replayed as one graph,
+    the step takes about max(GPU busy, the host work a graph cannot hold: the input wait and the rest) (issue 31). Only
+    where the forward was timed apart (the rest is known) and the prediction is under ``GRAPH_WORTH`` of the step."""
+    if not phases or "rest_ms" not in phases or not busy_ms > 0 or not step_ms > 0:
+        return None
+    outside = phases["rest_ms"] + (phases["input_ms"] if phases["input_measured"] else 0.0)
+    predicted = max(busy_ms, outside)
+    if predicted >= GRAPH_WORTH * step_ms:
+        return None
+    held = "GPU busy" if busy_ms >= outside else "the host work a graph cannot hold (input and the rest)"
+    return (
+        f'Captured whole in a CUDA graph (torch.compile(mode="reduce-overhead") over the forward, backward and '
+        f"optimizer, or torch.cuda.graphs), the step would take about {ms_human(predicted)} instead of "
+        f"{ms_human(step_ms)}: the larger of its GPU busy ({ms_human(busy_ms)}) and the host work outside the graph "
+        f"({ms_human(outside)}), here {held}."
+    )
 
 
 def with_phases(recommendation: str, phases: dict | None) -> str:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from diagnose.derive import jax_dispatch
-from diagnose.derive.host_phases import with_phases
+from diagnose.derive.host_phases import graph_prediction, with_phases
+from diagnose.derive.untraced_cost import BUSY_PARTS
 from diagnose.findings import Evidence, Finding, Severity, Subject, within
 from diagnose.formatting import ms_human
 from diagnose.ingest.profile_data import Profile
@@ -147,6 +148,10 @@ def cause_findings(
             title = f"The GPU waits for the host to launch work {what}{rank_words}{where}"
             if meta.get(rank, {}).get("trace_format") == "perfetto":  # XLA's trace: dispatch, not torch launches
                 recommendation = ADVICE["launch_bound_jax"]
+            else:
+                busy = median[(median["rank"] == rank) & median["part"].isin(BUSY_PARTS)]["ms"]
+                graphed = graph_prediction(meta.get(rank, {}).get("host_phases"), float(busy.sum()), wall)
+                recommendation = f"{recommendation} {graphed}" if graphed else recommendation
             findings.append(
                 make(
                     id="step_budget.launch_bound",

@@ -127,6 +127,7 @@ class Runtime:
         self._torch_hooked = True
         self.steps.hook_optimizers()
         self.steps.hook_backward(torch)
+        self.steps.hook_forward(torch)
         self.steps.hook_input_wait(torch)
         self.steps.arm_time_slices()
         self.steps.start_long_step_code()

@@ -52,6 +52,7 @@ class Steps:
         # last boundary; hooked: both timed (torch's backward wrapped and its optimizers hooked)
         self._backward_ns = 0
         self._optimizer_ns = 0
+        self.forward = None  # forward_time.ForwardTime once torch is imported: each step's forward host time
         self._optimizer_started: dict[int, int] = {}  # id(optimizer) -> perf ns its step() began
         self._phases_hooked = False
         self._phases_seen = False  # a backward or an optimizer step ran: a torch training loop, whose steps have phases
@@ -114,6 +115,9 @@ class Steps:
             self.optimizer_pre_hook_handle = None
         self._phases_hooked = False
         self.unhook_backward()
+        if self.forward is not None:
+            self.forward.unhook()
+            self.forward = None
         if self.input_wait is not None:
             self.input_wait.unhook()
             self.input_wait = None
@@ -268,6 +272,18 @@ class Steps:
             self._loop_mark_ns, self._loop_mark_calls = watcher.total_ns, watcher.calls
             self.loop_input = watcher
 
+    def hook_forward(self, torch) -> None:
+        """Time each step's forward pass, its outermost module calls (forward_time): the step records' ``forward_ms``."""
+        from diagnose.launch.runtime.forward_time import ForwardTime
+
+        if self.forward is None:
+            forward = ForwardTime(self._main_thread)
+            try:
+                if forward.hook(torch):
+                    self.forward = forward
+            except Exception as e:
+                self._runtime.faults.log_once("forward-time", f"cannot time the forward pass ({e})")
+
     def hook_backward(self, torch) -> None:
         """Wrap ``torch.autograd.backward`` so the end of each outermost backward pass on the main thread is a
         boundary while no optimizer or marker defines steps. The wrapper calls the original unchanged."""
@@ -383,6 +399,13 @@ class Steps:
         event = None
         if gpu is not None and (self._event is not None or step % gpu.every == 0):
             event = gpu.record_event()
+        forward = self.forward
+        forward_ms = None
+        if forward is not None:  # every boundary starts the next step's forward time, the first one too
+            timing = forward.timing  # hooks on: learning the root modules, or on the roots themselves
+            ns = forward.take_ns()
+            forward_ms = ns / 1e6 if timing else None
+            forward.on_boundary()
         if finished is not None:
             if self.nvtx is not None and self._nvtx_handle is not None:
                 self.nvtx.end(self._nvtx_handle)
@@ -405,6 +428,7 @@ class Steps:
                     input_from,
                     self._backward_ns / 1e6 if phased else None,
                     self._optimizer_ns / 1e6 if phased else None,
+                    forward_ms if phased else None,
                 )
             )
             # only the window's close and the snapshot are heavy; most steps have neither left to do
@@ -538,6 +562,7 @@ class Steps:
                     input_from,
                     backward_ms,
                     optimizer_ms,
+                    forward_ms,
                 ) = pending[0]
                 gpu_ms = None
                 if end_event is not None and start_event is not None:
@@ -564,6 +589,7 @@ class Steps:
                         input_from,
                         backward_ms,
                         optimizer_ms,
+                        forward_ms,
                     )
                 )
         finally:

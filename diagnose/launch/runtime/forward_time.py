@@ -1,0 +1,131 @@
+"""The host time of each step's forward pass: the outermost ``nn.Module`` calls on the main thread (issue 31).
+
+The step's host phases were input, backward and optimizer, and "forward, loss and the rest" for what was left; a
+user deciding between torch.compile, CUDA graphs and a faster batch function needs the forward alone. A module call
+at depth 0 (no other module's forward running on the main thread) is the model's forward, or a loss module called
+by the loop; its host time is the forward's.
+
+Global module hooks (``register_module_forward_pre_hook`` / ``register_module_forward_hook``) run for every module
+call, hundreds a step: they are used for the first ``LEARN_STEPS`` step boundaries only, to learn which modules are
+called at depth 0 (the roots). Then they are replaced by hooks on those modules alone, a few calls a step. A loop
+whose roots change every step (more than ``MAX_ROOTS`` seen) keeps no hooks at all: its forward is not measured.
+Post hooks are registered with ``always_call``, so a forward that raises still closes its span.
+"""
+
+from __future__ import annotations
+
+import threading
+from time import perf_counter_ns
+
+LEARN_STEPS = 3  # boundaries with the global hooks on, learning the root modules
+MAX_ROOTS = 8  # more distinct roots than this: not a model's forward, no timing
+
+
+class ForwardTime:
+    """Host ns spent in depth-0 module calls on the main thread since the last :meth:`take_ns`."""
+
+    def __init__(self, main_thread: int | None = None):
+        self._main = main_thread if main_thread is not None else threading.main_thread().ident
+        self._depth = 0
+        self._started_ns = 0
+        self._ns = 0
+        self._roots: dict[int, object] = {}  # id → module, learned while the global hooks are on
+        self._handles: list = []
+        self._boundaries = 0
+        self.learning = False
+        self._hooked_roots: list = []  # the roots that carry the hooks once learned (for pause/resume)
+
+    def hook(self, torch) -> bool:
+        """The global hooks on, for the learning steps; False where this torch has none."""
+        module = getattr(getattr(getattr(torch, "nn", None), "modules", None), "module", None)
+        pre = getattr(module, "register_module_forward_pre_hook", None)
+        post = getattr(module, "register_module_forward_hook", None)
+        if pre is None or post is None:
+            return False
+        self._handles = [pre(self._pre_learning), _post_hook(post, self._post)]
+        self.learning = True
+        return True
+
+    def unhook(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._hooked_roots = []
+        self.learning = False
+        self._roots.clear()
+
+    def _pre_learning(self, module, args) -> None:
+        if threading.get_ident() != self._main:
+            return
+        if self._depth == 0:
+            self._started_ns = perf_counter_ns()
+            if len(self._roots) <= MAX_ROOTS:
+                self._roots[id(module)] = module
+        self._depth += 1
+
+    def _pre(self, module, args) -> None:
+        if threading.get_ident() != self._main:
+            return
+        if self._depth == 0:
+            self._started_ns = perf_counter_ns()
+        self._depth += 1
+
+    def _post(self, module, args, output) -> None:
+        if threading.get_ident() != self._main or self._depth == 0:
+            return
+        self._depth -= 1
+        if self._depth == 0:
+            self._ns += perf_counter_ns() - self._started_ns
+
+    def take_ns(self) -> int:
+        """The forward ns since the last call (the step that ends here), and zero for the next."""
+        ns, self._ns = self._ns, 0
+        return ns
+
+    @property
+    def timing(self) -> bool:
+        """Whether forward calls are timed now (False once the roots turned out too many: no hooks left)."""
+        return bool(self._handles)
+
+    def on_boundary(self) -> None:
+        """After ``LEARN_STEPS`` boundaries, the global hooks give way to hooks on the roots they saw."""
+        if not self.learning:
+            return
+        self._boundaries += 1
+        if self._boundaries < LEARN_STEPS or not self._roots or self._depth:
+            return
+        roots = list(self._roots.values())
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self.learning = False
+        self._roots.clear()
+        if len(roots) > MAX_ROOTS:
+            return
+        self._hooked_roots = roots
+        self._hook_roots()
+
+    def _hook_roots(self) -> None:
+        for module in self._hooked_roots:
+            self._handles.append(module.register_forward_pre_hook(self._pre))
+            self._handles.append(_post_hook(module.register_forward_hook, self._post))
+
+    def pause(self) -> None:
+        """The roots' hooks off (the overhead benchmarks' plain arms); resume() puts them back."""
+        if not self.learning:
+            for handle in self._handles:
+                handle.remove()
+            self._handles = []
+            self._depth = 0
+
+    def resume(self) -> None:
+        if not self.learning and not self._handles:
+            self._hook_roots()
+
+
+def _post_hook(register, hook):
+    """``register(hook, always_call=True)``: the span closes even when the forward raises (torch ≥ 2.0)."""
+    try:
+        return register(hook, always_call=True)
+    except TypeError:
+        return register(hook)
