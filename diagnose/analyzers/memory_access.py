@@ -195,8 +195,9 @@ def _finding(flagged: pd.DataFrame, t, notes: list[str]) -> Finding:
                     },
                 )
             )
-        kinds = access_kinds(r["access"]) or ["other"]
-        what = r["access"] or "accesses (loads or stores: not collected)"
+        access = r["access"] if isinstance(r["access"], str) else ""  # NaN where the direction was not collected
+        kinds = access_kinds(access) or ["other"]
+        what = access or "accesses (loads or stores: not collected)"
         at = f" at {r['top_location']}" if r["top_location"] else ""
         advice = "; ".join(ADVICE[k] for k in kinds)
         parts.append(f"{r['kernel']} — uncoalesced {what}{at}: {advice}.")

@@ -22,8 +22,8 @@ KNOWN = (
     (
         "transformers/trainer.py",
         ("is_nonzero",),
-        "HF Trainer checks every step's loss for NaN/inf on the host (logging_nan_inf_filter, on by default): "
-        "TrainingArguments(logging_nan_inf_filter=False) removes these syncs",
+        "HF Trainer checks every step's loss for not-a-number and infinite values on the host "
+        "(logging_nan_inf_filter, on by default): TrainingArguments(logging_nan_inf_filter=False) removes these syncs",
     ),
     (
         "accelerate/utils/operations.py",

@@ -81,8 +81,15 @@ def compile_findings(meta: dict, th: Thresholds) -> list[Finding]:
                 f"{top['first_step']}: {ms_human(top['ms'])} ({where})"
             )
         outside = outside_jit(m["compile_functions"], top)
+        extra_evidence = [Evidence("step_budget_compile_top_ms", float(top["ms"]), "ms")]
         if outside:
-            title += f"; {outside}, {ms_human(total_ms)} of compilation in all"
+            words, n_functions, lines = outside
+            title += f"; {words}, {ms_human(total_ms)} of compilation in all"
+            extra_evidence += [
+                Evidence("step_budget_compile_functions_in_step", float(n_functions), "count"),
+                Evidence("step_budget_compile_first_line", float(lines[0]), "line"),
+                Evidence("step_budget_compile_last_line", float(lines[-1]), "line"),
+            ]
         elif others:
             title += f"; {n_things(others, 'other function')} too, {ms_human(total_ms)} of compilation in all"
         if len(meta) > 1:
@@ -114,6 +121,7 @@ def compile_findings(meta: dict, th: Thresholds) -> list[Finding]:
                     Evidence("step_budget_compile_steps", float(len(steps)), "count"),
                     Evidence("step_budget_compile_each_ms", total_ms / max(1, m["compile_count"]), "ms"),
                     Evidence("step_budget_compile_share", share, "share", th.step_budget.compile_min_share),
+                    *extra_evidence,
                 ),
                 cost_share=share,
                 recommendation=f"At {where}: {FIRST_ADVICE if once_only(top) else ADVICE}",
@@ -129,10 +137,10 @@ def once_only(function: dict) -> bool:
     return function.get("first_step") is not None or function.get("once_step") is not None
 
 
-def outside_jit(functions: list[dict], top: dict) -> str | None:
-    """``4 functions compiled for the first time in step 33 at eval.py:11–12: jnp operations outside jit, one
-    executable per operation and shape``, where ``OUTSIDE_JIT_MIN`` functions or more first compiled in the top's
-    step from the top's file; else None."""
+def outside_jit(functions: list[dict], top: dict) -> tuple[str, int, list[int]] | None:
+    """(``4 functions compiled for the first time in step 33 at eval.py:11–12: jnp operations outside jit, one
+    executable per operation and shape``, how many, their lines), where ``OUTSIDE_JIT_MIN`` functions or more first
+    compiled in the top's step from the top's file; else None."""
     step = top.get("first_step") if top.get("first_step") is not None else top.get("once_step")
     if step is None or not top["locations"] or not top["locations"][0][0]:
         return None
@@ -156,9 +164,10 @@ def outside_jit(functions: list[dict], top: dict) -> str | None:
     )
     span = f"{lines[0]}" if len(lines) == 1 else f"{lines[0]}–{lines[-1]}"
     names = ", ".join(str(f["name"]) for f in firsts[:4]) + (", …" if len(firsts) > 4 else "")
-    return (
+    words = (
         f"{n_things(len(firsts), 'function')} compiled "
-        f"{'for the first time' if all(f.get('first_step') == step for f in firsts) else 'for new shapes'} in step {step} at "
-        f"{short_location(file + ':' + span)} ({names}): jnp operations run outside jit, one executable per operation "
-        "and shape"
+        f"{'for the first time' if all(f.get('first_step') == step for f in firsts) else 'for new shapes'} in step "
+        f"{step} at {short_location(file + ':' + span)} ({names}): jnp operations run outside jit, one executable per "
+        "operation and shape"
     )
+    return words, len(firsts), lines

@@ -171,11 +171,18 @@ def periodic_findings(
                 subjects=(
                     *work_subjects,
                     *(Subject("step", str(s), figures={"rank": rank}) for s in p["steps"][:20]),
+                    # the steady steps on the period that were not slow, as the title names them
+                    *(Subject("step", str(s), figures={"rank": rank, "slow": False}) for s in not_slow[:6]),
                 ),
                 evidence=(
                     *((Evidence("step_budget_period_steps", float(n), "count"),) if n else ()),
                     Evidence("step_budget_period_excess_ms", p["excess_ms"], "ms"),
                     Evidence("step_budget_period_occurrences", float(p["occurrences"]), "count"),
+                    *(
+                        (Evidence("step_budget_period_slots", float(len(p["steps"]) + len(not_slow)), "count"),)
+                        if not_slow
+                        else ()
+                    ),
                     Evidence("step_budget_step_ms", median, "ms"),  # the median the title compares with
                     *(
                         (Evidence("step_budget_period_input_ms", p["input_ms"], "ms"),)
