@@ -147,9 +147,10 @@ def rank_run_budget(
     pieces, items = claimed_pieces(work, span_start, span_end)
     parts = dict.fromkeys(PART_LABELS, 0.0)
 
-    def carve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """What of each span [a, b) no timed work holds, and what each part's work holds of it (ns)."""
-        held = {part: covered(p, a, b) for part, p in pieces.items()}
+    def carve(a: np.ndarray, b: np.ndarray, skip: tuple[str, ...] = ()) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """What of each span [a, b) no timed work holds, and what each part's work holds of it (ns); the parts in
+        ``skip`` are left for the caller to place."""
+        held = {part: covered(p, a, b) for part, p in pieces.items() if part not in skip}
         rest = (b - a) - sum(held.values(), np.zeros(len(a)))
         for part, ns in held.items():
             parts[part] += float(ns.sum())
@@ -169,12 +170,17 @@ def rank_run_budget(
         other_imports_ns = min(float(other["ms"].sum()) * 1e6, float(rest.sum()))
     parts["imports"] += other_imports_ns
     parts["setup"] += float(rest.sum()) - other_imports_ns
-    # the steps
-    rest, _ = carve(starts, ends)
+    # the steps: the timed work, then the input wait, then the Python sampled in long steps, which may be the wait
+    # itself (a DataLoader's __next__, a generator the loop waits on): the measured wait comes first
+    rest, _ = carve(starts, ends, skip=("host_code",))
     input_ns = pd.to_numeric(rows.get("input_ms"), errors="coerce").fillna(0).to_numpy(dtype=float) * 1e6
     input_ns = np.minimum(input_ns, rest)
     parts["input"] += float(input_ns.sum())
     rest = rest - input_ns
+    if "host_code" in pieces:
+        host_ns = np.minimum(covered(pieces["host_code"], starts, ends), rest)
+        parts["host_code"] += float(host_ns.sum())
+        rest = rest - host_ns
     instrumented = rows["instrumented"].fillna(False).astype(bool).to_numpy() if "instrumented" in rows else None
     if instrumented is None:
         instrumented = np.zeros(len(rows), dtype=bool)

@@ -140,8 +140,9 @@ class Steps:
             sampler.stop()
 
     def start_long_step_code(self) -> None:
-        """Sample the Python that runs in long steps (long_step_code): one work record per long step."""
-        if self.long_step_code is not None:
+        """Sample the Python that runs in long steps (long_step_code): one work record per long step. Not under
+        --ncu: there every profiled step is long, made so by the profiler."""
+        if self.long_step_code is not None or getattr(getattr(self._runtime, "config", None), "mode", None) == "ncu":
             return
         from diagnose.launch.runtime.long_step_code import LongStepCode
         from diagnose.launch.runtime.periodic_work import write_work
