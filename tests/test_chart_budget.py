@@ -33,7 +33,9 @@ from tests.paths import FIXTURES, shared
 
 TRACES = sorted(p for p in (FIXTURES / "trace").glob("*/*") if p.name.endswith((".json.gz", ".sqlite")))
 NCU = sorted(
-    min(d.glob("raw.csv*"), default=None) or next(d.glob("*.csv")) for d in (FIXTURES / "ncu").iterdir() if d.is_dir()
+    min(d.glob("raw.csv*"), default=None) or min(d.glob("*.csv*"))  # kernel_kinds_h100 keeps raw_base.csv.gz
+    for d in (FIXTURES / "ncu").iterdir()
+    if d.is_dir()
 )
 RUNS = sorted(d for d in (FIXTURES / "runs").iterdir() if d.is_dir())
 ALL_INPUTS = TRACES + NCU + RUNS
