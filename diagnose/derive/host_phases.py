@@ -54,7 +54,8 @@ def host_phases(steady: pd.DataFrame) -> dict | None:
         "optimizer": float(middle["optimizer_ms"].astype(float).sum()),
     }
     forward = pd.to_numeric(middle["forward_ms"], errors="coerce") if "forward_ms" in middle else None
-    with_forward = forward is not None and bool(forward.notna().all())
+    # a forward of 0 ms throughout: the model ran inside a compiled function (no module call outside it): not timed
+    with_forward = forward is not None and bool(forward.notna().all()) and float(forward.sum()) > 0
     if with_forward:
         sums["forward"] = float(forward.sum())
     total = float(middle["host_ms"].astype(float).sum())

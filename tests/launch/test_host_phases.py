@@ -57,15 +57,18 @@ def test_the_step_budget_names_the_phases_of_the_median_step(run):
 
 
 def test_the_forward_timer_learns_the_root_modules_then_hooks_them_alone():
-    """In-process: the global module hooks run for the first LEARN_STEPS boundaries only; then the model's own
-    module carries the hooks, its children none, and a forward is still timed; nested calls count once."""
+    """In-process: the global module hooks go in at the first boundary and stay for LEARN_STEPS boundaries; then the
+    model's own module carries the hooks, its children none, and a forward is still timed; nested calls count once.
+    Inside torch.compile the hooks do nothing (dynamo folds torch.compiler.is_compiling()): no graph break."""
     import torch
 
     from diagnose.launch.runtime.forward_time import LEARN_STEPS, ForwardTime
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
     timer = ForwardTime()
-    assert timer.hook(torch) and timer.learning
+    assert timer.hook(torch) and not timer.timing  # nothing hooked before the first boundary
+    timer.on_boundary()
+    assert timer.learning and timer.timing
     for _ in range(LEARN_STEPS):
         model(torch.randn(2, 4))
         assert timer.take_ns() > 0
@@ -74,6 +77,11 @@ def test_the_forward_timer_learns_the_root_modules_then_hooks_them_alone():
     assert len(model._forward_pre_hooks) == 1 and not any(len(m._forward_pre_hooks) for m in model)
     model(torch.randn(2, 4))
     assert timer.take_ns() > 0
+    from torch._dynamo.utils import counters
+
+    compiled = torch.compile(model, backend="eager")
+    compiled(torch.randn(2, 4))
+    assert not counters["graph_break"]
     timer.unhook()
     assert not model._forward_pre_hooks and not timer.timing
     model(torch.randn(2, 4))

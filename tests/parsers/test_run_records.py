@@ -56,7 +56,7 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
             install_ns=T_NS - 3_000_000_000,
         ),
         rr.format_record(rr.RUN_EXPECT, rank=2, artifact=rr.TRACE.path(2), t_ns=T_NS + 1),
-        rr.step_line(2, 0, T_NS + 2, 12.5, 11.25, "optimizer", False, 21.437, None, None, 6.125, 1.5),
+        rr.step_line(2, 0, T_NS + 2, 12.5, 11.25, "optimizer", False, 21.437, None, None, 6.125, 1.5, 3.25),
         rr.step_line(2, 1, T_NS + 3, 50.25, None, "marker", True, 12.5, 41.1234567, rr.INPUT_FROM_LOOP),
         rr.step_line(2, 2, T_NS + 4, 3.0, 2.0, 'odd "source"', False, 5.0, 1.5),  # the general formatter's way
         rr.format_record(
@@ -190,7 +190,7 @@ def test_every_record_the_runtime_writes_is_read_back_field_for_field(tmp_path, 
     assert list(steps["input_from"]) == ["", "loop", "dataloader", "loop"]
     assert tables.syncs.loc[0, "location"] == "/abs/train.py:88"
     assert tables.syncs.loc[0, "library_location"] == "/site-packages/transformers/trainer.py:2400"
-    assert (steps.loc[0, "backward_ms"], steps.loc[0, "optimizer_ms"]) == (6.125, 1.5)
+    assert (steps.loc[0, "backward_ms"], steps.loc[0, "optimizer_ms"], steps.loc[0, "forward_ms"]) == (6.125, 1.5, 3.25)
     assert steps.loc[[1, 2, 3], "backward_ms"].isna().all()  # not written: not measured
     work = tables.work.set_index("step")
     assert (work.loc[-1, "what"], work.loc[-1, "name"], work.loc[-1, "ms"]) == ("import", "torch", 1250.5)
@@ -252,20 +252,22 @@ def test_the_memory_stats_record_is_read_back_field_for_field(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "host_ms, gpu_ms, source, instrumented, overhead_us, input_ms, input_from, backward_ms, optimizer_ms",
+    "host_ms, gpu_ms, source, instrumented, overhead_us, input_ms, input_from, backward_ms, optimizer_ms, forward_ms",
     [
-        (1.7645124999, 1.7600006, "optimizer", False, 21.4374999, None, None, None, None),
-        (0.000001, None, "marker", True, 0.0, 41.1234567, None, None, None),
-        (12345.678901, 1e-06, "jit", False, 1234567.891, 3.5, rr.INPUT_FROM_LOOP, None, None),
-        (3.5, float("nan"), "backward", False, float("inf"), None, None, None, None),  # not finite: null
-        (2.0, 1.0, 'odd "source"\n', False, 5.0, 1.0, "dataloader", None, None),
-        (19.85, 6.7, "optimizer", False, 3.5, 0.17, None, 9.1234567, 0.8),  # the host phases
-        (19.85, None, "backward", False, 3.5, None, None, 8.0, 0.0),
-        (19.85, None, "optimizer", False, 3.5, 0.17, None, float("nan"), 0.5),  # not finite: the general way
+        (1.7645124999, 1.7600006, "optimizer", False, 21.4374999, None, None, None, None, None),
+        (0.000001, None, "marker", True, 0.0, 41.1234567, None, None, None, None),
+        (12345.678901, 1e-06, "jit", False, 1234567.891, 3.5, rr.INPUT_FROM_LOOP, None, None, None),
+        (3.5, float("nan"), "backward", False, float("inf"), None, None, None, None, None),  # not finite: null
+        (2.0, 1.0, 'odd "source"\n', False, 5.0, 1.0, "dataloader", None, None, None),
+        (19.85, 6.7, "optimizer", False, 3.5, 0.17, None, 9.1234567, 0.8, None),  # the host phases
+        (19.85, 6.7, "optimizer", False, 3.5, 0.17, None, 9.1234567, 0.8, 4.5678901),  # with the forward
+        (19.85, None, "backward", False, 3.5, None, None, 8.0, 0.0, 0.0),
+        (19.85, None, "optimizer", False, 3.5, 0.17, None, float("nan"), 0.5, None),  # not finite: the general way
+        (19.85, None, "optimizer", False, 3.5, 0.17, None, 8.0, 0.5, float("inf")),  # not finite: the general way
     ],
 )
 def test_the_fast_step_format_writes_what_format_record_writes(
-    host_ms, gpu_ms, source, instrumented, overhead_us, input_ms, input_from, backward_ms, optimizer_ms
+    host_ms, gpu_ms, source, instrumented, overhead_us, input_ms, input_from, backward_ms, optimizer_ms, forward_ms
 ):
     fast = rr.step_line(
         3,
@@ -280,6 +282,7 @@ def test_the_fast_step_format_writes_what_format_record_writes(
         input_from,
         backward_ms,
         optimizer_ms,
+        forward_ms,
     )
 
     def rounded(value, digits):
@@ -290,6 +293,8 @@ def test_the_fast_step_format_writes_what_format_record_writes(
         optional["input_from"] = input_from
     if backward_ms is not None:
         optional.update(backward_ms=rounded(backward_ms, 6), optimizer_ms=rounded(optimizer_ms, 6))
+        if forward_ms is not None:
+            optional["forward_ms"] = rounded(forward_ms, 6)
     general = rr.format_record(
         rr.STEP,
         rank=3,

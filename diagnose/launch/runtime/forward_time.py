@@ -6,10 +6,12 @@ at depth 0 (no other module's forward running on the main thread) is the model's
 by the loop; its host time is the forward's.
 
 Global module hooks (``register_module_forward_pre_hook`` / ``register_module_forward_hook``) run for every module
-call, hundreds a step: they are used for the first ``LEARN_STEPS`` step boundaries only, to learn which modules are
-called at depth 0 (the roots). Then they are replaced by hooks on those modules alone, a few calls a step. A loop
+call, hundreds a step: they are used from the first step boundary for ``LEARN_STEPS`` boundaries only, to learn
+which modules are called at depth 0 (the roots). Then they are replaced by hooks on those modules alone, a few calls a step. A loop
 whose roots change every step (more than ``MAX_ROOTS`` seen) keeps no hooks at all: its forward is not measured.
-Post hooks are registered with ``always_call``, so a forward that raises still closes its span.
+Post hooks are registered with ``always_call``, so a forward that raises still closes its span. Inside a
+torch.compile region the hooks return at once on ``torch.compiler.is_compiling()``, which dynamo folds to a constant:
+otherwise dynamo traced them, broke the graph at their clock reads and compiled the hooks as frames of their own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ import threading
 from time import perf_counter_ns
 
 LEARN_STEPS = 3  # boundaries with the global hooks on, learning the root modules
+
+
+def _not_compiling() -> bool:
+    return False
+
+
+_is_compiling = _not_compiling  # torch.compiler.is_compiling once hooked (torch ≥ 2.3)
 MAX_ROOTS = 8  # more distinct roots than this: not a model's forward, no timing
 
 
@@ -34,17 +43,28 @@ class ForwardTime:
         self._boundaries = 0
         self.learning = False
         self._hooked_roots: list = []  # the roots that carry the hooks once learned (for pause/resume)
+        self._register = (None, None)
+        self._started = False
 
     def hook(self, torch) -> bool:
-        """The global hooks on, for the learning steps; False where this torch has none."""
+        """Ready to learn the roots from the first step boundary on; False where this torch has no global module
+        hooks. The global hooks go in at that boundary, not now: a script's torch.compile(model), made before its
+        loop, would warn about global hooks on modules."""
         module = getattr(getattr(getattr(torch, "nn", None), "modules", None), "module", None)
-        pre = getattr(module, "register_module_forward_pre_hook", None)
-        post = getattr(module, "register_module_forward_hook", None)
-        if pre is None or post is None:
+        self._register = (
+            getattr(module, "register_module_forward_pre_hook", None),
+            getattr(module, "register_module_forward_hook", None),
+        )
+        if None in self._register:
             return False
+        global _is_compiling
+        _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _not_compiling
+        return True
+
+    def _start_learning(self) -> None:
+        pre, post = self._register
         self._handles = [pre(self._pre_learning), _post_hook(post, self._post)]
         self.learning = True
-        return True
 
     def unhook(self) -> None:
         for handle in self._handles:
@@ -55,7 +75,7 @@ class ForwardTime:
         self._roots.clear()
 
     def _pre_learning(self, module, args) -> None:
-        if threading.get_ident() != self._main:
+        if _is_compiling() or threading.get_ident() != self._main:
             return
         if self._depth == 0:
             self._started_ns = perf_counter_ns()
@@ -64,14 +84,14 @@ class ForwardTime:
         self._depth += 1
 
     def _pre(self, module, args) -> None:
-        if threading.get_ident() != self._main:
+        if _is_compiling() or threading.get_ident() != self._main:
             return
         if self._depth == 0:
             self._started_ns = perf_counter_ns()
         self._depth += 1
 
     def _post(self, module, args, output) -> None:
-        if threading.get_ident() != self._main or self._depth == 0:
+        if _is_compiling() or threading.get_ident() != self._main or self._depth == 0:
             return
         self._depth -= 1
         if self._depth == 0:
@@ -88,7 +108,12 @@ class ForwardTime:
         return bool(self._handles)
 
     def on_boundary(self) -> None:
-        """After ``LEARN_STEPS`` boundaries, the global hooks give way to hooks on the roots they saw."""
+        """At the first boundary the global hooks go in; ``LEARN_STEPS`` boundaries later they give way to hooks on
+        the roots they saw."""
+        if not self._started:
+            self._started = True
+            self._start_learning()
+            return
         if not self.learning:
             return
         self._boundaries += 1

@@ -223,6 +223,7 @@ class Steps:
                         input_from,
                         None,
                         None,
+                        None,
                     )
                 )
                 self.current_step = finished + 1
