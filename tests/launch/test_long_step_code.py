@@ -85,3 +85,30 @@ def test_a_record_with_a_share_above_one_is_dropped_with_a_warning(tmp_path):
     assert (
         "line 3: work record not read (share should be between 0 and 1, found 1.5)" in tables.steps.attrs["warnings"][0]
     )
+
+
+def test_an_error_in_the_sampler_is_told_once_and_stops_it_without_a_traceback():
+    """Fake steps object whose step number cannot be read (bad input for the thread): the error goes to on_error,
+    the thread ends, nothing is printed by threading's excepthook."""
+    import threading
+
+    from diagnose.launch.runtime.long_step_code import LongStepCode
+
+    class Broken:
+        _instrumented = False
+
+        @property
+        def current_step(self):
+            raise RuntimeError("no step")
+
+    told = []
+    sampler = LongStepCode(Broken(), lambda **r: None, on_error=told.append)
+    hooks_before = threading.excepthook
+    seen = []
+    threading.excepthook = seen.append
+    try:
+        sampler.start()
+        sampler._thread.join()  # the first poll raises: the thread ends there
+    finally:
+        threading.excepthook = hooks_before
+    assert [str(e) for e in told] == ["no step"] and seen == []

@@ -87,9 +87,10 @@ class LongStepCode:
     """Samples the main thread's Python while a step of ``steps`` (runtime.steps.Steps) runs long; one work record
     per long step through ``write`` (``write(step, t_ns, ms, location, name, caller, library, share, samples)``)."""
 
-    def __init__(self, steps, write, main_thread_id: int | None = None):
+    def __init__(self, steps, write, main_thread_id: int | None = None, on_error=None):
         self._steps = steps
         self._write = write
+        self._on_error = on_error  # an error stops the sampling and is told here, never as a thread's traceback
         self._main = main_thread_id if main_thread_id is not None else threading.main_thread().ident
         self._stop = threading.Event()
         self._running = threading.Event()  # cleared: paused, the thread waits without waking
@@ -101,7 +102,7 @@ class LongStepCode:
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gpudiag-long-step-code", daemon=True)
+            self._thread = threading.Thread(target=self._run_quietly, name="gpudiag-long-step-code", daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
@@ -132,6 +133,16 @@ class LongStepCode:
             return stack_of(frame) if frame is not None else []
         finally:
             del frame
+
+    def _run_quietly(self) -> None:
+        try:
+            self._run()
+        except Exception as e:
+            if self._on_error is not None:
+                try:
+                    self._on_error(e)
+                except Exception:
+                    pass
 
     def _run(self) -> None:
         steps, stop = self._steps, self._stop

@@ -166,7 +166,9 @@ class Steps:
                 **extra,
             )
 
-        sampler = LongStepCode(self, write, self._main_thread)
+        sampler = LongStepCode(
+            self, write, self._main_thread, on_error=lambda e: runtime.faults.internal_error("long-step sampler", e)
+        )
         sampler.start()
         self.long_step_code = sampler
 
