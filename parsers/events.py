@@ -42,6 +42,7 @@ from parsers.run_records import (
     DATALOADER,
     GPU_TIME_EVERY,
     INPUT_FROM_LOOP,
+    JIT_STEP,
     RUN,
     RUN_END,
     RUN_START,
@@ -253,6 +254,8 @@ class RunMarks:
     install_ns: int | None
     start_ns: int | None
     end_ns: int | None
+    jit_step_name: str | None = None  # JAX: the jitted function chosen as the step, and where the loop calls it
+    jit_step_location: str | None = None
 
 
 INPUT_FROM_DATALOADER = "dataloader"  # input_from of a step whose input_ms is a DataLoader's __next__
@@ -300,7 +303,8 @@ def loaders_frame(configs) -> pd.DataFrame:
 
 
 class _RunRecords:
-    """What the run records of one events file say besides the GPU-time choices: the loaders and the run marks."""
+    """What the run records of one events file say besides the GPU-time choices: the loaders and the run marks
+    (with the JAX step function chosen, where there is one)."""
 
     def __init__(self):
         self.loaders: list[DataLoaderConfig] = []
@@ -312,6 +316,16 @@ class _RunRecords:
         is read without them)."""
         if DATALOADER.is_kind_of(record):
             self.loaders.append(_loader_config(record))
+        elif JIT_STEP.is_kind_of(record):
+            name, location = record.get("name"), record.get("location")
+            if not (isinstance(name, str) and (location is None or isinstance(location, str))):
+                raise ValueError(f"needs a name and a 'file:line' location, found {str(name)[:40]!r}")
+            try:
+                rank = _index(record, "rank", default=0)
+            except ValueError:
+                return
+            marks = self._marks.setdefault(rank, {})
+            marks["jit_step_name"], marks["jit_step_location"] = name, location
         elif RUN_START.is_kind_of(record) or RUN_END.is_kind_of(record):
             try:
                 rank = _index(record, "rank", default=0)
@@ -331,6 +345,8 @@ class _RunRecords:
                 install_ns=m.get("install_ns"),
                 start_ns=m.get("start_ns"),
                 end_ns=m.get("end_ns"),
+                jit_step_name=m.get("jit_step_name"),
+                jit_step_location=m.get("jit_step_location"),
             )
             for rank, m in sorted(self._marks.items())
         )

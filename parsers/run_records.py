@@ -192,6 +192,8 @@ GPU_TIME_EVERY = RecordKind(
     RUN, ("rank", "from_step", "every", "event_us", "step_host_ms", "budget_pct", "t_ns"), event="gpu-time-every"
 )
 NVTX = RecordKind(RUN, ("rank", "ranges", "backend", "why_not", "t_ns"), event="nvtx")  # whether steps carry ranges
+# JAX without a marker: the jitted function chosen as the step (jit_steps) and the user's line that calls it, once
+JIT_STEP = RecordKind(RUN, ("rank", "name", "location", "t_ns"), event="jit-step")
 # a torch DataLoader's configuration, once per loader, at the first batch the loop takes from it
 DATALOADER = RecordKind(
     RUN,
@@ -212,6 +214,7 @@ RECORD_KINDS = (
     RUN_END,
     GPU_TIME_EVERY,
     NVTX,
+    JIT_STEP,
     DATALOADER,
     MEMORY_STATS_RECORD,
 )

@@ -185,4 +185,6 @@ def with_launch_sites(finding, derived: Derived):
     if len(ranks) != 1 or ranks[0] not in derived.profile.traces:
         return finding
     jax = getattr(derived.profile.trace_header(ranks[0]), "format", None) == "perfetto"
-    return with_host_sites(finding, derived.host_sites(ranks[0]), in_title=jax)
+    marks = (getattr(derived.profile, "run_marks", None) or {}).get(ranks[0], {})
+    loop = (marks.get("jit_step_name"), marks.get("jit_step_location")) if marks.get("jit_step_name") else None
+    return with_host_sites(finding, derived.host_sites(ranks[0]), in_title=jax, loop=loop)

@@ -32,7 +32,7 @@ class Profile:
     )
     run_marks: dict[int, dict] = field(
         default_factory=dict
-    )  # rank → install_ns, start_ns, end_ns (unix ns; None: unknown)
+    )  # rank → install_ns, start_ns, end_ns (unix ns; None: unknown), jit_step_name, jit_step_location (JAX)
     nvml: pd.DataFrame | None = None  # NVML samples
     launch_starts: pd.DataFrame | None = None  # under --ncu: when each launch's profiling began (unix ns)
     warnings: list[str] = field(default_factory=list)  # what could not be read, said in the report
@@ -126,6 +126,8 @@ class Profile:
                 "install_ns": marks.install_ns,
                 "start_ns": marks.start_ns,
                 "end_ns": marks.end_ns,
+                "jit_step_name": marks.jit_step_name,
+                "jit_step_location": marks.jit_step_location,
             }
 
     def trace_header(self, rank: int):

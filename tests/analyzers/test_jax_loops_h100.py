@@ -4,6 +4,7 @@ the median step is explained."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -65,6 +66,25 @@ def test_a_host_bound_loop_names_the_host_work_behind_the_idle():
     manual = sorted(clock[20:])[len(clock[20:]) // 2]
     median = a.results["step_budget"].meta["ranks"][0]["median_step_ms"]
     assert manual == pytest.approx(1.27, abs=0.01) and median == pytest.approx(manual, rel=0.1)
+
+
+def test_the_loop_line_light_mode_records_names_where_a_module_level_loop_calls_the_step():
+    """This capture predates light mode's jit-step record (tests/launch/test_jit_steps.py shows it written: the step
+    function's name and the loop's line). Given that record's values for this script, the title names the loop's
+    line where the trace holds no frame of it."""
+    from diagnose.derive.derived import Derived
+    from diagnose.judges.host_sites_words import with_host_sites
+
+    profile = diagnose.load(RUNS / "flax_host_bound_h100", quiet=True)
+    a = diagnose.analyze(profile)
+    untitled = next(f for f in a.findings if f.id == "step_budget.launch_bound")
+    untitled = dataclasses.replace(untitled, title=untitled.title.split("; the host was in")[0])
+    line = f"/tmp/w/examples/flax_host_bound.py:{next(i for i, t in enumerate((FIXTURES.parent / 'examples' / 'flax_host_bound.py').read_text().splitlines(), 1) if '# STEP-1:' in t)}"
+    named = with_host_sites(untitled, Derived(profile).host_sites(0), in_title=True, loop=("train_step", line))
+    assert named.title.endswith(
+        "; the host was in asarray() in array_constructors.py for 70 % of it, called from the loop that calls "
+        "train_step() at flax_host_bound.py:70"
+    )
 
 
 def test_an_evaluation_outside_jit_is_the_top_finding_with_its_function_and_loop_line():

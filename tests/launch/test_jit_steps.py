@@ -44,6 +44,13 @@ def test_unchanged_jax_script_gets_its_update_as_steps(tmp_path):
     assert CHOOSE_AFTER_CALLS == 8
     assert [s["step"] for s in steps] == list(range(12))
     assert {s["source"] for s in steps} == {"jit"}
+    # the choice is told once: the step function and the loop's line that calls it (a module-level loop's trace has
+    # no frame of it)
+    (chosen,) = [r for r in records(out) if r.get("event") == "jit-step"]
+    line = next(
+        i for i, t in enumerate((EXAMPLES / "jax_unchanged.py").read_text().splitlines(), 1) if "= update(" in t
+    )
+    assert (chosen["name"], chosen["location"]) == ("update", f"{EXAMPLES / 'jax_unchanged.py'}:{line}")
 
 
 def test_a_helper_called_twice_per_iteration_is_not_the_step(tmp_path):

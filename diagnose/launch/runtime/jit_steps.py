@@ -38,6 +38,7 @@ class JitStepFinder:
         self._proxies: list[weakref.ref] = []  # the CountedJit of each wrapped function, by index
         self.chosen_name = ""
         self._names: list[str] = []
+        self._where: dict[int, str | None] = {}  # the user's line of each function's last counted call
         self._jax = None
         self._original = None
         self._trace_state_clean = None  # jax's own "not tracing now" test, where this jax has one
@@ -109,6 +110,7 @@ class JitStepFinder:
         if clean is not None and not clean():  # called while another function is traced: part of that one
             return
         counts = self._counts
+        self._where[index] = _caller_line(sys._getframe(2))  # on_call ← the proxy's __call__ ← the caller
         if counts[index] == 0:
             self._first_call[index] = self._calls
         counts[index] += 1
@@ -118,8 +120,25 @@ class JitStepFinder:
             if candidates:
                 self.chosen = min(candidates, key=lambda i: (counts[i], self._first_call[i]))
                 self.chosen_name = self._names[self.chosen]
+                self._tell_choice()
                 if index == self.chosen:
                     self._steps.on_jit_step()
+
+    def _tell_choice(self) -> None:
+        """The step function chosen, once: its name and the user's line that last called it (the loop's line; a
+        trace of a module-level loop holds no frame of it)."""
+        try:
+            self._steps.on_jit_chosen(self.chosen_name, self._where.get(self._chosen))
+        except Exception:
+            pass  # never in the way of the script's call
+
+
+def _caller_line(frame) -> str | None:
+    """``file:line`` of the innermost user frame from ``frame`` outwards (the first calls only: 8 a run)."""
+    from diagnose.launch.runtime.sync_capture import user_stack
+
+    stack = user_stack(frame)
+    return f"{stack[0][0]}:{stack[0][1]}" if stack else None
 
 
 def _trace_state_clean():

@@ -190,6 +190,12 @@ class Steps:
             self.jit = JitStepFinder(self)
             self.jit.hook(jax)
 
+    def on_jit_chosen(self, name: str, location: str | None) -> None:
+        """The JAX step function is chosen: one run record of its name and the loop's line that calls it."""
+        from parsers.run_records import JIT_STEP
+
+        self._runtime.write_record(JIT_STEP, name=name, location=location, t_ns=time.time_ns())
+
     def on_jit_step(self) -> None:
         """A call of the chosen jitted step function: ``boundary("jit")``, and in the steady state its whole work.
 
