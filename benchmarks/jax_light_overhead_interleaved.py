@@ -37,7 +37,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [p for p in (str(REPO), str(REPO / "benchmarks"), str(REPO / "examples")) if p not in sys.path]
-from light_overhead_interleaved import ARMS, own_time, pause_sampler, run_rounds, summarize  # noqa: E402
+from light_overhead_interleaved import ARMS, own_time, run_rounds, set_light_extras, summarize  # noqa: E402
 
 
 class JitHook:
@@ -51,7 +51,7 @@ class JitHook:
 
     def set(self, on: bool) -> None:
         self.call = self.proxy if on else self.proxy._jitted
-        pause_sampler(self.steps, on)
+        set_light_extras(self.steps, on)
 
 
 def dispatch_us(add, jnp, calls: int) -> float:

@@ -57,7 +57,7 @@ ARMS = ("light", "plain", "plain-b")
 LIGHT_SHARE = 1 / len(ARMS)  # of the wall time: the clock-kept intervals are divided by it
 
 
-def pause_sampler(steps, on: bool) -> None:
+def set_light_extras(steps, on: bool) -> None:
     """The long-step sampler (long_step_code) and the forward timer's hooks (forward_time) run in the light arm only:
     their cost is light mode's."""
     for part in (getattr(steps, "long_step_code", None), getattr(steps, "forward", None)):
@@ -79,7 +79,7 @@ class StepHook:
 
     def set(self, on: bool) -> None:
         steps = self._steps
-        pause_sampler(steps, on)
+        set_light_extras(steps, on)
         if on and steps.optimizer_hook_handle is None:
             steps.optimizer_hook_handle = self._register(steps.on_optimizer_step)
         elif not on and steps.optimizer_hook_handle is not None:

@@ -864,7 +864,9 @@ def _from_perfetto(frames: dict, procs: dict, threads: dict) -> dict:
     is_python = ~is_api & names.str.startswith("$").to_numpy()
     if is_python.any():
         py = host[is_python].reset_index(drop=True)
-        frames["python"] = py.assign(name=[_kineto_frame_name(n) for n in py["name"].astype(str)], python_id=-1)
+        names = py["name"].astype("category")  # renamed once per distinct name, not per frame
+        renamed = np.asarray([_kineto_frame_name(str(c)) for c in names.cat.categories], dtype=object)
+        frames["python"] = py.assign(name=renamed[names.cat.codes.to_numpy()], python_id=-1)
     frames["cpu_ops"] = host[~is_api & ~is_python].reset_index(drop=True)
     frames["other"] = other[~on_gpu & ~other["pid"].isin(host_pids)].reset_index(drop=True)
     return frames

@@ -23,6 +23,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from diagnose.derive.trace_input_wait import script_args
 from diagnose.formatting import share_human
 
 MAX_GAPS = 5000
@@ -47,11 +48,7 @@ BUILTIN_FUNCTION = re.compile(r"^<built-in function (\w+)>$")
 def user_files_of(profile) -> frozenset[str]:
     """Base names of the run's own Python files: the script in the manifest's command and every file light mode's
     work and sync records name as the user's (gpudiag's own files are not the user's)."""
-    names = set()
-    command = (getattr(profile, "manifest", None) or {}).get("command") or []
-    for arg in command[:4] if isinstance(command, list) else []:
-        if isinstance(arg, str) and arg.endswith(".py"):
-            names.add(os.path.basename(arg))
+    names = {os.path.basename(arg) for arg in script_args(getattr(profile, "manifest", None) or {})}
     for records in (getattr(profile, "work_records", {}) or {}, getattr(profile, "sync_records", {}) or {}):
         for frame in records.values():
             if frame is None or "location" not in frame:

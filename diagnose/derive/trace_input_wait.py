@@ -205,6 +205,13 @@ def _yields(function: ast.AST) -> bool:
     return False
 
 
+def script_args(manifest: dict) -> list[str]:
+    """The ``.py`` arguments among the first four of the run's command (``python3 train.py …``, ``torchrun … train.py``):
+    the script, as the manifest wrote it."""
+    command = (manifest or {}).get("command") or []
+    return [a for a in command[:4] if isinstance(a, str) and a.endswith(".py")] if isinstance(command, list) else []
+
+
 def source_dirs_of(profile) -> list[str]:
     """Folders a trace's relative frame file names may be under: the run's working folder, its script's folder
     (there, and under this process's working folder), the folders of the files read, and this working folder."""
@@ -213,12 +220,10 @@ def source_dirs_of(profile) -> list[str]:
     cwd = manifest.get("cwd")
     if isinstance(cwd, str):
         dirs.append(cwd)
-        command = manifest.get("command") or []
-        for arg in command[:4] if isinstance(command, list) else []:
-            if isinstance(arg, str) and arg.endswith(".py"):
-                dirs.append(os.path.dirname(os.path.join(cwd, arg)))
-                if not os.path.isabs(arg):  # the run folder read in a checkout of the same code elsewhere
-                    dirs.append(os.path.dirname(os.path.abspath(arg)))
+        for arg in script_args(manifest):
+            dirs.append(os.path.dirname(os.path.join(cwd, arg)))
+            if not os.path.isabs(arg):  # the run folder read in a checkout of the same code elsewhere
+                dirs.append(os.path.dirname(os.path.abspath(arg)))
     dirs += [os.path.dirname(os.path.abspath(s)) for s in getattr(profile, "sources", []) or []]
     dirs.append(os.getcwd())
     return list(dict.fromkeys(dirs))

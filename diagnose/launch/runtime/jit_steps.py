@@ -23,6 +23,8 @@ import sys
 import types
 import weakref
 
+from diagnose.launch.runtime.sync_capture import user_stack
+
 CHOOSE_AFTER_CALLS = 8
 
 
@@ -135,8 +137,6 @@ class JitStepFinder:
 
 def _caller_line(frame) -> str | None:
     """``file:line`` of the innermost user frame from ``frame`` outwards (the first calls only: 8 a run)."""
-    from diagnose.launch.runtime.sync_capture import user_stack
-
     stack = user_stack(frame)
     return f"{stack[0][0]}:{stack[0][1]}" if stack else None
 

@@ -23,8 +23,9 @@ sampling the Python stack; this does the same, only while a step runs long:
   ``location`` is the user's innermost line (``trainer.train()``), as in the other work records.
 
 The steps gpudiag's profiler window instruments are left alone: the profiler, not the script, makes them long.
-Between long steps the thread reads one stack and compares two numbers per poll: a loop of 0.5 ms steps pays for
-50 wake-ups a second. A step shorter than ``LONG_MIN_MS`` is never sampled.
+Between long steps the thread compares two numbers per poll, and reads a stack at the first ``LOOP_SAMPLES`` polls
+and then every ``LOOP_REFRESH``th: a loop of 0.5 ms steps pays for 50 wake-ups a second, and two stack walks. A
+step shorter than ``LONG_MIN_MS`` is never sampled.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ LONG_FACTOR = 4.0  # ... nor one shorter than this many typical steps
 TYPICAL_POLLS = 50  # the typical step: time per step over the last this many polls (one second)
 MAX_RECORDS = 1000  # long steps recorded in one run (a run of nothing but long steps needs no more)
 LOOP_SAMPLES = 20  # ordinary steps' stacks the loop's frames are read from
+LOOP_REFRESH = 25  # once that many are kept, one more stack every this many polls (half a second)
 MAX_DEPTH = 200  # frames read per stack
 MAX_SAMPLES = 4000  # samples kept per long step (20 s at SAMPLE_S)
 
@@ -98,6 +100,7 @@ class LongStepCode:
         self._thread: threading.Thread | None = None
         self._seen = collections.deque(maxlen=TYPICAL_POLLS)  # (perf_ns, step) at each poll
         self._loop_stacks = collections.deque(maxlen=LOOP_SAMPLES)  # ordinary steps' stacks
+        self._polls = 0
         self.records = 0
 
     def start(self) -> None:
@@ -157,9 +160,11 @@ class LongStepCode:
             typical = self.typical_step_ns()
             self._seen.append((now, step))
             if typical is None or now - started_ns < max(LONG_MIN_MS * 1e6, LONG_FACTOR * typical):
-                stack = self._main_stack()
-                if stack:
-                    self._loop_stacks.append(stack)
+                self._polls += 1
+                if len(self._loop_stacks) < LOOP_SAMPLES or self._polls % LOOP_REFRESH == 0:
+                    stack = self._main_stack()
+                    if stack:
+                        self._loop_stacks.append(stack)
                 continue
             self._sample_step(step, started_ns)
             if self.records >= MAX_RECORDS:
