@@ -30,9 +30,8 @@ def test_every_step_record_carries_its_forward_backward_and_optimizer_host_time(
     for s in steps:
         assert s["backward_ms"] >= 20.0 and s["optimizer_ms"] >= 30.0, s
         # the model's call sleeps 5 ms: the forward, apart from the backward's and the optimizer's time
+        # disjoint from the backward's and the optimizer's time (a lower bound and a sum: no race with the clock)
         assert s["forward_ms"] >= 5.0 and s["host_ms"] - s["backward_ms"] - s["optimizer_ms"] >= s["forward_ms"], s
-        # the loss (mse_loss, a function, not a module) and zero_grad are not in it: far under the backward's sleep
-        assert s["forward_ms"] < s["backward_ms"], s
 
 
 def test_the_step_budget_names_the_phases_of_the_median_step(run):
