@@ -45,6 +45,26 @@ def test_no_teardown_where_torch_keeps_cupti(no_teardown_env, cuda):
         assert "TEARDOWN_CUPTI" not in os.environ
 
 
+def test_no_teardown_for_a_window_that_traced_no_cuda(no_teardown_env):
+    """A CPU-only torch.profiler stopped with TEARDOWN_CUPTI=1 hung its process at exit on the lent GPU machine
+    (torch 2.11+cu130; a script that never used the GPU, with or without gpudiag)."""
+    with profilers._cupti_teardown_on_stop(_fake_torch("13.0"), with_cuda=False):
+        assert "TEARDOWN_CUPTI" not in os.environ
+
+
+@pytest.mark.parametrize("with_cuda", [False, True])
+def test_the_trace_window_asks_for_teardown_only_when_it_traced_cuda(no_teardown_env, monkeypatch, with_cuda):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(profilers, "_cuda_at_least", lambda torch, version: True)  # as with CUDA 13 (a stand-in)
+    window = profilers.TorchTraceWindow(torch, with_cuda=False)  # CPU activity only: this machine has no GPU
+    window._with_cuda = with_cuda
+    seen = []
+    window._profiler = types.SimpleNamespace(stop=lambda: seen.append(os.environ.get("TEARDOWN_CUPTI")))
+    window.stop()
+    assert seen == (["1"] if with_cuda else [None])
+    assert "TEARDOWN_CUPTI" not in os.environ
+
+
 def test_users_own_teardown_setting_wins(monkeypatch):
     monkeypatch.setenv("TEARDOWN_CUPTI", "0")
     with profilers._cupti_teardown_on_stop(_fake_torch("13.0")):

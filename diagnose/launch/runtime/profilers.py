@@ -60,15 +60,19 @@ CUPTI_TEARDOWN_MIN_CUDA = (12, 6)
 
 
 @contextlib.contextmanager
-def _cupti_teardown_on_stop(torch):
+def _cupti_teardown_on_stop(torch, with_cuda: bool = True):
     """Let Kineto detach CUPTI when the window closes, so steps after it run at full speed.
 
     Kineto leaves CUPTI attached after ``profiler.stop()`` unless ``TEARDOWN_CUPTI=1`` is set when
     it tears down (read at that moment); CUPTI's callbacks then slow every later launch
     (pytorch/pytorch#144455). A value the user set is left alone; with CUDA older than 12.6 torch
     itself keeps CUPTI attached (teardown there can hang with CUDA graphs), so we do too.
+
+    A window that traced no CUDA activity (a script that never used the GPU) attached no CUPTI, and the teardown
+    must not run: on the lent GPU machine (torch 2.11+cu130) a CPU-only ``torch.profiler`` stopped with
+    ``TEARDOWN_CUPTI=1`` left the process hung at exit, with or without gpudiag; stopped without it, it exits.
     """
-    if "TEARDOWN_CUPTI" in os.environ or not _cuda_at_least(torch, CUPTI_TEARDOWN_MIN_CUDA):
+    if not with_cuda or "TEARDOWN_CUPTI" in os.environ or not _cuda_at_least(torch, CUPTI_TEARDOWN_MIN_CUDA):
         yield
         return
     os.environ["TEARDOWN_CUPTI"] = "1"
@@ -89,6 +93,7 @@ def _cuda_at_least(torch, version: tuple[int, int]) -> bool:
 class TorchTraceWindow:
     def __init__(self, torch, with_cuda: bool):
         self._torch = torch
+        self._with_cuda = with_cuda
         activities = [torch.profiler.ProfilerActivity.CPU]
         if with_cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -103,7 +108,7 @@ class TorchTraceWindow:
 
     def stop(self) -> None:
         """Stop tracing and write nothing (the disk is full, or the run is ending badly)."""
-        with _cupti_teardown_on_stop(self._torch):
+        with _cupti_teardown_on_stop(self._torch, self._with_cuda):
             self._profiler.stop()
 
     def stop_and_export(self, target_path: str) -> None:
