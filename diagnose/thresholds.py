@@ -299,7 +299,11 @@ class RunBudget:
     before the first step (interpreter, imports, setup) is an info finding when it holds ``startup_min_share`` (20 %). Input wait is
     summed over every step (not the median step's): a finding from ``input_min_share`` (5 %) of the steps' time.
     Stalls are the steps that waited ``stall_factor`` x the median input wait and at least ``stall_min_ms``; they
-    recur every num_workers steps when ``stall_period_hit_share`` of them sit on one residue of that period.
+    recur every num_workers steps when ``stall_period_hit_share`` of them sit on one residue of that period, or when
+    the waits are cyclic with that period: over consecutive windows of ``stall_cycle_periods`` x num_workers steady
+    steps that hold a stall (at least step_budget's ``period_min_occurrences`` of them), the median share of a
+    window's wait variance explained by the step's residue mod num_workers (R²) reaches ``stall_cycle_r2`` (waits
+    without a cycle give ~0.08 with windows of 10 periods; workers that drifted apart on an H100 gave 0.86).
     """
 
     named_work_min_share: float = 0.05
@@ -310,6 +314,8 @@ class RunBudget:
     stall_factor: float = 10.0
     stall_min_ms: float = 1.0
     stall_period_hit_share: float = 0.6
+    stall_cycle_r2: float = 0.5  # median R² of the waits against their step's residue mod num_workers
+    stall_cycle_periods: int = 10  # a window of the cyclic rule: this many x num_workers steady steps
 
 
 @dataclass(frozen=True)

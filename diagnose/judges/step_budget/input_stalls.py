@@ -4,6 +4,12 @@ The median step's input part (``step_budget.input``, causes.py) sees a wait ever
 workers cannot keep up makes most steps wait ~0 and one in num_workers wait long, so the median shows none of it
 (issue 30: 2.8 s of a 46.7 s ResNet run, median wait 0.17 ms). This judge costs input by its sum over the steady
 steps (diagnose.derive.input_stalls) and speaks when the median did not: the two never name the same wait twice.
+
+The workers are named as behind when the stalls recur every num_workers steps, in one of two shapes: bursts (most
+stalls on one step of the cycle: "N of the M stalls come every W steps, one per DataLoader worker"), or a cycle whose
+wait is spread over several of its steps (workers that drifted apart, each with its own slot: "the waits repeat every
+W steps, one slot per DataLoader worker", with the R² of the waits on their slot as evidence); otherwise the advice is
+the generic one for slow batches.
 """
 
 from __future__ import annotations
@@ -13,13 +19,21 @@ from diagnose.formatting import ms_human, n_things
 from diagnose.judges.step_budget.common import NAME, SECTION, severity_of
 from diagnose.thresholds import Thresholds
 
-WORKERS_BEHIND_ADVICE = (
-    "The DataLoader's {workers} workers each take about {batch} to make a batch, while a step takes about {step}: "
-    "they hand out {workers} batches at once and the loop then waits for the next round. Use about {needed} workers "
+WORKERS_FIX = (
+    "Use about {needed} workers "
     "(DataLoader(num_workers={needed}), as many as the host's cores allow), keep them across epochs "
     "(persistent_workers=True), and make each item cheaper: decode smaller images, move augmentation onto the GPU "
     "(torchvision.transforms.v2 on CUDA tensors, DALI). prefetch_factor (now {prefetch}) only evens out the waits: "
     "it does not make the workers faster."
+)
+WORKERS_BEHIND_ADVICE = (
+    "The DataLoader's {workers} workers each take about {batch} to make a batch, while a step takes about {step}: "
+    "they hand out {workers} batches at once and the loop then waits for the next round. " + WORKERS_FIX
+)
+WORKERS_CYCLE_ADVICE = (
+    "The DataLoader's {workers} workers each take about {batch} to make a batch, while a step takes about {step}: "
+    "the loop takes its batches from the workers in turn, so every {workers} steps it comes back to the same worker "
+    "and waits wherever that worker has not finished. " + WORKERS_FIX
 )
 STALL_ADVICE = (
     "Some steps wait much longer for their batch than the others: find what those batches cost (a file opened, a "
@@ -64,11 +78,20 @@ def stall_findings(meta: dict, median_input_found: set[int], th: Thresholds) -> 
             batch_ms = stalls["batch_ms_per_worker"]
             step_ms = m.get("median_step_ms") or 0.0
             needed = max(workers + 1, int(-(-batch_ms // step_ms))) if batch_ms and step_ms > 0 else workers * 2
-            title += (
-                f"; {on} of the {n} stalls come every {workers} steps, one per DataLoader worker "
-                f"(num_workers={workers}): the workers cannot keep up"
-            )
-            fix = WORKERS_BEHIND_ADVICE.format(
+            if stalls.get("every_by") == "cycle":
+                title += (
+                    f"; the waits repeat every {workers} steps, one slot per DataLoader worker "
+                    f"(num_workers={workers}; the step's slot explains {100 * stalls['cycle_r2']:.0f} % of the "
+                    "waits' variance): the workers cannot keep up"
+                )
+                advice = WORKERS_CYCLE_ADVICE
+            else:
+                title += (
+                    f"; {on} of the {n} stalls come every {workers} steps, one per DataLoader worker "
+                    f"(num_workers={workers}): the workers cannot keep up"
+                )
+                advice = WORKERS_BEHIND_ADVICE
+            fix = advice.format(
                 workers=workers,
                 batch=ms_human(batch_ms),
                 step=ms_human(step_ms),
@@ -81,6 +104,12 @@ def stall_findings(meta: dict, median_input_found: set[int], th: Thresholds) -> 
                 Evidence("step_budget_input_worker_batch_ms", batch_ms, "ms"),
                 Evidence("step_budget_step_ms", step_ms, "ms"),
             ]
+            if stalls.get("every_by") == "cycle":
+                evidence.append(
+                    Evidence(
+                        "step_budget_input_wait_cycle_r2", stalls["cycle_r2"], "share", th.run_budget.stall_cycle_r2
+                    )
+                )
             if loader.get("prefetch_factor") is not None:
                 evidence.append(Evidence("step_budget_input_prefetch_factor", float(loader["prefetch_factor"]), "x"))
         else:
