@@ -65,10 +65,14 @@ def analyze(
         analysis.findings.extend(result.findings)
         analysis.summary.update(result.summary)
     described = analysis.analyzers.values()
+    from diagnose.verdict import recoverable_ms, run_figures
+
+    run = run_figures(analysis.results.get("run_budget"))  # with a run budget, rank by the run's seconds
     analysis.findings = rank_findings(
         analysis.findings,
         cause_ids=[i for d in described for i in d.cause_ids],
         symptom_ids=[i for d in described for i in d.symptom_ids],
+        recoverable_ms=None if run is None else lambda f: recoverable_ms(f, analysis.analyzers, run),
     )
     declared = declared_metrics()
     for key in analysis.summary:

@@ -172,6 +172,26 @@ def named_work_findings(b: RankRunBudget, th: Thresholds, multi: bool = False) -
         at = where_words(top_loc or None, top_lib or None, call)
         times = n_things(len(work), "time")
         title = f"{noun} ({at}) takes {of_run(b, ms)}: {times}{every}"
+        other = "checkpoint" if part == "evaluation" else "evaluation"
+        other_work = b.work[(b.work["part"] == other) & (b.work["counted_ms"] > 0)]
+        other_ms = b.part_ms(other)
+        if len(other_work) and severity(other_ms / b.wall_ms, th.run_budget.named_work_min_share, th) is None:
+            # the other named work is below its own finding's share: say it here, so the page names both
+            other_noun, other_call = WORK_WORDS[other]
+            if other == "checkpoint":
+                names = other_work["name"].dropna()
+                other_call = str(names.mode().iloc[0]) if len(names) else "torch.save"
+            top = other_work.groupby(other_work["location"].fillna(""))["counted_ms"].sum().sort_values().index[-1]
+            other_at = where_words(top or None, None, other_call)
+            title += (
+                f"; {other_noun.lower()} ({other_at}) adds {ms_human(other_ms)}, {n_things(len(other_work), 'time')}"
+            )
+            companion = [
+                Evidence(f"run_{other}_ms", other_ms, "ms"),
+                Evidence(f"run_{other}_count", float(len(other_work)), "count"),
+            ]
+        else:
+            companion = []
         if multi:
             title += f" on rank {b.rank}"
         advice = (CHECKPOINT_ADVICE if part == "checkpoint" else EVALUATION_ADVICE).format(
@@ -185,6 +205,7 @@ def named_work_findings(b: RankRunBudget, th: Thresholds, multi: bool = False) -
             Evidence(f"run_{part}_count", float(len(work)), "count"),
             Evidence(f"run_{part}_median_ms", float(work["counted_ms"].median()), "ms"),
         ]
+        evidence += companion
         if period:
             evidence.append(Evidence(f"run_{part}_period_steps", float(period), "steps"))
         if len(before):
