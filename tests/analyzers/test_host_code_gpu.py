@@ -34,10 +34,12 @@ def test_a_host_bound_transformer_names_its_phases_within_15_percent_of_a_hand_m
     assert "batch_of() in char_gpt.py:103 itself (5 %)" in top.recommendation  # the batch function, with its line
 
 
-def test_b_each_per_step_sync_of_the_trainer_names_the_library_line_the_user_line_and_its_setting():
-    """examples/hf_trainer_tiny.py (HF Trainer, the library's loop): three syncs a step, all inside the user's
-    trainer.train() line, each a site of its own with the library's file:line and the fix known for it."""
-    analysis = diagnose.analyze(diagnose.load(RUNS / "hf_trainer_h100", quiet=True))
+@pytest.mark.parametrize("name", ["hf_trainer_h100", "hf_trainer_h200"])
+def test_b_each_per_step_sync_of_the_trainer_names_the_library_line_the_user_line_and_its_setting(name):
+    """examples/hf_trainer_tiny.py (HF Trainer, the library's loop), on the H100 and the H200: three syncs a step,
+    all inside the user's trainer.train() line, each a site of its own with the library's file:line and the fix
+    known for it."""
+    analysis = diagnose.analyze(diagnose.load(RUNS / name, quiet=True))
     sync = next(f for f in analysis.findings if f.id == "sync.host_sync")
     sites = [s for s in sync.subjects if s.kind == "location"]
     assert {s.name for s in sites} == {"/tmp/w/examples/hf_trainer_tiny.py:89"}

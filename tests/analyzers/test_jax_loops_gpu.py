@@ -1,6 +1,6 @@
 """Issue 34 on a GPU: three unchanged Flax/optax loops of our own (examples/flax_*.py), each run under `gpudiag
-profile` on the lent H100 (fixtures/runs/flax_*_h100, PROVENANCE.md). Each report names the cause with its line, and
-the median step is explained."""
+profile` on the lent H100 and on the H200 (fixtures/runs/flax_*_h100, flax_*_h200, PROVENANCE.md). Each report names
+the cause with its line, and the median step is explained."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from tests.paths import FIXTURES
 RUNS = FIXTURES / "runs"
 
 
-def analysis(name: str):
-    return diagnose.analyze(diagnose.load(RUNS / f"{name}_h100", quiet=True))
+def analysis(name: str, gpu: str = "h100"):
+    return diagnose.analyze(diagnose.load(RUNS / f"{name}_{gpu}", quiet=True))
 
 
 def by_id(a) -> dict:
@@ -42,10 +42,14 @@ def test_jax_python_frames_are_read_from_the_trace_with_base_names():
     assert not trace.cpu_ops["name"].astype(str).str.startswith("$").any()
 
 
-def test_numpy_batches_built_in_python_are_named_with_their_function_and_line():
-    a = analysis("flax_numpy_input")
+@pytest.mark.parametrize(
+    ("gpu", "figures"),
+    [("h100", "26.6 ms of the 26.8 ms median step (99.3 %)"), ("h200", "18.8 ms of the 19 ms median step (99.0 %)")],
+)
+def test_numpy_batches_built_in_python_are_named_with_their_function_and_line(gpu, figures):
+    a = analysis("flax_numpy_input", gpu)
     f = by_id(a)["step_budget.launch_bound"]
-    assert f.title.startswith("The GPU waits for the host to launch work 26.6 ms of the 26.8 ms median step (99.3 %)")
+    assert f.title.startswith(f"The GPU waits for the host to launch work {figures}")
     assert f.title.endswith("; the host was in make_batch() in flax_numpy_input.py:53 for 94 % of it")
     assert a.verdict.top_finding_ids[0] == "step_budget.launch_bound"  # the report's first sentence
     assert explained_share(a) >= 0.8
@@ -68,6 +72,28 @@ def test_a_host_bound_loop_names_the_host_work_behind_the_idle():
     assert manual == pytest.approx(1.27, abs=0.01) and median == pytest.approx(manual, rel=0.1)
 
 
+def test_on_the_h200_the_host_bound_loop_names_its_loop_line_from_the_jit_step_record():
+    """The H200 capture has light mode's jit-step record: the title names the loop's line that calls the step, and
+    the host's share in jnp.asarray (74 %) and in the dispatch (24 %). 3,000 steps of 1 ms are 3.09 s of the 14.7 s
+    run, and compiling before the first step is 4.58 s: over this short run the verdict is compilation, by the run's
+    recoverable seconds. Light mode's median step is 1.01 ms; the script's own clock, in another run, 0.94 ms."""
+    a = analysis("flax_host_bound", "h200")
+    f = by_id(a)["step_budget.launch_bound"]
+    assert "962 µs of the 1.01 ms median step (95.0 %)" in f.title
+    assert f.title.endswith(
+        "the host was in asarray() in array_constructors.py for 74 % of it, called from the loop that calls "
+        "train_step() at flax_host_bound.py:70"
+    )
+    assert "(no user frame), inside a jitted function's dispatch (24 %)" in f.recommendation
+    assert explained_share(a) >= 0.8
+    assert a.verdict.top_finding_ids[0] == "run_budget.compilation"
+    assert [x.id for x in a.findings[:2]] == ["run_budget.compilation", "step_budget.launch_bound"]
+    clock = json.loads((FIXTURES / "run_clocks" / "flax_host_bound_h200.json").read_text())["step_ms"]
+    manual = sorted(clock[20:])[len(clock[20:]) // 2]
+    median = a.results["step_budget"].meta["ranks"][0]["median_step_ms"]
+    assert manual == pytest.approx(0.938, abs=0.001) and median == pytest.approx(manual, rel=0.1)
+
+
 def test_the_loop_line_light_mode_records_names_where_a_module_level_loop_calls_the_step():
     """This capture predates light mode's jit-step record (tests/launch/test_jit_steps.py shows it written: the step
     function's name and the loop's line). Given that record's values for this script, the title names the loop's
@@ -87,16 +113,28 @@ def test_the_loop_line_light_mode_records_names_where_a_module_level_loop_calls_
     )
 
 
-def test_an_evaluation_outside_jit_is_the_top_finding_with_its_function_and_loop_line():
-    a = analysis("flax_eval_outside_jit")
+@pytest.mark.parametrize(
+    ("gpu", "host_code", "compile_step", "compile_words"),
+    [
+        ("h100", "20.6 s, 52.7 % of the run's 39.1 s", 192, "9 functions compiled for new shapes in step 192"),
+        ("h200", "14.6 s, 51.3 % of the run's 28.5 s", 192, "9 functions compiled for new shapes in step 192"),
+    ],
+)
+def test_an_evaluation_outside_jit_is_the_top_finding_with_its_function_and_loop_line(
+    gpu, host_code, compile_step, compile_words
+):
+    a = analysis("flax_eval_outside_jit", gpu)
     assert a.verdict.top_finding_ids[0] == "run_budget.host_code"  # the report's first sentence
+    assert a.findings[0].id == "run_budget.host_code"  # and the first finding
     f = by_id(a)["run_budget.host_code"]
-    assert f.title.startswith("Python code in long steps takes 20.6 s, 52.7 % of the run's 39.1 s: evaluate() at ")
+    assert f.title.startswith(f"Python code in long steps takes {host_code}: evaluate() at ")
     assert "flax_eval_outside_jit.py:51, called at flax_eval_outside_jit.py:70, in 3 steps, every 200 steps" in f.title
     compile_ = by_id(a)["step_budget.compilation"]
     assert "compiled again" not in compile_.title
-    assert compile_.title.startswith("dot_general (jit) compiled in one step after warm-up, step 192, for shapes")
-    assert "9 functions compiled for new shapes in step 192 at flax_eval_outside_jit.py:34–52" in compile_.title
-    # one 7.3 s evaluation step among two 48 ms ones is no "every 198 steps" period
+    assert compile_.title.startswith(
+        f"dot_general (jit) compiled in one step after warm-up, step {compile_step}, for shapes"
+    )
+    assert f"{compile_words} at flax_eval_outside_jit.py:34–52" in compile_.title
+    # one long evaluation step among two short ones is no "every 198 steps" period
     assert "step_budget.periodic" not in by_id(a)
     assert explained_share(a) >= 0.8
