@@ -8,7 +8,7 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
 import diagnose  # noqa: E402
-from diagnose.launch.runtime.jit_steps import CHOOSE_AFTER_CALLS  # noqa: E402
+from diagnose.launch.runtime.jit_steps import CHOOSE_AFTER_CALLS, CountedJit  # noqa: E402
 from tests.launch.launch_helpers import EXAMPLES, gpudiag, records  # noqa: E402
 
 
@@ -123,6 +123,45 @@ def test_the_proxy_behaves_like_jax_jitted_function(tmp_path):
         if _jit_takes_no_fun():  # newer jax: jax.jit(static_argnums=...) returns a decorator
             g = jax.jit(static_argnums=1)(lambda x, n: x * n)
             assert float(g(2.0, 3)) == 6.0
+
+
+def test_after_the_choice_only_the_step_proxy_runs_our_code(tmp_path):
+    """From the choice on, a proxy's call is jax's function itself, but the chosen one's, which is a boundary first;
+    a function jitted later is jax's own; after the block the step proxy forwards too. Each still works as before:
+    results, attributes, binding as a method."""
+    import functools
+
+    with diagnose.profile(out=tmp_path / "r", trace_steps=0, nvml=False, quiet=True) as run:
+
+        class Model:
+            k = 3.0
+
+            @functools.partial(jax.jit, static_argnums=0)
+            def apply(self, x):
+                return x * self.k
+
+        update = jax.jit(lambda w: w + 1.0)
+        scale = jax.jit(lambda w: w * 0.5)
+        w = jnp.zeros(2)
+        for _ in range(12):
+            w = scale(update(w))  # call 8 (scale's 4th) chooses update: both called 4 times, update first
+        apply, later = Model.apply, jax.jit(lambda w: w - 1.0)
+        assert update._finder.chosen_name.endswith("<lambda>") and update._finder.chosen == update._index
+        for proxy in (scale, apply):  # a class of its own, whose call is jax's function
+            assert type(proxy) is not CountedJit and isinstance(proxy, CountedJit)
+            assert type(proxy).__call__ is proxy._jitted
+        assert type(update).__call__ is not update._jitted
+        assert not isinstance(later, CountedJit) and float(later(jnp.float32(3.0))) == 2.0
+        assert float(Model().apply(jnp.float32(2.0))) == 6.0  # binds as a method
+        assert "module" in scale.lower(w).as_text()  # jax's own attributes are forwarded
+        assert float(jax.grad(lambda v: scale(v))(1.0)) == 0.5
+        for _ in range(3):
+            w = scale(update(w))
+    assert type(update).__call__ is update._jitted  # the block's end: forwarding only
+    assert float(update(jnp.float32(1.0))) == 2.0
+    assert w.tolist() == pytest.approx([1 - 2**-15] * 2)
+    # update's calls 5-15 are boundaries: 11 boundaries -> 10 finished steps
+    assert [s["step"] for s in _steps(run.path)] == list(range(10))
 
 
 def _jit_takes_no_fun() -> bool:

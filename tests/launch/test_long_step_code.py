@@ -7,7 +7,15 @@ import json
 import pytest
 
 import diagnose
-from diagnose.launch.runtime.long_step_code import loop_depth, what_runs
+from diagnose.launch.runtime.long_step_code import (
+    LONG_MIN_MS,
+    MAX_WAIT_S,
+    MIN_WAIT_S,
+    POLL_S,
+    loop_depth,
+    wait_s,
+    what_runs,
+)
 from parsers.events import read_event_tables
 from tests.launch.launch_helpers import SCRIPTS, gpudiag, records
 
@@ -70,6 +78,17 @@ def test_the_frame_inside_the_loop_is_what_runs():
     assert what_runs(sample, depth)[:2] == (("/u/train.py", "evaluate", 21), "/u/train.py:33")
     inline = _stack(("train.py", "<module>", 40), ("train.py", "main", 35))  # work on the loop's own line
     assert what_runs(inline, depth)[:2] == (("/u/train.py", "main", 35), "/u/train.py:40")
+
+
+def test_the_sampler_wakes_when_the_step_in_progress_would_turn_long():
+    """Its wake-ups are what it costs a busy loop (the GIL taken from the main thread): once per LONG_MIN_MS in a
+    loop of short steps, not every POLL_S, and at the step's threshold, not up to a poll after it."""
+    ms = 1_000_000
+    assert wait_s(0, 5 * ms, None) == POLL_S  # the typical step unknown yet
+    assert wait_s(100 * ms, 100 * ms + ms // 2, 0.5 * ms) == pytest.approx(LONG_MIN_MS / 1e3 - 0.0005)
+    assert wait_s(100 * ms, 110 * ms, 20 * ms) == pytest.approx(0.07)  # 4 typical steps of 20 ms, 10 ms gone
+    assert wait_s(100 * ms, 130 * ms - 10, 0.5 * ms) == MIN_WAIT_S  # about to turn long
+    assert wait_s(0, 0, 2_000 * ms) == MAX_WAIT_S  # 2 s steps: still polled (the typical step read again)
 
 
 def test_a_record_with_a_share_above_one_is_dropped_with_a_warning(tmp_path):

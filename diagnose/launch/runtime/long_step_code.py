@@ -6,8 +6,9 @@ evaluation that never calls model.eval(): none of these passes a hook, and the s
 is 49 ms slower" (issue 34's per-epoch evaluation outside jit). py-spy and Nsight Systems answer this by
 sampling the Python stack; this does the same, only while a step runs long:
 
-* A daemon thread wakes every ``POLL_S``. It learns the loop's typical step from the step numbers it sees advance
-  (the time per step over its last polls), and the loop itself from one stack per poll of an ordinary step: the
+* A daemon thread polls: every ``POLL_S`` until it knows the loop's typical step, then when the step in progress
+  would turn long (``wait_s``). It learns the typical step from the step numbers it sees advance (the time per
+  step over its last polls), and the loop itself from one stack per poll of an ordinary step: the
   frames every one of the last ``LOOP_SAMPLES`` such stacks share, outermost first (the script's ``<module>``
   or ``main``; a Trainer's ``_inner_training_loop`` below the user's ``trainer.train()``).
 * Once the step in progress has run ``LONG_MIN_MS`` and ``LONG_FACTOR`` typical steps, it reads the main thread's
@@ -24,8 +25,12 @@ sampling the Python stack; this does the same, only while a step runs long:
 
 The steps gpudiag's profiler window instruments are left alone: the profiler, not the script, makes them long.
 Between long steps the thread compares two numbers per poll, and reads a stack at the first ``LOOP_SAMPLES`` polls
-and then every ``LOOP_REFRESH``th: a loop of 0.5 ms steps pays for 50 wake-ups a second, and two stack walks. A
-step shorter than ``LONG_MIN_MS`` is never sampled.
+and then every ``LOOP_REFRESH``th. What a poll costs the loop is its wake-up: the thread takes the GIL from a busy
+main thread (on the 2-core CPU host about 80 µs of the main thread's time a wake-up, 0.3 % of it at 40 a second,
+the same for a thread that only sleeps). Waking when the step in progress would turn long, a loop of short steps
+pays for one wake-up per ``LONG_MIN_MS`` (30 a second measured there, against 40 when it polled every
+``POLL_S``), one of 20 ms steps for about 12, and a long step is caught at its threshold, not up to a poll later.
+A step shorter than ``LONG_MIN_MS`` is never sampled.
 """
 
 from __future__ import annotations
@@ -38,16 +43,32 @@ import time
 
 from diagnose.launch.runtime.sync_capture import is_gpudiag_file, is_user_file
 
-POLL_S = 0.02
+POLL_S = 0.02  # the wait while the typical step is unknown (and while no step runs)
+MIN_WAIT_S = 0.001  # the shortest wait for a step to turn long
+MAX_WAIT_S = 0.25  # the longest: the typical step is read again at least this often
 SAMPLE_S = 0.005
 LONG_MIN_MS = 30.0  # a step shorter than this is never sampled
 LONG_FACTOR = 4.0  # ... nor one shorter than this many typical steps
-TYPICAL_POLLS = 50  # the typical step: time per step over the last this many polls (one second)
+TYPICAL_POLLS = 50  # the typical step: time per step over the last this many polls (1.5 s at 0.5 ms steps)
 MAX_RECORDS = 1000  # long steps recorded in one run (a run of nothing but long steps needs no more)
 LOOP_SAMPLES = 20  # ordinary steps' stacks the loop's frames are read from
-LOOP_REFRESH = 25  # once that many are kept, one more stack every this many polls (half a second)
+LOOP_REFRESH = 25  # once that many are kept, one more stack every this many polls (0.75 s at 0.5 ms steps)
 MAX_DEPTH = 200  # frames read per stack
 MAX_SAMPLES = 4000  # samples kept per long step (20 s at SAMPLE_S)
+
+
+def long_after_ns(typical_ns: float) -> float:
+    """How long a step runs before it counts as long: ``LONG_MIN_MS`` and ``LONG_FACTOR`` typical steps."""
+    return max(LONG_MIN_MS * 1e6, LONG_FACTOR * typical_ns)
+
+
+def wait_s(started_ns: int, now_ns: int, typical_ns: float | None) -> float:
+    """Seconds until the next poll: until the step that started at ``started_ns`` turns long (between
+    ``MIN_WAIT_S`` and ``MAX_WAIT_S``), or ``POLL_S`` while the typical step is unknown. A loop of short steps
+    is polled about once per ``LONG_MIN_MS`` (each step starts the clock again), and never a poll late."""
+    if typical_ns is None:
+        return POLL_S
+    return min(MAX_WAIT_S, max(MIN_WAIT_S, (started_ns + long_after_ns(typical_ns) - now_ns) / 1e9))
 
 
 def stack_of(frame) -> list[tuple[str, str, int]]:
@@ -149,7 +170,9 @@ class LongStepCode:
 
     def _run(self) -> None:
         steps, stop = self._steps, self._stop
-        while not stop.wait(POLL_S):
+        wait = POLL_S
+        while not stop.wait(wait):
+            wait = POLL_S
             if not self._running.is_set():
                 self._running.wait()
                 continue
@@ -159,12 +182,13 @@ class LongStepCode:
             now = time.perf_counter_ns()
             typical = self.typical_step_ns()
             self._seen.append((now, step))
-            if typical is None or now - started_ns < max(LONG_MIN_MS * 1e6, LONG_FACTOR * typical):
+            if typical is None or now - started_ns < long_after_ns(typical):
                 self._polls += 1
                 if len(self._loop_stacks) < LOOP_SAMPLES or self._polls % LOOP_REFRESH == 0:
                     stack = self._main_stack()
                     if stack:
                         self._loop_stacks.append(stack)
+                wait = wait_s(started_ns, now, typical)
                 continue
             self._sample_step(step, started_ns)
             if self.records >= MAX_RECORDS:
