@@ -133,7 +133,7 @@ def main(argv=None) -> int:
 
                 steps = lifecycle.active().steps
                 if args.light_arm == "empty-boundary":  # and no steady-state shortcut around it (on_jit_step)
-                    steps._boundary = lambda source: None
+                    steps._boundary = lambda *args: None
                     steps._steady_now = lambda: False
                     steps._steady = False
                 else:

@@ -14,8 +14,9 @@ three runs of ``--run-steps`` steps each, in a seeded random order per round:
 
     light     the runtime's optimizer step hook attached: each step boundary does all its work
               (CUDA events on one step in k, NVTX ranges, the step log, memory_stats now and then)
-    plain     the hook detached: torch's global hook table is as empty as without gpudiag, so the
-              step runs as in an uninstrumented process
+    plain     the hooks detached (the optimizer step hooks, the autograd.backward wrapper, the forward
+              timer's module hooks; the long-step sampler paused): torch's hook tables are as empty as
+              without gpudiag, so the step runs as in an uninstrumented process
     plain-b   plain under another name: the A/A control, whose interval should hold 0
 
 Result per arm against plain: median of all its steps / median of all plain steps - 1 (the issue's
@@ -57,17 +58,46 @@ ARMS = ("light", "plain", "plain-b")
 LIGHT_SHARE = 1 / len(ARMS)  # of the wall time: the clock-kept intervals are divided by it
 
 
+# while the plain arms run: id(steps) -> light mode's autograd.backward; the ids whose optimizer pre hook is off
+_BACKWARD_WRAPPERS: dict[int, object] = {}
+_PRE_HOOKS_OFF: set[int] = set()
+
+
 def set_light_extras(steps, on: bool) -> None:
-    """The long-step sampler (long_step_code) and the forward timer's hooks (forward_time) run in the light arm only:
-    their cost is light mode's."""
+    """The long-step sampler (long_step_code), the forward timer's hooks (forward_time), the optimizer step pre hook
+    and the autograd.backward wrapper (the optimizer and backward phases) run in the light arm only: their cost is
+    light mode's. (Until 2026-12-05 the pre hook and the wrapper stayed on in the plain arms too, so their cost, 2.5
+    µs a step on the 2-core CPU host, was in neither arm's difference.)"""
     for part in (getattr(steps, "long_step_code", None), getattr(steps, "forward", None)):
         if part is not None:
             part.resume() if on else part.pause()
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    handle = getattr(steps, "optimizer_pre_hook_handle", None)
+    if on and id(steps) in _PRE_HOOKS_OFF:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        _PRE_HOOKS_OFF.discard(id(steps))
+        steps.optimizer_pre_hook_handle = register_optimizer_step_pre_hook(steps.on_optimizer_start)
+    elif not on and handle is not None:
+        handle.remove()
+        steps.optimizer_pre_hook_handle = None
+        _PRE_HOOKS_OFF.add(id(steps))
+    original = getattr(steps, "_backward_original", None)
+    if original is None:
+        return
+    if not on and torch.autograd.backward is not original:
+        _BACKWARD_WRAPPERS[id(steps)] = torch.autograd.backward
+        torch.autograd.backward = original
+    elif on and torch.autograd.backward is original and id(steps) in _BACKWARD_WRAPPERS:
+        torch.autograd.backward = _BACKWARD_WRAPPERS.pop(id(steps))
 
 
 class StepHook:
-    """Attaches and detaches the active runtime's global optimizer step hook, and the long-step sampler with it:
-    with it off no boundary runs and the sampler's thread sleeps."""
+    """Attaches and detaches the active runtime's global optimizer step hook, and light mode's other per-step parts
+    with it (set_light_extras): with it off no boundary runs, no hook of gpudiag's is in torch and the sampler's
+    thread sleeps."""
 
     def __init__(self, runtime):
         from torch.optim.optimizer import register_optimizer_step_post_hook

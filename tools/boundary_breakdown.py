@@ -50,7 +50,7 @@ def main(argv=None) -> int:
 
         setattr(owner, name, wrapper)
 
-    for name in ("boundary", "drain", "_after_step"):
+    for name in ("boundary", "_due", "drain", "_after_step"):
         timed(steps.Steps, name)
     timed(memory_capture.MemoryCapture, "maybe_stats")
     timed(gpu_time.GpuTime, "record_event")

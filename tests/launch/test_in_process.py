@@ -79,9 +79,11 @@ def test_exception_in_the_block_is_recorded_and_propagates(tmp_path):
 
 
 def test_own_time_per_step_is_recorded_in_the_step_it_was_spent_in(tmp_path, monkeypatch):
-    """A boundary made 50 ms slower (a planted sleep in its memory-stats part) shows as overhead_us of the step
-    that boundary starts, inside that step's host_ms; the steps analyzer turns it into a share of a step. The sleep
-    is long beside a boundary's usual tens of µs, so a busy machine's preemptions cannot blur which steps hold it."""
+    """A boundary made 50 ms slower (a planted sleep where it holds the finished step's record, which every
+    boundary does) shows as overhead_us of the step that boundary starts, inside that step's host_ms; the steps
+    analyzer turns it into a share of a step. The sleep is long beside a boundary's usual tens of µs, so a busy
+    machine's preemptions cannot blur which steps hold it."""
+    import collections
     import statistics
     import time
 
@@ -95,13 +97,14 @@ def test_own_time_per_step_is_recorded_in_the_step_it_was_spent_in(tmp_path, mon
     with diagnose.profile(out=tmp_path / "nb", trace_steps=0, nvml=False, quiet=True) as run:
         for i in range(16):
             if i == 6:
-                runtime = lifecycle.active()
-                original = runtime.memory.maybe_stats
-                monkeypatch.setattr(
-                    runtime.memory,
-                    "maybe_stats",
-                    lambda step, perf_ns, original=original: (time.sleep(0.05), original(step, perf_ns))[1],
-                )
+                steps = lifecycle.active().steps
+
+                class SlowToHold(collections.deque):
+                    def append(self, item):
+                        time.sleep(0.05)
+                        super().append(item)
+
+                monkeypatch.setattr(steps, "_pending", SlowToHold(steps._pending))
             loss = model(torch.ones(8, 16)).pow(2).mean()
             opt.zero_grad()
             loss.backward()
@@ -124,6 +127,43 @@ def test_own_time_per_step_is_recorded_in_the_step_it_was_spent_in(tmp_path, mon
     assert result.summary["gpudiag_overhead_pct"] > 50 and finding.cost_share > 0.5
     high = Thresholds().with_overrides({"steps": {"own_overhead_pct": 100.0}})
     assert "steps.own_overhead" not in {f.id for f in run_analyzer(steps_analyzer, load(run.path), high).findings}
+
+
+def test_no_boundary_is_lost_while_another_thread_writes_a_record(tmp_path):
+    """The long-step sampler writes its records from its own thread, through the runtime's lock. A boundary that
+    needs the lock (the first one, which starts the run; any that writes the held step records) waits for such a
+    write; the usual ones do not take it. Before, a boundary gave up on a held lock, and the steps around it ran
+    together as one record (seen on the 2-core CPU host: one sampler's write dropped hundreds of boundaries)."""
+    import threading
+    import time
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with diagnose.profile(out=tmp_path / "nb", trace_steps=0, nvml=False, quiet=True) as run:
+        runtime = lifecycle.active()
+        for i in range(20):
+            if i in (0, 8):  # a write from another thread holds the lock for 50 ms while the loop goes on
+                held = threading.Event()
+
+                def write(held=held):
+                    with runtime.lock:
+                        held.set()
+                        time.sleep(0.05)
+
+                writer = threading.Thread(target=write)
+                writer.start()
+                held.wait()
+            loss = model(torch.ones(8, 16)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i in (0, 8):
+                writer.join()
+    steps = [r for r in records(run.path) if r["kind"] == "step"]
+    assert [s["step"] for s in steps] == list(range(19))  # 20 optimizer steps: 19 finished steps, none merged
+    # the first boundary waited for the rest of the write: its own time, in step 0
+    assert steps[0]["overhead_us"] >= 25_000 and steps[0]["host_ms"] >= 25.0, steps[0]
 
 
 def test_a_forked_child_records_nothing(tmp_path):

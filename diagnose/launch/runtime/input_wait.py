@@ -60,12 +60,13 @@ class InputWait:
         if original is None:
             return False
         wait, perf_ns, get_ident, on_batch = self, time.perf_counter_ns, threading.get_ident, self._on_batch
+        main_thread = self._main_thread
         loaders = self._loaders
         pending = loaders.pending if loaders is not None else {}
 
         @functools.wraps(original)
-        def __next__(iterator):
-            if wait._depth or get_ident() != wait._main_thread:
+        def __next__(iterator):  # every batch of the loop: the names it needs are its own (closure) variables
+            if wait._depth or get_ident() != main_thread:
                 return original(iterator)
             if wait.paused:
                 wait.resume_check()  # the evaluation may have ended without train() (Lightning restores .training)

@@ -8,11 +8,12 @@ optimizer steps after backward passes defined the first steps, the optimizer tak
 on, so gradient accumulation (several backwards per update) is one step per update. In JAX, the
 jitted function the script dispatches once per iteration defines steps (jit_steps). Each step
 record says which source ended it. Step N is the work between boundary N and boundary N+1. At each boundary
-the finished step is held as a plain tuple; the held steps are written at most every
-STEP_RECORD_INTERVAL_NS (and before anything heavy, and at exit), those whose GPU time is
+the finished step is held as a plain tuple of the values as read (ms are computed when written); the held steps are
+written at most every STEP_RECORD_INTERVAL_NS (and before anything heavy, and at exit), those whose GPU time is
 known, in one write. The boundary calls the other parts directly (GPU time, NVTX, the
 trace window, memory stats), each one attribute away, None when off: it was tuned to a few
-µs a step (docs/measurements/h200-2026-12-03-interleaved.md, tools/boundary_breakdown.py).
+µs a step (docs/measurements/h200-2026-12-03-interleaved.md, tools/boundary_breakdown.py), and each piece of light
+mode's per-step cost, hooks included, is timed in place by benchmarks/light_step_pieces.py.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import importlib
 import sys
 import threading
 import time
+from threading import get_ident
 from time import perf_counter_ns
 
 from diagnose.launch.child_config import nvtx_range_name
@@ -33,6 +35,11 @@ from parsers.run_records import step_line  # the step record's one format (drain
 # on the H200 host (2026-12-03, benchmarks/light_overhead_paired.py); a SIGKILL or a crash in native
 # code loses at most this much of the step log.
 STEP_RECORD_INTERVAL_NS = 100_000_000
+# A boundary that needs the runtime's lock and finds it held waits this long at most. The lock is reentrant, so only
+# another thread holds it here: a record written from there (the long-step sampler's), which takes µs. Giving up at
+# once, as before, dropped every boundary while such a write ran (their steps merged into one record); the bound
+# keeps a stuck writer from stopping the training.
+LOCK_WAIT_S = 1.0
 
 
 class Steps:
@@ -74,16 +81,18 @@ class Steps:
         self._event = None
         self._instrumented = False
         self._overhead_ns = 0  # host time of the boundary that started the current step (our own cost)
-        # finished steps not yet written: (step, t_start_ns, host_ms, start_event, end_event, source, instrumented,
-        # overhead_ns, input_ms, input_from, backward_ms, optimizer_ms), plain tuples (a class instance per step cost
-        # more on the H200 host)
+        # finished steps not yet written: (step, t_start_ns, start_perf_ns, end_perf_ns, start_event, end_event, source,
+        # instrumented, overhead_ns, input_ns, input_from, backward_ns, optimizer_ns, forward_ns), plain tuples of the
+        # values as read (a class instance per step cost more on the H200 host; ms are computed at the drain)
         self._pending = collections.deque()
-        self._last_drain_perf_ns = 0
+        # the next boundary is usual: like the last one, with no window, NVTX range or jit steady state to look after
+        # (decided at the end of each boundary that is not; see _boundary)
+        self._usual = False
         # on_jit_step's steady state: True while a JAX step needs nothing but its record (see _steady_now)
         self._steady = False
         self._jit_off = False  # a marker, an optimizer or backward passes define steps: jit calls are not boundaries
         self._wall_offset_ns = 0  # time.time_ns() - time.perf_counter_ns(), read again at each drain of the jit path
-        self._next_due_perf_ns = 0  # the jit path's next drain or memory_stats record: one comparison a step
+        self._next_due_perf_ns = 0  # the next drain or memory_stats record (the sooner): one comparison a step
         self._next_drain_perf_ns = 0
         self._next_stats_perf_ns = 0
         # the parts every boundary calls, wired by the runtime at the first boundary; None: that part is off
@@ -209,25 +218,26 @@ class Steps:
         if self._jit_off or self._runtime.disabled:
             return
         lock = self._lock
-        if not lock.acquire(False):
-            return  # re-entered from a signal handler in the middle of a boundary
+        if not lock.acquire(True, LOCK_WAIT_S):
+            return
         perf_ns = perf_counter_ns()
         try:
             if self._steady and not self.memory.history_on:
                 finished = self.current_step
-                input_ms, input_from = self._input_of_step(finished)
+                input_ns, input_from = self._input_of_step(finished)
                 # steady: the finished step is a jit step and not instrumented (see _steady_now), no GPU events
                 self._pending.append(
                     (
                         finished,
                         self._wall_ns,
-                        (perf_ns - self._perf_ns) / 1e6,
+                        self._perf_ns,
+                        perf_ns,
                         None,
                         None,
                         "jit",
                         False,
                         self._overhead_ns,
-                        input_ms,
+                        input_ns,
                         input_from,
                         None,
                         None,
@@ -240,7 +250,7 @@ class Steps:
                 if perf_ns >= self._next_due_perf_ns:
                     self._jit_due(finished + 1, perf_ns)
             else:
-                self._boundary("jit")
+                self._boundary("jit", perf_ns)
         except Exception as e:
             self._runtime.faults.internal_error("step boundary", e)
         finally:
@@ -301,22 +311,23 @@ class Steps:
         original = getattr(autograd, "backward", None)
         if original is None or self._backward_original is not None:
             return
-        steps = self
+        steps, main_thread = self, self._main_thread
 
         @functools.wraps(original)
         def backward(*args, **kwargs):
-            if threading.get_ident() != steps._main_thread:
-                return original(*args, **kwargs)
-            steps._backward_depth += 1
+            # every loss.backward() of the loop passes here: the outermost call on the main thread is timed, and ends
+            # a step only while no optimizer defines steps (on_backward is not called once one does)
+            if steps._backward_depth or get_ident() != main_thread:
+                return _inner_backward(steps, original, args, kwargs)
+            steps._backward_depth = 1
             started_ns = perf_counter_ns()
             try:
                 result = original(*args, **kwargs)
             finally:
-                steps._backward_depth -= 1
-                if steps._backward_depth == 0:
-                    steps._backward_ns += perf_counter_ns() - started_ns
-                    steps._phases_seen = True
-            if steps._backward_depth == 0:
+                steps._backward_depth = 0
+                steps._backward_ns += perf_counter_ns() - started_ns
+                steps._phases_seen = True
+            if steps._optimizer_id is None:
                 steps.on_backward()
             return result
 
@@ -338,27 +349,31 @@ class Steps:
 
     def on_optimizer_start(self, optimizer, args, kwargs) -> None:
         """Every optimizer's step() start on the main thread: the optimizer phase of the step (issue 31)."""
-        if threading.get_ident() == self._main_thread:
+        if get_ident() == self._main_thread:
             self._optimizer_started[id(optimizer)] = perf_counter_ns()
 
     def on_optimizer_step(self, optimizer, args, kwargs) -> None:
-        started_ns = self._optimizer_started.pop(id(optimizer), None)
+        """Every optimizer's step() end: the end of its optimizer phase and, for the optimizer that defines steps, the
+        step boundary. One clock read is both: the boundary starts where the phase ends."""
+        perf_ns = perf_counter_ns()
+        key = id(optimizer)
+        started_ns = self._optimizer_started.pop(key, None)
         if started_ns is not None:
-            self._optimizer_ns += perf_counter_ns() - started_ns
+            self._optimizer_ns += perf_ns - started_ns
             self._phases_seen = True
         if self._runtime.disabled or self._marker_seen:
             return
-        if self._optimizer_id is None:
-            self._optimizer_id = id(optimizer)
+        if key != self._optimizer_id:
+            if self._optimizer_id is not None:
+                return  # another optimizer (a GAN's second one): its phase is timed, it ends no step
+            self._optimizer_id = key
             self._jit_off = True
             if self._source == "backward":
                 # backward passes defined the steps so far; this iteration (which began at the last backward's
                 # end) now ends at the next optimizer step, and the optimizer defines steps from here on
                 self._source = "optimizer"
                 return
-        elif id(optimizer) != self._optimizer_id:
-            return
-        self.boundary("optimizer")
+        self.boundary("optimizer", perf_ns)
 
     def marker(self) -> None:
         if self._runtime.disabled:
@@ -373,113 +388,156 @@ class Steps:
         self.boundary("marker")
 
     # ---- the boundary
-    def boundary(self, source: str) -> None:
+    def boundary(self, source: str, perf_ns: int | None = None) -> None:
+        """A step boundary from ``source``; ``perf_ns``: the caller's clock read at the boundary (the optimizer
+        hook's), read here when None. The boundary's own time, from that read on, is the new step's overhead_ns.
+
+        Most boundaries are usual (``_usual``, decided at the end of each one that is not): the same source as the
+        last, no NVTX range to end or start, no trace window, no allocator history (read each time: CUDA's lazy init
+        may turn it on), no jit steady state. A usual boundary changes this object alone, so it takes the runtime's
+        lock only for what writes files (``_due``): the lock was 1.35 µs of each step on the 2-core CPU host
+        (benchmarks/light_step_pieces.py). Other boundaries hold it throughout."""
         runtime = self._runtime
         if runtime.disabled:  # a forked child is switched off by lifecycle's os.register_at_fork hook
             return
-        if not self._lock.acquire(blocking=False):
-            return  # re-entered from a signal handler in the middle of a boundary
-        started_ns = perf_counter_ns()
+        if perf_ns is None:
+            perf_ns = perf_counter_ns()
+        usual = self._usual and source == self._source and not self.memory.history_on
+        lock = None if usual else self._lock
+        if lock is not None and not lock.acquire(True, LOCK_WAIT_S):  # another thread's write is under way
+            return
         try:
-            self._boundary(source)
+            self._boundary(source, perf_ns, usual)
         except Exception as e:
             runtime.faults.internal_error("step boundary", e)
         finally:
             # the boundary runs inside the step it starts, so its time is in that step's host_ms;
             # recording it per step lets the report say how much of a step is gpudiag's own work
-            self._overhead_ns = perf_counter_ns() - started_ns
-            self._lock.release()
+            self._overhead_ns = perf_counter_ns() - perf_ns
+            if lock is not None:
+                lock.release()
 
-    def _boundary(self, source: str) -> None:
-        perf_ns = perf_counter_ns()
+    def _boundary(self, source: str, perf_ns: int, usual: bool = False) -> None:
+        """The boundary's work at ``perf_ns``: the finished step held as a tuple, the next one started. A usual one
+        (see boundary) skips the checks only the others need; what runs now and then (a drain, a memory_stats record,
+        a choice of k) is behind one comparison."""
         wall_ns = time.time_ns()
-        if source != "time":
-            self.other_source_seen = True
-            if source == "backward":  # from now on backward passes, an optimizer or a marker define steps
-                self._jit_off = True
         finished = self.current_step
-        if finished is None and not self._runtime.start():  # the first boundary wires the parts
-            return
+        if not usual:
+            if source != "time":
+                self.other_source_seen = True
+                if source == "backward":  # from now on backward passes, an optimizer or a marker define steps
+                    self._jit_off = True
+            if finished is None and not self._runtime.start():  # the first boundary wires the parts
+                return
+            if self.nvtx is not None and self._nvtx_handle is not None:
+                self.nvtx.end(self._nvtx_handle)
+                self._nvtx_handle = None
         step = 0 if finished is None else finished + 1
+        # the finished step's input wait (see _input_of_step): its DataLoader part here, the loop's when watched
+        input_ns = input_from = None
         wait = self.input_wait
-        if wait is not None and wait.paused:  # an evaluation whose module went back to training without train()
-            wait.resume_check()
-        input_ms, input_from = self._input_of_step(finished)
+        if wait is not None:
+            if wait.paused:  # an evaluation whose module went back to training without train()
+                wait.resume_check()
+            if wait.calls != self._input_mark_calls:  # no new fetch: its total has not moved either
+                total_ns = wait.total_ns
+                input_ns = total_ns - self._input_mark_ns
+                self._input_mark_ns, self._input_mark_calls = total_ns, wait.calls
+        if self.loop_input is not None or (input_ns is None and not self._loop_tried and finished is not None):
+            input_ns, input_from = self._loop_input_of_step(input_ns)
         gpu = self.gpu
         event = None
         if gpu is not None and (self._event is not None or step % gpu.every == 0):
             event = gpu.record_event()
+        # every boundary starts the next step's forward time, the first one too
         forward = self.forward
-        forward_ms = None
-        if forward is not None:  # every boundary starts the next step's forward time, the first one too
-            timing = forward.timing  # hooks on: learning the root modules, or on the roots themselves
-            ns = forward.take_ns()
-            forward_ms = ns / 1e6 if timing else None
-            forward.on_boundary()
+        forward_ns = None
+        if forward is not None:
+            if forward.settled:  # the roots carry the hooks: the step's forward ns are all there is to take
+                if forward.timing:
+                    forward_ns = forward.ns
+                forward.ns = 0
+            else:
+                forward_ns = forward.on_boundary()
+        heavy = False
         if finished is not None:
-            if self.nvtx is not None and self._nvtx_handle is not None:
-                self.nvtx.end(self._nvtx_handle)
-                self._nvtx_handle = None
-            host_ns = perf_ns - self._perf_ns
             if gpu is not None and finished > 0 and not self._instrumented:
-                gpu.host_ns.append(host_ns)
+                gpu.host_ns.append(perf_ns - self._perf_ns)
             phased = self._phases_hooked and self._phases_seen
             self._pending.append(
                 (
                     finished,
                     self._wall_ns,
-                    host_ns / 1e6,
+                    self._perf_ns,
+                    perf_ns,
                     self._event,
                     event if self._event is not None else None,
                     self._source,
                     self._instrumented,
                     self._overhead_ns,
-                    input_ms,
+                    input_ns,
                     input_from,
-                    self._backward_ns / 1e6 if phased else None,
-                    self._optimizer_ns / 1e6 if phased else None,
-                    forward_ms if phased else None,
+                    self._backward_ns if phased else None,
+                    self._optimizer_ns if phased else None,
+                    forward_ns if phased else None,
                 )
             )
-            # only the window's close and the snapshot are heavy; most steps have neither left to do
-            window = self.window
-            heavy = (
-                (window is not None and window.profiler is not None) or self.memory.history_on
-            ) and self._after_step(finished)
-        else:
-            heavy = False
+            if not usual:
+                # only the window's close and the snapshot are heavy; most steps have neither left to do
+                window = self.window
+                heavy = (
+                    (window is not None and window.profiler is not None) or self.memory.history_on
+                ) and self._after_step(finished)
         self._backward_ns = self._optimizer_ns = 0  # the new step's phases start here
         self.current_step = step
         self._source = source
         instrumented = heavy  # the window's export or the snapshot ran at the start of this step
-        window = self.window
-        if window is not None:
-            if step == window.first_step:
-                window.open(step)
-            if window.profiler is not None:
-                window.steps.append((step, wall_ns))
-                instrumented = True
+        if not usual:
+            window = self.window
+            if window is not None:
+                if step == window.first_step:
+                    window.open(step)
+                if window.profiler is not None:
+                    window.steps.append((step, wall_ns))
+                    instrumented = True
         self._instrumented = instrumented
-        if heavy or perf_ns - self._last_drain_perf_ns >= STEP_RECORD_INTERVAL_NS:
-            self._last_drain_perf_ns = perf_ns
-            self._next_drain_perf_ns = perf_ns + STEP_RECORD_INTERVAL_NS
-            self.drain(block_s=0.0)
-        next_stats_ns = self.memory.maybe_stats(step, perf_ns)  # every step on this path (a test times it)
-        if gpu is not None and step >= gpu.next_check:
-            gpu.choose(step)
-        if self.nvtx is not None:
-            self._nvtx_handle = self.nvtx.start(nvtx_range_name(step))
+        if heavy or perf_ns >= self._next_due_perf_ns or (gpu is not None and step >= gpu.next_check):
+            self._due(step, perf_ns, heavy, gpu)
         self._perf_ns = perf_ns
         self._wall_ns = wall_ns
         self._event = event if event is not None and step % gpu.every == 0 else None
+        if usual:
+            return
+        if self.nvtx is not None:
+            self._nvtx_handle = self.nvtx.start(nvtx_range_name(step))
         if source == "jit" and self._steady_now():  # the next jit boundaries take on_jit_step's steady state
             if not self._steady:
                 self._wall_offset_ns = wall_clock_offset_ns()
-            self._next_stats_perf_ns = perf_ns if next_stats_ns is None else next_stats_ns
-            self._next_due_perf_ns = min(self._next_drain_perf_ns, self._next_stats_perf_ns)
             self._steady = True
         elif self._steady:
             self._steady = False
+        self._usual = self.nvtx is None and self.window is None and source != "jit"
+
+    def _due(self, step: int, perf_ns: int, heavy: bool, gpu) -> None:
+        """What a boundary does now and then: write the held step records (every STEP_RECORD_INTERVAL_NS, and
+        after anything heavy), a memory_stats record (when maybe_stats says), a choice of k (gpu_time). They write
+        files, so they hold the runtime's lock (reentrant: a boundary that is not usual holds it already)."""
+        lock = self._lock
+        if not lock.acquire(True, LOCK_WAIT_S):
+            return  # due again at the next boundary
+        try:
+            if heavy or perf_ns >= self._next_drain_perf_ns:
+                self._next_drain_perf_ns = perf_ns + STEP_RECORD_INTERVAL_NS
+                self.drain(block_s=0.0)
+            if perf_ns >= self._next_stats_perf_ns:  # a memory_stats record may be due: maybe_stats says until when
+                next_stats_ns = self.memory.maybe_stats(step, perf_ns)
+                self._next_stats_perf_ns = perf_ns if next_stats_ns is None else next_stats_ns
+            self._next_due_perf_ns = min(self._next_drain_perf_ns, self._next_stats_perf_ns)
+            if gpu is not None and step >= gpu.next_check:
+                gpu.choose(step)
+        finally:
+            lock.release()
 
     def _steady_now(self) -> bool:
         """True when the next jit boundary needs no more than on_jit_step's steady state does: the step in progress
@@ -501,7 +559,6 @@ class Steps:
     def _jit_due(self, step: int, perf_ns: int) -> None:
         """The drain and the memory_stats record of on_jit_step's steady state, at the times _boundary has them."""
         if perf_ns >= self._next_drain_perf_ns:
-            self._last_drain_perf_ns = perf_ns
             self._next_drain_perf_ns = perf_ns + STEP_RECORD_INTERVAL_NS
             self.drain(block_s=0.0)
             self._wall_offset_ns = wall_clock_offset_ns()  # a step of the wall clock shows from here on
@@ -510,27 +567,35 @@ class Steps:
             self._next_stats_perf_ns = perf_ns if next_stats_ns is None else next_stats_ns
         self._next_due_perf_ns = min(self._next_drain_perf_ns, self._next_stats_perf_ns)
 
-    def _input_of_step(self, finished: int | None) -> tuple[float | None, str | None]:
-        """The finished step's input wait (ms) and where from: the DataLoader wait since the last boundary if it
+    def _input_of_step(self, finished: int | None) -> tuple[int | None, str | None]:
+        """The finished step's input wait (ns) and where from: the DataLoader wait since the last boundary if it
         fetched any batch (input_wait), else the loop's own wait for its iterator ("loop", loop_input); the loop is
-        looked for once, at the first step that fetched nothing from a DataLoader."""
-        input_ms = input_from = None
+        looked for once, at the first step that fetched nothing from a DataLoader. (_boundary has the DataLoader part
+        written out.)"""
+        input_ns = None
         wait = self.input_wait
-        if wait is not None:
-            input_ns, calls = wait.total_ns, wait.calls
-            if calls != self._input_mark_calls:
-                input_ms = (input_ns - self._input_mark_ns) / 1e6
-            self._input_mark_ns, self._input_mark_calls = input_ns, calls
+        if wait is not None and wait.calls != self._input_mark_calls:  # no new fetch: its total has not moved either
+            total_ns = wait.total_ns
+            input_ns = total_ns - self._input_mark_ns
+            self._input_mark_ns, self._input_mark_calls = total_ns, wait.calls
+        if self.loop_input is not None or (input_ns is None and not self._loop_tried and finished is not None):
+            return self._loop_input_of_step(input_ns)
+        return input_ns, None
+
+    def _loop_input_of_step(self, input_ns: int | None) -> tuple[int | None, str | None]:
+        """The loop's part of _input_of_step: its wait when no DataLoader fetch was seen (and the marks moved on), or
+        the first look for the loop."""
+        input_from = None
         loop = self.loop_input
         if loop is not None:
             loop_ns, loop_calls = loop.total_ns, loop.calls
-            if input_ms is None and loop_calls != self._loop_mark_calls:
-                input_ms, input_from = (loop_ns - self._loop_mark_ns) / 1e6, "loop"
+            if input_ns is None and loop_calls != self._loop_mark_calls:
+                input_ns, input_from = loop_ns - self._loop_mark_ns, "loop"
             self._loop_mark_ns, self._loop_mark_calls = loop_ns, loop_calls
-        elif input_ms is None and finished is not None and not self._loop_tried:
+        elif input_ns is None and not self._loop_tried:
             self._loop_tried = True
             self._watch_loop()
-        return input_ms, input_from
+        return input_ns, input_from
 
     def _after_step(self, finished: int) -> bool:
         """Close the window / write the snapshot after step ``finished``; True when anything heavy ran.
@@ -562,17 +627,18 @@ class Steps:
                 (
                     step,
                     t_start_ns,
-                    host_ms,
+                    start_perf_ns,
+                    end_perf_ns,
                     start_event,
                     end_event,
                     source,
                     instrumented,
                     overhead_ns,
-                    input_ms,
+                    input_ns,
                     input_from,
-                    backward_ms,
-                    optimizer_ms,
-                    forward_ms,
+                    backward_ns,
+                    optimizer_ns,
+                    forward_ns,
                 ) = pending[0]
                 gpu_ms = None
                 if end_event is not None and start_event is not None:
@@ -590,22 +656,34 @@ class Steps:
                         rank,
                         step,
                         t_start_ns,
-                        host_ms,
+                        (end_perf_ns - start_perf_ns) / 1e6,
                         gpu_ms,
                         source,
                         instrumented,
                         overhead_ns / 1e3,
-                        input_ms,
+                        None if input_ns is None else input_ns / 1e6,
                         input_from,
-                        backward_ms,
-                        optimizer_ms,
-                        forward_ms,
+                        None if backward_ns is None else backward_ns / 1e6,
+                        None if optimizer_ns is None else optimizer_ns / 1e6,
+                        None if forward_ns is None else forward_ns / 1e6,
                     )
                 )
         finally:
             if lines:
                 self._runtime.events.append_lines(lines)
                 self.recorded += len(lines)
+
+
+def _inner_backward(steps: Steps, original, args, kwargs):
+    """A backward pass inside an outermost one (reentrant checkpointing), or on another thread: no timing, no
+    boundary; the depth keeps an inner one's end from being taken for the outermost's."""
+    if get_ident() != steps._main_thread:
+        return original(*args, **kwargs)
+    steps._backward_depth += 1
+    try:
+        return original(*args, **kwargs)
+    finally:
+        steps._backward_depth -= 1
 
 
 def wall_clock_offset_ns() -> int:
