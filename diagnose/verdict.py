@@ -226,10 +226,9 @@ def decide_sentence(analysis: Any) -> Verdict:
     described = getattr(analysis, "analyzers", None) or {}
     top_idle = next((f for f in measured if f.id == "idle.gpu_idle"), None)
     budget = step_budget(analysis.results.get("idle"), rank_of(top_idle))
+    # ranked (diagnose.analysis): with a run budget, by the run's recoverable seconds on either budget
     limits = [f for f in measured if f.severity >= Severity.WARNING]
     run = run_figures(analysis.results.get("run_budget"))
-    if limits and run is not None:  # over the whole run: the most recoverable seconds lead, on either budget
-        limits = run_leader_first(limits, described, run)
     if limits:
         lead = described.get(limits[0].analyzer)
         if lead is not None and lead.shows_step_budget:  # the verdict names a cause of the step: show its budget
@@ -315,21 +314,6 @@ def run_figures(result) -> RunFigures | None:
         return None
     meta = ranks[min(ranks)]
     return RunFigures(float(meta["wall_ms"]), float(meta.get("steps_after_warmup_ms") or 0.0))
-
-
-def run_leader_first(
-    limits: list[Finding], described: dict[str, AnalyzerDescription], run: RunFigures
-) -> list[Finding]:
-    """``limits`` (ranked: severity, causes before the symptoms they explain, cost) with the run budget's findings
-    weighed against the first of the others by recoverable time over the whole run: a 27 % evaluation leads over a
-    critical cause that holds 3 % of each step; the order among the others stays the ranking's."""
-    on_run = [f for f in limits if cost_of(f, described) == RUN_BASIS and f.cost_share is not None]
-    others = [f for f in limits if f not in on_run]
-    candidates = on_run + others[:1]
-    if not on_run:
-        return limits
-    lead = max(candidates, key=lambda f: (recoverable_ms(f, described, run), f in others[:1]))
-    return [lead, *(f for f in limits if f is not lead)]
 
 
 def recoverable_ms(finding: Finding, described: dict[str, AnalyzerDescription], run: RunFigures) -> float:

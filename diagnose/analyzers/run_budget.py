@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 
 from diagnose.derive import capture_advice
 from diagnose.derive.derived import Derived
@@ -152,6 +153,19 @@ def where_words(location: str | None, library: str | None, call: str) -> str:
     return f"{call} at {short_location(location)}"
 
 
+def counted_work(b: RankRunBudget, part: str) -> pd.DataFrame:
+    """The timed work of ``part`` (a run budget part: "evaluation", "compilation", ...) that counted time in it."""
+    return b.work[(b.work["part"] == part) & (b.work["counted_ms"] > 0)]
+
+
+def work_call(part: str, work: pd.DataFrame) -> str:
+    """What the title calls the work: model.eval(), or the save function checkpoints went through most."""
+    if part != "checkpoint":
+        return WORK_WORDS[part][1]
+    names = work["name"].dropna()
+    return str(names.mode().iloc[0]) if len(names) else "torch.save"
+
+
 def named_work_findings(b: RankRunBudget, th: Thresholds, multi: bool = False) -> list[Finding]:
     """``run_budget.evaluation`` / ``.checkpoint`` when that work holds ``named_work_min_share`` of the run."""
     findings = []
@@ -160,31 +174,25 @@ def named_work_findings(b: RankRunBudget, th: Thresholds, multi: bool = False) -
         level = severity(ms / b.wall_ms, th.run_budget.named_work_min_share, th)
         if level is None:
             continue
-        work = b.work[(b.work["part"] == part) & (b.work["counted_ms"] > 0)]
+        work = counted_work(b, part)
         by_line = work.groupby([work["location"].fillna(""), work["library_location"].fillna("")], sort=False)
         lines = by_line["counted_ms"].agg(["sum", "size"]).sort_values("sum", ascending=False)
         (top_loc, top_lib), _ = next(lines.iterrows())
         every, period = period_words([int(s) for s in work.loc[work["phase"] != BEFORE_FIRST_STEP, "step"]])
-        noun, call = WORK_WORDS[part]
-        if part == "checkpoint":
-            names = work["name"].dropna()
-            call = str(names.mode().iloc[0]) if len(names) else "torch.save"
-        at = where_words(top_loc or None, top_lib or None, call)
+        noun = WORK_WORDS[part][0]
+        at = where_words(top_loc or None, top_lib or None, work_call(part, work))
         times = n_things(len(work), "time")
         title = f"{noun} ({at}) takes {of_run(b, ms)}: {times}{every}"
         other = "checkpoint" if part == "evaluation" else "evaluation"
-        other_work = b.work[(b.work["part"] == other) & (b.work["counted_ms"] > 0)]
+        other_work = counted_work(b, other)
         other_ms = b.part_ms(other)
         if len(other_work) and severity(other_ms / b.wall_ms, th.run_budget.named_work_min_share, th) is None:
             # the other named work is below its own finding's share: say it here, so the page names both
-            other_noun, other_call = WORK_WORDS[other]
-            if other == "checkpoint":
-                names = other_work["name"].dropna()
-                other_call = str(names.mode().iloc[0]) if len(names) else "torch.save"
             top = other_work.groupby(other_work["location"].fillna(""))["counted_ms"].sum().sort_values().index[-1]
-            other_at = where_words(top or None, None, other_call)
+            other_at = where_words(top or None, None, work_call(other, other_work))
             title += (
-                f"; {other_noun.lower()} ({other_at}) adds {ms_human(other_ms)}, {n_things(len(other_work), 'time')}"
+                f"; {WORK_WORDS[other][0].lower()} ({other_at}) adds {ms_human(other_ms)}, "
+                f"{n_things(len(other_work), 'time')}"
             )
             companion = [
                 Evidence(f"run_{other}_ms", other_ms, "ms"),
@@ -247,7 +255,7 @@ def host_code_findings(b: RankRunBudget, th: Thresholds, multi: bool = False) ->
     level = severity(ms / b.wall_ms, th.run_budget.named_work_min_share, th)
     if level is None:
         return []
-    work = b.work[(b.work["part"] == "host_code") & (b.work["counted_ms"] > 0)]
+    work = counted_work(b, "host_code")
     keys = [work[c].fillna("") for c in ("name", "location", "library_location", "caller")]
     by_code = work.groupby(keys, sort=False)["counted_ms"].agg(["sum", "size"]).sort_values("sum", ascending=False)
     (name, location, library, caller), top = next(by_code.iterrows())
@@ -305,7 +313,7 @@ def compile_findings(b: RankRunBudget, th: Thresholds) -> list[Finding]:
     level = severity(ms / b.wall_ms, th.run_budget.compile_min_share, th)
     if level is None:
         return []
-    work = b.work[(b.work["part"] == "compilation") & (b.work["counted_ms"] > 0)]
+    work = counted_work(b, "compilation")
     phases = work.groupby("phase", sort=False)["counted_ms"].agg(["sum", "size"]).sort_values("sum", ascending=False)
     phase_words = "; ".join(
         f"{ms_human(r['sum'])} {phase} ({n_things(int(r['size']), 'compile')})" for phase, r in phases.iterrows()

@@ -434,18 +434,10 @@ class Steps:
                 self.nvtx.end(self._nvtx_handle)
                 self._nvtx_handle = None
         step = 0 if finished is None else finished + 1
-        # the finished step's input wait (see _input_of_step): its DataLoader part here, the loop's when watched
-        input_ns = input_from = None
         wait = self.input_wait
-        if wait is not None:
-            if wait.paused:  # an evaluation whose module went back to training without train()
-                wait.resume_check()
-            if wait.calls != self._input_mark_calls:  # no new fetch: its total has not moved either
-                total_ns = wait.total_ns
-                input_ns = total_ns - self._input_mark_ns
-                self._input_mark_ns, self._input_mark_calls = total_ns, wait.calls
-        if self.loop_input is not None or (input_ns is None and not self._loop_tried and finished is not None):
-            input_ns, input_from = self._loop_input_of_step(input_ns)
+        if wait is not None and wait.paused:  # an evaluation whose module went back to training without train()
+            wait.resume_check()
+        input_ns, input_from = self._input_of_step(finished)
         gpu = self.gpu
         event = None
         if gpu is not None and (self._event is not None or step % gpu.every == 0):
@@ -570,8 +562,7 @@ class Steps:
     def _input_of_step(self, finished: int | None) -> tuple[int | None, str | None]:
         """The finished step's input wait (ns) and where from: the DataLoader wait since the last boundary if it
         fetched any batch (input_wait), else the loop's own wait for its iterator ("loop", loop_input); the loop is
-        looked for once, at the first step that fetched nothing from a DataLoader. (_boundary has the DataLoader part
-        written out.)"""
+        looked for once, at the first step that fetched nothing from a DataLoader."""
         input_ns = None
         wait = self.input_wait
         if wait is not None and wait.calls != self._input_mark_calls:  # no new fetch: its total has not moved either
