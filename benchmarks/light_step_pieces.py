@@ -30,7 +30,10 @@ and after that day's cuts (two runs each): light mode in all +23.5 / +22.7 → +
 the boundary +8.8 / +8.4 → +4.6 / +4.5, of which the boundary +7.1 / +7.0 → +3.3 / +3.2; the forward hooks +9.8
 / +10.0 → +9.4 / +9.0 (torch's module-call path with hooks, about 1.2 µs a hooked call alone, is most of it);
 backward +1.9 / +1.8 → +1.6 / +1.5; pre hook +0.9 / +0.7 → +0.9 / +1.2; the boundary's forward read +1.0 → +0.1.
-With a DataLoader (90 s): all +31.5 → +23.3, its ``__next__`` wrapper +6.8 → +4.6.
+With a DataLoader (90 s): all +31.5 → +23.3, its ``__next__`` wrapper +6.8 → +4.6. Then the forward timer's hooks
+went on in one step of eight only (forward_time.TIMED_EVERY), put back as dict entries: all +17.6 → +12.2 (mean
++21.6 → +15.3), the forward piece +9.2 → +2.8 (100 s). Here each arm's first step after a switch is not counted, so
+the timed step and the one whose boundary takes the hooks off weigh a little more than one in eight.
 
     PYTHONPATH=$PWD python3 benchmarks/light_step_pieces.py --seconds 60 [--loader] [--mlp --width 64 --depth 2]
 """

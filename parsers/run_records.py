@@ -155,7 +155,7 @@ _STEP_WRITTEN_AS = {
 # a step: the work between two step boundaries. input_ms (and input_from "loop") where the input wait was measured;
 # name only from other writers (a region a user timed: docs/step-timings.md); backward_ms / optimizer_ms: the host
 # time inside the step's outermost torch.autograd.backward calls / optimizer step() calls, where torch was hooked;
-# forward_ms: the host time in its outermost nn.Module calls (forward_time), with them where it was timed
+# forward_ms: the host time in its outermost nn.Module calls (forward_time), with them in the steps it timed (1 in 8)
 STEP = RecordKind(
     "step",
     tuple(_STEP_WRITTEN_AS),

@@ -4,8 +4,10 @@ Light mode's step records carry, per step, the host time the loop waited for its
 inside the step's outermost ``nn.Module`` calls (``forward_ms``: the forward pass), inside its outermost
 ``torch.autograd.backward`` calls (``backward_ms``: issuing the backward pass) and inside its optimizers' ``step()``
 (``optimizer_ms``); what is left of the step's host time is the rest (the loss, batch preparation, gradient
-clipping, the grad scaler, logging). Records without ``forward_ms`` (older runs) give "forward, loss and the rest"
-as one phase. These are untraced steps: the
+clipping, the grad scaler, logging). Light mode times the forward in one step of eight (forward_time's
+``TIMED_EVERY``: hooks on a module slow its every call), so the forward's share is read from the timed steps
+nearest the median, and the rest is what the other phases leave. Records without any ``forward_ms`` (older runs, or
+a model inside a compiled function) give "forward, loss and the rest" as one phase. These are untraced steps: the
 profiler's window slows the host several-fold (a char-level GPT's traced steps took 49 ms against a 19.85 ms
 median step, issue 31), so no share of a step is read from traced durations here.
 
@@ -53,12 +55,11 @@ def host_phases(steady: pd.DataFrame) -> dict | None:
         "backward": float(middle["backward_ms"].astype(float).sum()),
         "optimizer": float(middle["optimizer_ms"].astype(float).sum()),
     }
-    forward = pd.to_numeric(middle["forward_ms"], errors="coerce") if "forward_ms" in middle else None
-    # a forward of 0 ms throughout: the model ran inside a compiled function (no module call outside it): not timed
-    with_forward = forward is not None and bool(forward.notna().all()) and float(forward.sum()) > 0
-    if with_forward:
-        sums["forward"] = float(forward.sum())
     total = float(middle["host_ms"].astype(float).sum())
+    forward_share = _forward_share(rows, median_ms, nearest)
+    with_forward = forward_share is not None
+    if with_forward:
+        sums["forward"] = min(forward_share * total, max(0.0, total - sum(sums.values())))
     sums["rest" if with_forward else "forward_and_rest"] = max(0.0, total - sum(sums.values()))
     phases = PHASES_WITH_FORWARD if with_forward else PHASES
     out = {"steps": int(len(middle)), "host_ms": median_ms, "input_measured": input_measured, "phases": list(phases)}
@@ -67,6 +68,26 @@ def host_phases(steady: pd.DataFrame) -> dict | None:
         out[f"{p}_share"] = share
         out[f"{p}_ms"] = share * median_ms
     return out
+
+
+def _forward_share(rows: pd.DataFrame, median_ms: float, nearest: int) -> float | None:
+    """The forward's share of the host time in the timed steps (``forward_ms`` set) nearest the median: as many as
+    the phases' own ``nearest``, at least 3 (a fifth of the timed ones where fewer were timed), or None where fewer
+    than 3 were timed or their forward is 0 ms throughout (the model ran inside a compiled function: no module call
+    outside it)."""
+    if "forward_ms" not in rows:
+        return None
+    forward = pd.to_numeric(rows["forward_ms"], errors="coerce")
+    timed = rows[forward.notna()]
+    if len(timed) < 3:
+        return None
+    host = timed["host_ms"].astype(float)
+    take = min(nearest, max(3, len(timed) // 5))
+    near = (host - median_ms).abs().sort_values(kind="stable").index[:take]
+    forward_ms, host_ms = float(forward.loc[near].sum()), float(host.loc[near].sum())
+    if not forward_ms > 0 or not host_ms > 0:
+        return None
+    return forward_ms / host_ms
 
 
 def phases_text(phases: dict) -> str:

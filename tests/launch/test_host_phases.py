@@ -1,4 +1,5 @@
-"""Light mode's host phases per step (issue 31): forward, backward and optimizer host time in every step record, and the
+"""Light mode's host phases per step (issue 31): backward and optimizer host time in every step record, the forward's in
+the steps it times (the first, then one in TIMED_EVERY), and the
 step budget's split of the median step by phase, on a CPU loop whose phases take known times
 (tests/launch/scripts/timed_phases.py: forward 5 ms, backward 20 ms, optimizer 30 ms, each a sleep). Only lower
 bounds and sums are asserted: a busy machine makes sleeps longer, never shorter."""
@@ -18,20 +19,30 @@ pytest.importorskip("torch")
 def run(tmp_path_factory):
     run = tmp_path_factory.mktemp("phases") / "r"
     r = gpudiag(
-        "profile", "-q", "--trace-steps", "0", "-o", run, "--", sys.executable, SCRIPTS / "timed_phases.py", "16"
+        "profile", "-q", "--trace-steps", "0", "-o", run, "--", sys.executable, SCRIPTS / "timed_phases.py", "22"
     )
     assert r.returncode == 0, r.stderr[-2000:]
     return run
 
 
-def test_every_step_record_carries_its_forward_backward_and_optimizer_host_time(run):
+def test_every_step_record_carries_its_backward_and_optimizer_time_and_one_in_eight_its_forward(run):
+    from diagnose.launch.runtime.forward_time import LEARN_STEPS, TIMED_EVERY
+
     steps = [r for r in records(run) if r["kind"] == "step"]
-    assert len(steps) >= 14
+    assert len(steps) >= 20
     for s in steps:
         assert s["backward_ms"] >= 20.0 and s["optimizer_ms"] >= 30.0, s
+    timed = [s for s in steps if "forward_ms" in s]
+    for s in timed:
         # the model's call sleeps 5 ms: the forward, apart from the backward's and the optimizer's time
         # disjoint from the backward's and the optimizer's time (a lower bound and a sum: no race with the clock)
         assert s["forward_ms"] >= 5.0 and s["host_ms"] - s["backward_ms"] - s["optimizer_ms"] >= s["forward_ms"], s
+    numbers = [s["step"] for s in timed]
+    # the steps the global hooks learn the roots in, then one step in TIMED_EVERY with the roots' hooks on
+    assert numbers[:LEARN_STEPS] == list(range(LEARN_STEPS))
+    later = numbers[LEARN_STEPS:]
+    assert len(later) >= 2 and all(b - a == TIMED_EVERY for a, b in zip(later, later[1:])), numbers
+    assert later[0] <= LEARN_STEPS + 1
 
 
 def test_the_step_budget_names_the_phases_of_the_median_step(run):
@@ -57,11 +68,12 @@ def test_the_step_budget_names_the_phases_of_the_median_step(run):
 
 def test_the_forward_timer_learns_the_root_modules_then_hooks_them_alone():
     """In-process: the global module hooks go in at the first boundary and stay for LEARN_STEPS boundaries; then the
-    model's own module carries the hooks, its children none, and a forward is still timed; nested calls count once.
+    model's own module carries the hooks in the steps it times (one in TIMED_EVERY), its children none, and a forward
+    is still timed; nested calls count once.
     Inside torch.compile the hooks do nothing (dynamo folds torch.compiler.is_compiling()): no graph break."""
     import torch
 
-    from diagnose.launch.runtime.forward_time import LEARN_STEPS, ForwardTime
+    from diagnose.launch.runtime.forward_time import LEARN_STEPS, TIMED_EVERY, ForwardTime
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
     timer = ForwardTime()
@@ -72,10 +84,18 @@ def test_the_forward_timer_learns_the_root_modules_then_hooks_them_alone():
         model(torch.randn(2, 4))
         assert timer.take_ns() > 0
         timer.on_boundary()
-    assert not timer.learning and timer.timing
+    # learned: no hooks until a timed step starts, then on the model alone, then off again at its end
+    assert timer.settled and not timer.learning and not timer.timing and not model._forward_pre_hooks
+    model(torch.randn(2, 4))
+    assert timer.take_ns() == 0
+    timer.start_timing(step=LEARN_STEPS)
+    assert timer.timing and timer.next_timed == LEARN_STEPS + TIMED_EVERY
     assert len(model._forward_pre_hooks) == 1 and not any(len(m._forward_pre_hooks) for m in model)
     model(torch.randn(2, 4))
     assert timer.take_ns() > 0
+    timer.stop_timing()
+    assert not timer.timing and not model._forward_pre_hooks
+    timer.start_timing(step=LEARN_STEPS + TIMED_EVERY)
     from torch._dynamo.utils import counters
 
     compiled = torch.compile(model, backend="eager")

@@ -7,8 +7,13 @@ by the loop; its host time is the forward's.
 
 Global module hooks (``register_module_forward_pre_hook`` / ``register_module_forward_hook``) run for every module
 call, hundreds a step: they are used from the first step boundary for ``LEARN_STEPS`` boundaries only, to learn
-which modules are called at depth 0 (the roots). Then they are replaced by hooks on those modules alone, a few calls a step. A loop
-whose roots change every step (more than ``MAX_ROOTS`` seen) keeps no hooks at all: its forward is not measured.
+which modules are called at depth 0 (the roots). Then hooks on those modules alone time one step in
+``TIMED_EVERY``: they go on at the boundary that starts a timed step and off at the one that ends it. A module with
+hooks of its own takes torch's slow call path (about 9 µs a step on the 2-core CPU host, half of light mode's cost
+on a 160 µs step, benchmarks/light_step_pieces.py); one step in eight pays it, and the others pay a comparison at
+their boundary. The phases of the median step read the forward's share from the timed steps
+(diagnose/derive/host_phases.py). A loop whose roots change every step (more than ``MAX_ROOTS`` seen) keeps no
+hooks at all: its forward is not measured.
 Post hooks are registered with ``always_call``, so a forward that raises still closes its span. Inside a
 torch.compile region the hooks return at once on ``torch.compiler.is_dynamo_compiling()``, which dynamo folds to a
 constant: otherwise dynamo traced them, broke the graph at their clock reads and compiled the hooks as frames of their
@@ -22,6 +27,7 @@ from threading import get_ident
 from time import perf_counter_ns
 
 LEARN_STEPS = 3  # boundaries with the global hooks on, learning the root modules
+TIMED_EVERY = 8  # once learned, the roots' hooks time one step in this many
 
 
 def _not_compiling() -> bool:
@@ -35,8 +41,9 @@ MAX_ROOTS = 8  # more distinct roots than this: not a model's forward, no timing
 class ForwardTime:
     """Host ns spent in depth-0 module calls on the main thread since the last step boundary (``ns``).
 
-    The step boundary reads three plain attributes (no call) once the roots are learned: ``settled``, ``timing``
-    and ``ns``, and zeroes ``ns``; before that it calls :meth:`on_boundary`."""
+    Once the roots are learned (``settled``) the step boundary reads plain attributes: ``timing`` (the step that
+    ends was timed: it takes ``ns`` and calls :meth:`stop_timing`) and ``next_timed`` (the step that starts is to be
+    timed: :meth:`start_timing`); before that it calls :meth:`on_boundary`."""
 
     def __init__(self, main_thread: int | None = None):
         self._main = main_thread if main_thread is not None else threading.main_thread().ident
@@ -52,6 +59,10 @@ class ForwardTime:
         self._hooked_roots: list = []  # the roots that carry the hooks once learned (for pause/resume)
         self._register = (None, None)
         self._started = False
+        self.next_timed = 0  # the first step (number) the roots' hooks time; a large number while paused
+        self._paused = False
+        self._next_timed_paused = 0
+        self._reused: list | None = None  # the roots' hooks once registered (None: not yet; []: register each time)
 
     def hook(self, torch) -> bool:
         """Ready to learn the roots from the first step boundary on; False where this torch has no global module
@@ -84,6 +95,10 @@ class ForwardTime:
 
     def unhook(self) -> None:
         self._remove_handles()
+        for hook in self._reused or ():
+            hook.off()
+        self._reused = None
+        self.timing = False
         self._hooked_roots = []
         self.learning = False
         self._roots.clear()
@@ -149,8 +164,7 @@ class ForwardTime:
         self._roots.clear()
         if len(roots) > MAX_ROOTS:
             return
-        self._hooked_roots = roots
-        self._hook_roots()
+        self._hooked_roots = roots  # hooked from the boundary that starts the next timed step (start_timing)
 
     def _hook_roots(self) -> None:
         handles = []
@@ -159,15 +173,78 @@ class ForwardTime:
             handles.append(_post_hook(module.register_forward_hook, self._post))
         self._set_handles(handles)
 
-    def pause(self) -> None:
-        """The roots' hooks off (the overhead benchmarks' plain arms); resume() puts them back."""
-        if not self.learning:
+    def start_timing(self, step: int) -> None:
+        """The boundary that starts step ``step`` (a timed one): the roots' hooks on, and the next timed step set.
+        The hooks are registered once; later they go back in as entries of the modules' hook dicts (_ReusedHook)."""
+        self.next_timed = step + TIMED_EVERY
+        if not self._hooked_roots or self.timing:
+            return
+        self.ns = 0
+        if self._reused is None:
+            self._hook_roots()
+            self._reused = [_ReusedHook(handle) for handle in self._handles]
+            if not all(hook.entries for hook in self._reused):
+                self._reused = []  # a torch whose handles do not name their dicts: registered again each time
+        elif self._reused:
+            for hook in self._reused:
+                hook.on()
+            self.timing = True
+        else:
+            self._hook_roots()
+
+    def stop_timing(self) -> None:
+        """The boundary that ends a timed step, its ``ns`` taken: the roots' hooks off. Not inside a module call
+        (a boundary in a forward): the hooks stay on and time the next step too."""
+        if self._depth:
+            return
+        if self._reused:
+            for hook in self._reused:
+                hook.off()
+            self.timing = False
+        else:
             self._remove_handles()
+
+    def pause(self) -> None:
+        """The roots' hooks off and no step timed (the overhead benchmarks' plain arms); resume() times again, on the
+        same schedule (a plain arm makes no steps: light's steps stay timed one in TIMED_EVERY)."""
+        if not self.learning and not self._paused:
             self._depth = 0
+            self.stop_timing()
+            self._paused = True
+            self._next_timed_paused, self.next_timed = self.next_timed, 1 << 62
 
     def resume(self) -> None:
-        if not self.learning and not self._handles:
-            self._hook_roots()
+        if self._paused:
+            self._paused = False
+            self.next_timed = self._next_timed_paused
+
+
+class _ReusedHook:
+    """A registered module hook that goes off and back on without torch's register call (a new RemovableHandle and
+    its weak references, several µs a root on the 2-core CPU host, at every timed step): off is the handle's
+    ``remove()``; on puts its entries back into the dicts the handle names (the hook dict, and for a post hook the
+    ``always_call`` one), as they were registered. ``entries`` is empty where the handle does not name them."""
+
+    __slots__ = ("handle", "entries")
+
+    def __init__(self, handle):
+        self.handle = handle
+        hook_id = getattr(handle, "id", None)
+        refs = (getattr(handle, "hooks_dict_ref", None), *getattr(handle, "extra_dict_ref", ()))
+        self.entries = []
+        if hook_id is None or refs[0] is None:
+            return
+        for ref in refs:
+            hooks = ref() if callable(ref) else None
+            if hooks is not None and hook_id in hooks:
+                self.entries.append((hooks, hook_id, hooks[hook_id]))
+
+    def on(self) -> None:
+        for hooks, hook_id, value in self.entries:
+            hooks[hook_id] = value
+
+    def off(self) -> None:
+        self.handle.remove()
 
 
 def _post_hook(register, hook):

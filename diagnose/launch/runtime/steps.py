@@ -446,10 +446,13 @@ class Steps:
         forward = self.forward
         forward_ns = None
         if forward is not None:
-            if forward.settled:  # the roots carry the hooks: the step's forward ns are all there is to take
+            if forward.settled:  # one step in TIMED_EVERY has the roots' hooks on: its forward ns are all there is
                 if forward.timing:
                     forward_ns = forward.ns
-                forward.ns = 0
+                    forward.ns = 0
+                    forward.stop_timing()
+                elif step >= forward.next_timed:
+                    forward.start_timing(step)
             else:
                 forward_ns = forward.on_boundary()
         heavy = False
