@@ -27,7 +27,9 @@ Light is on a third of the time, so the two intervals light mode keeps by the cl
 written every 100 ms, memory_stats read every 500 ms) are tripled here: each light step then carries the
 share of those writes and reads it has when light is on all the time. Without that, the first H200 run
 (2026-12-03 17:32) put a log write on most first steps after switching on (+100 µs at that position
-against +57 µs at the others). The shift by position in a run is printed to show such effects. One bias
+against +57 µs at the others). The shift by position in a run is printed to show such effects, and the median
+shift past the first position ("past the first step"): a run's first step follows a switch, whose hooks going back
+in and cold code a run that never switches does not pay. One bias
 is left, toward a higher cost: the step that spans a plain run enters the choice of k as one long step.
 The window's after-effects are not in this measure: light_overhead_paired.py's ``after`` and
 ``light-late`` kinds measure those (plain blocks right after light read -0.7 .. -1.2 %, H200).
@@ -117,39 +119,46 @@ class StepHook:
             steps.optimizer_hook_handle = None
 
 
-def run_rounds(step, hook: StepHook, run_steps: int, seconds: float, max_rounds: int, seed: int) -> np.ndarray:
-    """Step times (ms), shaped (rounds, arms in ARMS order, run_steps)."""
+def run_rounds(
+    step, hook, run_steps: int, seconds: float, max_rounds: int, seed: int, arms: tuple[str, ...] = ARMS
+) -> np.ndarray:
+    """Step times (ms), shaped (rounds, arms in ``arms`` order, run_steps). A hook with ``set_arm`` is given each arm's
+    name; else ``set(arm == "light")``."""
     rng = random.Random(seed)
     rounds = []
     t0 = time.monotonic()
+    set_arm = getattr(hook, "set_arm", None) or (lambda arm: hook.set(arm == "light"))
     while len(rounds) < max_rounds and (not rounds or not seconds or time.monotonic() - t0 < seconds):
-        order = list(ARMS)
+        order = list(arms)
         rng.shuffle(order)
         times = {}
         for arm in order:
-            hook.set(arm == "light")
+            set_arm(arm)
             times[arm] = time_steps(step, run_steps)
-        rounds.append([times[arm] for arm in ARMS])
-    hook.set(True)
+        rounds.append([times[arm] for arm in arms])
+    set_arm("light")
     return np.asarray(rounds, dtype=float)
 
 
-def pooled_ratio(times: np.ndarray, arm: int, stat) -> float:
-    return float(stat(times[:, arm, :]) / stat(times[:, ARMS.index("plain"), :]))
+def pooled_ratio(times: np.ndarray, arm: int, stat, plain: int = ARMS.index("plain")) -> float:
+    return float(stat(times[:, arm, :]) / stat(times[:, plain, :]))
 
 
-def round_bootstrap(times: np.ndarray, arm: int, stat, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+def round_bootstrap(
+    times: np.ndarray, arm: int, stat, resamples: int = 2000, seed: int = 0, plain: int = ARMS.index("plain")
+) -> tuple[float, float]:
     """95 % interval of the pooled ratio, resampling whole rounds (seeded: the same rounds give the same interval)."""
     rng = np.random.default_rng(seed)
     n = len(times)
-    ratios = np.sort([pooled_ratio(times[rng.integers(0, n, n)], arm, stat) for _ in range(resamples)])
+    ratios = np.sort([pooled_ratio(times[rng.integers(0, n, n)], arm, stat, plain) for _ in range(resamples)])
     return float(ratios[int(0.025 * resamples)]), float(ratios[int(0.975 * resamples) - 1])
 
 
-def summarize(times: np.ndarray, resamples: int = 2000) -> dict[str, dict]:
+def summarize(times: np.ndarray, resamples: int = 2000, arms: tuple[str, ...] = ARMS) -> dict[str, dict]:
     """Per arm: steps, median and mean step (ms); against plain, the median and mean ratios in % with intervals."""
     rows = {}
-    for i, arm in enumerate(ARMS):
+    plain = arms.index("plain")
+    for i, arm in enumerate(arms):
         row = {
             "steps": int(times[:, i, :].size),
             "median_ms": float(np.median(times[:, i, :])),
@@ -157,16 +166,31 @@ def summarize(times: np.ndarray, resamples: int = 2000) -> dict[str, dict]:
         }
         if arm != "plain":
             for name, stat in (("median", np.median), ("mean", np.mean)):
-                low, high = round_bootstrap(times, i, stat, resamples)
-                row[f"{name}_pct"] = 100 * (pooled_ratio(times, i, stat) - 1)
+                low, high = round_bootstrap(times, i, stat, resamples, plain=plain)
+                row[f"{name}_pct"] = 100 * (pooled_ratio(times, i, stat, plain) - 1)
                 row[f"{name}_ci_low_pct"], row[f"{name}_ci_high_pct"] = 100 * (low - 1), 100 * (high - 1)
         if arm != "plain":
             row["shift_by_position_us"] = [
-                1000 * float(np.median(times[:, i, p]) - np.median(times[:, ARMS.index("plain"), p]))
-                for p in range(times.shape[2])
+                1000 * float(np.median(times[:, i, p]) - np.median(times[:, plain, p])) for p in range(times.shape[2])
             ]
+            if times.shape[2] > 1:  # past the first step of a run: what light costs where no switch came just before
+                shifts = row["shift_by_position_us"][1:]
+                row["after_first_pct"] = 100 * statistics.median(shifts) / 1000 / float(np.median(times[:, plain, :]))
         rows[arm] = row
     return rows
+
+
+def position_shifts(rows: dict[str, dict], arms: tuple[str, ...]) -> str:
+    """The median shift of each arm by position in a run, and each arm's median shift past the first step (% of the
+    plain median), as printed lines."""
+    shifts = "; ".join(
+        f"{arm} " + " ".join(f"{v:+.0f}" for v in rows[arm]["shift_by_position_us"]) for arm in arms if arm != "plain"
+    )
+    past = ", ".join(f"{arm} {rows[arm]['after_first_pct']:+.2f}%" for arm in arms if "after_first_pct" in rows[arm])
+    return (
+        f"median shift by position in a run (µs, against plain at the same position): {shifts}\n"
+        f"past the first step of its runs: {past}"
+    )
 
 
 def verdict(rows: dict[str, dict], own: dict | None = None) -> tuple[str, str]:
@@ -206,16 +230,16 @@ def own_time(run_path: Path, first_step: int) -> dict:
 
 
 @contextlib.contextmanager
-def light_share_intervals():
-    """While light is on LIGHT_SHARE of the time, its clock-kept intervals divided by that share: the step
+def light_share_intervals(share: float = LIGHT_SHARE):
+    """While light is on ``share`` of the time, its clock-kept intervals divided by that share: the step
     log's here (a module constant the boundary reads), memory_stats' as the profile options yielded."""
     from diagnose.launch.capture_mode import ProfileOptions
     from diagnose.launch.runtime import steps
 
     record_interval_ns = steps.STEP_RECORD_INTERVAL_NS
-    steps.STEP_RECORD_INTERVAL_NS = round(record_interval_ns / LIGHT_SHARE)
+    steps.STEP_RECORD_INTERVAL_NS = round(record_interval_ns / share)
     try:
-        yield {"memory_stats_interval_ms": ProfileOptions.memory_stats_interval_ms / LIGHT_SHARE}
+        yield {"memory_stats_interval_ms": ProfileOptions.memory_stats_interval_ms / share}
     finally:
         steps.STEP_RECORD_INTERVAL_NS = record_interval_ns
 
@@ -293,14 +317,7 @@ def main(argv=None) -> int:
                 f"{row['mean_ci_low_pct']:>+8.2f}% .. {row['mean_ci_high_pct']:+.2f}%"
             )
         print(line)
-    print(
-        "median shift by position in a run (µs, against plain at the same position): "
-        + "; ".join(
-            f"{arm} " + " ".join(f"{v:+.0f}" for v in rows[arm]["shift_by_position_us"])
-            for arm in ARMS
-            if arm != "plain"
-        )
-    )
+    print(position_shifts(rows, ARMS))
     own_line = (
         f"light steps: {own['records']} step records for {light_steps} light steps timed; own "
         f"{own['own_us']:.1f} µs/step mean, {own['own_median_us']:.1f} median; "

@@ -97,3 +97,42 @@ def test_a_short_cpu_run_switches_light_mode_on_and_off(tmp_path):
     assert data["verdict"] in ("PASS", "FAIL", "NO VERDICT")
     assert steps.STEP_RECORD_INTERVAL_NS == interval  # the tripled interval was put back
     assert lifecycle.active() is None
+
+
+def test_past_the_first_step_leaves_out_the_cost_of_the_switch():
+    """A light arm whose first step of each run costs +20 % (the switch: hooks back in, cold code) and the others +1 %:
+    the pooled median reads more than 1 %, the median shift past the first step reads 1 %."""
+    times = _times(1.0, run_steps=8, noise=0.0)
+    light = interleaved.ARMS.index("light")
+    times[:, light, 0] *= 1.20
+    times[:, light, 1:] *= 1.01
+    rows = interleaved.summarize(times, resamples=100)
+    assert rows["light"]["after_first_pct"] == pytest.approx(1.0, abs=0.01)
+    assert rows["light"]["shift_by_position_us"][0] == pytest.approx(400.0, rel=0.01)  # 20 % of 2 ms
+    assert rows["plain-b"]["after_first_pct"] == pytest.approx(0.0, abs=0.01)
+    assert "past the first step of its runs: light +1.00%, plain-b +0.00%" in interleaved.position_shifts(
+        rows, interleaved.ARMS
+    )
+
+
+def test_the_jax_benchmark_runs_its_four_arms_in_one_process_and_only_two_make_boundaries(capsys):
+    """benchmarks/jax_light_overhead_interleaved.py on JAX's CPU backend, briefly: light and no-sampler call light
+    mode's proxy (a step record each), plain and plain-b jax's own function (none)."""
+    pytest.importorskip("jax")
+    spec = importlib.util.spec_from_file_location(
+        "jax_light_overhead_interleaved", REPO / "benchmarks" / "jax_light_overhead_interleaved.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = ["--seconds", "0", "--max-rounds", "12", "--run-steps", "5", "--first-steps", "30", "--dispatch-calls", "20"]
+    assert bench.main(args + ["--width", "16", "--batch", "8"]) == 0
+    out = capsys.readouterr().out
+    for arm in bench.JAX_ARMS:
+        assert f"\n{arm} " in out, arm
+    assert "12 rounds of 5 steps" in out
+    # own_time counts the records from step --first-steps on: the measured steps less the jit finder's 8 choosing
+    # calls (they made no steps) and the step in progress at the end. With the plain arms' 120 steps as boundaries
+    # too it would read about 230.
+    line = next(line for line in out.splitlines() if "step records" in line)
+    records = int(line.split("overhead_us of ")[1].split()[0])
+    assert 2 * 12 * 5 - 8 - 2 <= records <= 2 * 12 * 5, line
