@@ -56,13 +56,15 @@ def host_phases(steady: pd.DataFrame) -> dict | None:
         "optimizer": float(middle["optimizer_ms"].astype(float).sum()),
     }
     total = float(middle["host_ms"].astype(float).sum())
-    forward_share = _forward_share(rows, median_ms, nearest)
+    forward_share, forward_steps = _forward_share(rows, median_ms, nearest)
     with_forward = forward_share is not None
     if with_forward:
         sums["forward"] = min(forward_share * total, max(0.0, total - sum(sums.values())))
     sums["rest" if with_forward else "forward_and_rest"] = max(0.0, total - sum(sums.values()))
     phases = PHASES_WITH_FORWARD if with_forward else PHASES
     out = {"steps": int(len(middle)), "host_ms": median_ms, "input_measured": input_measured, "phases": list(phases)}
+    if with_forward:
+        out["forward_steps"] = forward_steps  # the timed steps the forward's share is read from
     for p in phases:
         share = sums[p] / total if total > 0 else np.nan
         out[f"{p}_share"] = share
@@ -70,24 +72,27 @@ def host_phases(steady: pd.DataFrame) -> dict | None:
     return out
 
 
-def _forward_share(rows: pd.DataFrame, median_ms: float, nearest: int) -> float | None:
-    """The forward's share of the host time in the timed steps (``forward_ms`` set) nearest the median: as many as
-    the phases' own ``nearest``, at least 3 (a fifth of the timed ones where fewer were timed), or None where fewer
-    than 3 were timed or their forward is 0 ms throughout (the model ran inside a compiled function: no module call
-    outside it)."""
+FORWARD_MIN_STEPS = 5  # timed steps the forward's share is read from, where that many were timed
+
+
+def _forward_share(rows: pd.DataFrame, median_ms: float, nearest: int) -> tuple[float | None, int]:
+    """The forward's share of the host time in the timed steps (``forward_ms`` set) nearest the median, and how many:
+    a fifth of them, at least ``FORWARD_MIN_STEPS`` (all where fewer were timed), at most the phases' own
+    ``nearest``; (None, 0) where fewer than 3 were timed or their forward is 0 ms throughout (the model ran inside a
+    compiled function: no module call outside it)."""
     if "forward_ms" not in rows:
-        return None
+        return None, 0
     forward = pd.to_numeric(rows["forward_ms"], errors="coerce")
     timed = rows[forward.notna()]
     if len(timed) < 3:
-        return None
+        return None, 0
     host = timed["host_ms"].astype(float)
-    take = min(nearest, max(3, len(timed) // 5))
+    take = min(nearest, len(timed), max(FORWARD_MIN_STEPS, len(timed) // 5))
     near = (host - median_ms).abs().sort_values(kind="stable").index[:take]
     forward_ms, host_ms = float(forward.loc[near].sum()), float(host.loc[near].sum())
     if not forward_ms > 0 or not host_ms > 0:
-        return None
-    return forward_ms / host_ms
+        return None, 0
+    return forward_ms / host_ms, len(near)
 
 
 def phases_text(phases: dict) -> str:
@@ -100,6 +105,12 @@ def phases_text(phases: dict) -> str:
         if p != "input" or phases["input_measured"]
     ]
     note = "" if phases["input_measured"] else "; input wait not measured (in the rest)"
+    forward_steps = phases.get("forward_steps")
+    if forward_steps is not None and forward_steps < phases["steps"]:
+        note += (
+            f"; the forward's share from the {n_things(forward_steps, 'step')} nearest it that light mode timed "
+            "(one in eight)"
+        )
     return (
         f"of the median step's {ms_human(phases['host_ms'])} on the host (phases of the "
         f"{n_things(phases['steps'], 'untraced step')} nearest it): {', '.join(parts)}{note}"
