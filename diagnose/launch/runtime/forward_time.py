@@ -62,7 +62,7 @@ class ForwardTime:
         self.next_timed = 0  # the first step (number) the roots' hooks time; a large number while paused
         self._paused = False
         self._next_timed_paused = 0
-        self._reused: list | None = None  # the roots' hooks once registered (None: not yet; []: register each time)
+        self._reused: list | None = None  # the roots' hooks once registered (None: not yet)
 
     def hook(self, torch) -> bool:
         """Ready to learn the roots from the first step boundary on; False where this torch has no global module
@@ -175,7 +175,7 @@ class ForwardTime:
 
     def start_timing(self, step: int) -> None:
         """The boundary that starts step ``step`` (a timed one): the roots' hooks on, and the next timed step set.
-        The hooks are registered once; later they go back in as entries of the modules' hook dicts (_ReusedHook)."""
+        The first timed step registers them; later ones put the same entries back (_ReusedHook)."""
         self.next_timed = step + TIMED_EVERY
         if not self._hooked_roots or self.timing:
             return
@@ -183,26 +183,19 @@ class ForwardTime:
         if self._reused is None:
             self._hook_roots()
             self._reused = [_ReusedHook(handle) for handle in self._handles]
-            if not all(hook.entries for hook in self._reused):
-                self._reused = []  # a torch whose handles do not name their dicts: registered again each time
-        elif self._reused:
-            for hook in self._reused:
-                hook.on()
-            self.timing = True
-        else:
-            self._hook_roots()
+            return
+        for hook in self._reused:
+            hook.on()
+        self.timing = True
 
     def stop_timing(self) -> None:
         """The boundary that ends a timed step, its ``ns`` taken: the roots' hooks off. Not inside a module call
         (a boundary in a forward): the hooks stay on and time the next step too."""
-        if self._depth:
+        if self._depth or not self._reused:
             return
-        if self._reused:
-            for hook in self._reused:
-                hook.off()
-            self.timing = False
-        else:
-            self._remove_handles()
+        for hook in self._reused:
+            hook.off()
+        self.timing = False
 
     def pause(self) -> None:
         """The roots' hooks off and no step timed (the overhead benchmarks' plain arms); resume() times again, on the
@@ -222,20 +215,17 @@ class ForwardTime:
 class _ReusedHook:
     """A registered module hook that goes off and back on without torch's register call (a new RemovableHandle and
     its weak references, several µs a root on the 2-core CPU host, at every timed step): off is the handle's
-    ``remove()``; on puts its entries back into the dicts the handle names (the hook dict, and for a post hook the
-    ``always_call`` one), as they were registered. ``entries`` is empty where the handle does not name them."""
+    ``remove()``; on puts its entries back into the dicts the handle names (torch ≥ 2.1: the hook dict, and for a
+    post hook the ``always_call`` one), as they were registered."""
 
     __slots__ = ("handle", "entries")
 
     def __init__(self, handle):
         self.handle = handle
-        hook_id = getattr(handle, "id", None)
-        refs = (getattr(handle, "hooks_dict_ref", None), *getattr(handle, "extra_dict_ref", ()))
+        hook_id = handle.id
         self.entries = []
-        if hook_id is None or refs[0] is None:
-            return
-        for ref in refs:
-            hooks = ref() if callable(ref) else None
+        for ref in (handle.hooks_dict_ref, *handle.extra_dict_ref):
+            hooks = ref()
             if hooks is not None and hook_id in hooks:
                 self.entries.append((hooks, hook_id, hooks[hook_id]))
 

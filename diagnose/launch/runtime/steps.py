@@ -248,7 +248,7 @@ class Steps:
                 self._perf_ns = perf_ns
                 self._wall_ns = perf_ns + self._wall_offset_ns
                 if perf_ns >= self._next_due_perf_ns:
-                    self._jit_due(finished + 1, perf_ns)
+                    self._due(finished + 1, perf_ns, False, None)
             else:
                 self._boundary("jit", perf_ns)
         except Exception as e:
@@ -517,7 +517,9 @@ class Steps:
     def _due(self, step: int, perf_ns: int, heavy: bool, gpu) -> None:
         """What a boundary does now and then: write the held step records (every STEP_RECORD_INTERVAL_NS, and
         after anything heavy), a memory_stats record (when maybe_stats says), a choice of k (gpu_time). They write
-        files, so they hold the runtime's lock (reentrant: a boundary that is not usual holds it already)."""
+        files, so they hold the runtime's lock (reentrant: a boundary that is not usual, and on_jit_step, hold it
+        already). In the jit steady state each drain also reads the wall clock's offset again: its records' wall
+        clock is derived from perf_counter."""
         lock = self._lock
         if not lock.acquire(True, LOCK_WAIT_S):
             return  # due again at the next boundary
@@ -525,6 +527,8 @@ class Steps:
             if heavy or perf_ns >= self._next_drain_perf_ns:
                 self._next_drain_perf_ns = perf_ns + STEP_RECORD_INTERVAL_NS
                 self.drain(block_s=0.0)
+                if self._steady:
+                    self._wall_offset_ns = wall_clock_offset_ns()  # a step of the wall clock shows from here on
             if perf_ns >= self._next_stats_perf_ns:  # a memory_stats record may be due: maybe_stats says until when
                 next_stats_ns = self.memory.maybe_stats(step, perf_ns)
                 self._next_stats_perf_ns = perf_ns if next_stats_ns is None else next_stats_ns
@@ -550,17 +554,6 @@ class Steps:
             and not self._instrumented
             and not self.memory.history_on
         )
-
-    def _jit_due(self, step: int, perf_ns: int) -> None:
-        """The drain and the memory_stats record of on_jit_step's steady state, at the times _boundary has them."""
-        if perf_ns >= self._next_drain_perf_ns:
-            self._next_drain_perf_ns = perf_ns + STEP_RECORD_INTERVAL_NS
-            self.drain(block_s=0.0)
-            self._wall_offset_ns = wall_clock_offset_ns()  # a step of the wall clock shows from here on
-        if perf_ns >= self._next_stats_perf_ns:
-            next_stats_ns = self.memory.maybe_stats(step, perf_ns)
-            self._next_stats_perf_ns = perf_ns if next_stats_ns is None else next_stats_ns
-        self._next_due_perf_ns = min(self._next_drain_perf_ns, self._next_stats_perf_ns)
 
     def _input_of_step(self, finished: int | None) -> tuple[int | None, str | None]:
         """The finished step's input wait (ns) and where from: the DataLoader wait since the last boundary if it
