@@ -95,8 +95,8 @@ STEPS_SCHEMA = Schema(
         "slices, not iterations); empty for step timings from elsewhere",
         "backward_ms": "host time inside the step's outermost torch.autograd.backward calls (issuing the backward "
         "pass; part of host_ms; NaN when not measured: not a torch training loop, or records before they had it)",
-        "optimizer_ms": "host time inside the step's optimizer step() calls, every optimizer (part of host_ms; NaN "
-        "when not measured)",
+        "optimizer_ms": "host time inside the step's optimizer step() calls, every optimizer, less the closure a "
+        "step() runs (part of host_ms; NaN when not measured)",
         "forward_ms": "host time inside the step's outermost nn.Module calls on the main thread: the forward pass "
         "(part of host_ms; NaN when not measured: light mode times it in one step of eight)",
     },
