@@ -1,8 +1,10 @@
-"""Hand-made test script: a CPU training loop whose phases take known host time (argv: steps).
+"""Hand-made test script: a CPU training loop whose phases take known host time (argv: steps [closure]).
 
 Each iteration's forward sleeps 5 ms inside the model, the loss's backward sleeps 20 ms inside a custom autograd
 function's backward, and the optimizer (SGD with a sleeping step) sleeps 30 ms; nothing else sleeps. Light mode's
-step records must put at least those times in backward_ms and optimizer_ms, and the rest in the step's host time."""
+step records must put at least those times in backward_ms and optimizer_ms, and the rest in the step's host time.
+With ``closure``, the forward, the loss and the backward run in a closure given to ``optimizer.step``, as in
+Lightning's loop and LBFGS: the optimizer phase must still hold the update alone."""
 
 import sys
 import time
@@ -40,7 +42,19 @@ class SlowSGD(torch.optim.SGD):
 model = Model()
 optimizer = SlowSGD(model.parameters(), lr=0.01)
 x, y = torch.randn(32, 16), torch.randn(32, 1)
+
+
+def closure():
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    return loss
+
+
 for _ in range(int(sys.argv[1])):
+    if sys.argv[2:] == ["closure"]:
+        optimizer.step(closure=closure)
+        continue
     loss = torch.nn.functional.mse_loss(model(x), y)
     optimizer.zero_grad()
     loss.backward()
