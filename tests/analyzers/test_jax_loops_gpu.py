@@ -43,26 +43,30 @@ def test_jax_python_frames_are_read_from_the_trace_with_base_names():
 
 
 @pytest.mark.parametrize(
-    ("gpu", "figures"),
-    [("h100", "26.6 ms of the 26.8 ms median step (99.3 %)"), ("h200", "18.8 ms of the 19 ms median step (99.0 %)")],
+    ("gpu", "figures", "batch_share"),
+    [
+        ("h100", "26.6 ms of the 26.8 ms median step (99.3 %)", "94 %"),
+        # the H200's jit proxy frame is read as the jitted function's dispatch (5 %), not as gpudiag's own work
+        ("h200", "18.8 ms of the 19 ms median step (99.0 %)", "95 %"),
+    ],
 )
-def test_numpy_batches_built_in_python_are_named_with_their_function_and_line(gpu, figures):
+def test_numpy_batches_built_in_python_are_named_with_their_function_and_line(gpu, figures, batch_share):
     a = analysis("flax_numpy_input", gpu)
     f = by_id(a)["step_budget.launch_bound"]
     assert f.title.startswith(f"The GPU waits for the host to launch work {figures}")
-    assert f.title.endswith("; the host was in make_batch() in flax_numpy_input.py:53 for 94 % of it")
+    assert f.title.endswith(f"; the host was in make_batch() in flax_numpy_input.py:53 for {batch_share} of it")
     assert a.verdict.top_finding_ids[0] == "step_budget.launch_bound"  # the report's first sentence
     assert explained_share(a) >= 0.8
 
 
 def test_a_host_bound_loop_names_the_host_work_behind_the_idle():
     """A module-level loop: its own frame began before the trace window, so the trace holds no user frame; the host
-    spent 70 % of the GPU's wait in jnp.asarray of the numpy batch and 27 % in the jitted step's dispatch (gpudiag's
+    spent 71 % of the GPU's wait in jnp.asarray of the numpy batch and 27 % in the jitted step's dispatch (gpudiag's
     jit proxy is passed through, not counted as gpudiag's own work)."""
     a = analysis("flax_host_bound")
     f = by_id(a)["step_budget.launch_bound"]
     assert "1.28 ms of the 1.33 ms median step (96.1 %)" in f.title
-    assert "the host was in asarray() in array_constructors.py for 70 % of it" in f.title
+    assert "the host was in asarray() in array_constructors.py for 71 % of it" in f.title
     assert "(no user frame), inside a jitted function's dispatch (27 %)" in f.recommendation
     assert explained_share(a) >= 0.8
     # the script's own stopwatch (device synchronized around each step) against light mode's median step
@@ -108,7 +112,7 @@ def test_the_loop_line_light_mode_records_names_where_a_module_level_loop_calls_
     line = f"/tmp/w/examples/flax_host_bound.py:{next(i for i, t in enumerate((FIXTURES.parent / 'examples' / 'flax_host_bound.py').read_text().splitlines(), 1) if '# STEP-1:' in t)}"
     named = with_host_sites(untitled, Derived(profile).host_sites(0), in_title=True, loop=("train_step", line))
     assert named.title.endswith(
-        "; the host was in asarray() in array_constructors.py for 70 % of it, called from the loop that calls "
+        "; the host was in asarray() in array_constructors.py for 71 % of it, called from the loop that calls "
         "train_step() at flax_host_bound.py:70"
     )
 
@@ -138,3 +142,4 @@ def test_an_evaluation_outside_jit_is_the_top_finding_with_its_function_and_loop
     # one long evaluation step among two short ones is no "every 198 steps" period
     assert "step_budget.periodic" not in by_id(a)
     assert explained_share(a) >= 0.8
+
