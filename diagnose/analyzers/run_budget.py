@@ -66,13 +66,20 @@ CAUSE_FINDING_IDS = (
 )
 
 WORK_WORDS = {"evaluation": ("Evaluation", "model.eval()"), "checkpoint": ("Checkpoint saving", "the save")}
-COMPILE_ADVICE = (
+COMPILE_ADVICE_TORCH = (
     "Compiling is paid again in every run: keep torch.compile's caches between runs (TORCHINDUCTOR_CACHE_DIR on "
     "local disk, torch.compiler.save_cache_artifacts / load_cache_artifacts), compile only the model's hot module, "
     "avoid a second graph for evaluation (compile the training step only, or evaluate with the same shapes), and "
-    "mark dynamic dimensions (torch._dynamo.mark_dynamic) so new shapes do not recompile. In JAX, turn on the "
-    "persistent compilation cache (jax.config.update('jax_compilation_cache_dir', ...))."
+    "mark dynamic dimensions (torch._dynamo.mark_dynamic) so new shapes do not recompile."
 )
+COMPILE_ADVICE_JAX = (
+    "Compiling is paid again in every run: turn on JAX's persistent compilation cache "
+    "(jax.config.update('jax_compilation_cache_dir', ...) on local disk), keep shapes and static arguments fixed so "
+    "the step compiles once (pad the last batch; set JAX_LOG_COMPILES=1 in the environment to list what compiles), "
+    "and put evaluation under jax.jit with the training batch's shapes instead of running jnp operations one by one."
+)
+# the advice by the frameworks the run used (the manifest's); both where it used both or does not say
+COMPILE_ADVICE = {"torch": COMPILE_ADVICE_TORCH, "jax": COMPILE_ADVICE_JAX}
 STARTUP_ADVICE = (
     "This time is paid before any training: for short runs it dominates. Import only what the script uses (a "
     "top-level `import transformers` loads much of the library), build the dataset once and cache it to disk, and "
@@ -111,7 +118,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
     b = budgets[lowest]  # the findings speak of the lowest rank (rank 0): the others ran the same script
     result.findings.extend(named_work_findings(b, th, multi=len(budgets) > 1))
     result.findings.extend(host_code_findings(b, th, multi=len(budgets) > 1))
-    result.findings.extend(compile_findings(b, th))
+    result.findings.extend(compile_findings(b, th, compile_advice(profile)))
     result.findings.extend(startup_findings(b, th))
     return result
 
@@ -306,7 +313,16 @@ def host_code_findings(b: RankRunBudget, th: Thresholds, multi: bool = False) ->
     ]
 
 
-def compile_findings(b: RankRunBudget, th: Thresholds) -> list[Finding]:
+def compile_advice(profile: Profile) -> str:
+    """The compile advice for the frameworks the run used (the manifest's ``frameworks``): one of them, or both."""
+    used = {str(v) for v in ((getattr(profile, "manifest", None) or {}).get("frameworks") or {}).values()}
+    chosen = [COMPILE_ADVICE[f] for f in ("torch", "jax") if f in used] or list(COMPILE_ADVICE.values())
+    return " ".join(chosen)
+
+
+def compile_findings(
+    b: RankRunBudget, th: Thresholds, advice: str = " ".join(COMPILE_ADVICE.values())
+) -> list[Finding]:
     """``run_budget.compilation`` when compiling holds ``compile_min_share`` of the run: where (before the first
     step, in warm-up, in the steps), what compiled and from which line."""
     ms = b.part_ms("compilation")
@@ -362,7 +378,7 @@ def compile_findings(b: RankRunBudget, th: Thresholds) -> list[Finding]:
             subjects=subjects,
             evidence=evidence,
             cost_share=ms / b.wall_ms,
-            recommendation=COMPILE_ADVICE,
+            recommendation=advice,
             section=SECTION,
         )
     ]
