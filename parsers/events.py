@@ -76,6 +76,9 @@ STEPS_SCHEMA = Schema(
         "backward_ms": F64,
         "optimizer_ms": F64,
         "forward_ms": F64,
+        "dispatch_ms": F64,
+        "ready_ms": F64,
+        "queued_ms": F64,
     },
     docs={
         "rank": "process rank (0 for a single process)",
@@ -99,6 +102,12 @@ STEPS_SCHEMA = Schema(
         "step() runs (part of host_ms; NaN when not measured)",
         "forward_ms": "host time inside the step's outermost nn.Module calls on the main thread: the forward pass "
         "(part of host_ms; NaN when not measured: light mode times it in one step of eight)",
+        "dispatch_ms": "JAX: host time inside jax's call of the step function (part of host_ms; NaN except in the "
+        "steps light mode sampled, one in 128)",
+        "ready_ms": "JAX: time from that call's start until its outputs were ready, nothing of earlier steps left on "
+        "the device when it began (the step's device work takes at most this); NaN elsewhere",
+        "queued_ms": "JAX, in a sampled step: how long the previous step's outputs took to be ready from the call's "
+        "start (0: they were; the device's lag behind the host); NaN elsewhere",
     },
 )
 
@@ -448,6 +457,9 @@ def _step_record(r: dict) -> dict:
         "backward_ms": _duration(r, "backward_ms"),
         "optimizer_ms": _duration(r, "optimizer_ms"),
         "forward_ms": _duration(r, "forward_ms"),
+        "dispatch_ms": _duration(r, "dispatch_ms"),
+        "ready_ms": _duration(r, "ready_ms"),
+        "queued_ms": _duration(r, "queued_ms"),
     }
 
 

@@ -155,11 +155,24 @@ _STEP_WRITTEN_AS = {
 # a step: the work between two step boundaries. input_ms (and input_from "loop") where the input wait was measured;
 # name only from other writers (a region a user timed: docs/step-timings.md); backward_ms / optimizer_ms: the host
 # time inside the step's outermost torch.autograd.backward calls / optimizer step() calls, where torch was hooked;
-# forward_ms: the host time in its outermost nn.Module calls (forward_time), with them in the steps it timed (1 in 8)
+# forward_ms: the host time in its outermost nn.Module calls (forward_time), with them in the steps it timed (1 in 8);
+# dispatch_ms, ready_ms, queued_ms: a JAX step's host time inside jax's call of the step function, the time from that
+# call's start until its outputs were ready (the device's earlier work waited for first), and that wait for the
+# previous step's outputs, in the steps jit_dispatch sampled (1 in 128)
 STEP = RecordKind(
     "step",
     tuple(_STEP_WRITTEN_AS),
-    optional=("input_ms", "input_from", "name", "backward_ms", "optimizer_ms", "forward_ms"),
+    optional=(
+        "input_ms",
+        "input_from",
+        "name",
+        "backward_ms",
+        "optimizer_ms",
+        "forward_ms",
+        "dispatch_ms",
+        "ready_ms",
+        "queued_ms",
+    ),
 )
 # a synchronizing call inside the trace window, with the user's line and stack
 # library_location: the innermost frame outside torch/jax and gpudiag when it is a library's (the user's line is file:line)
@@ -310,6 +323,16 @@ _PHASES = ',"backward_ms":%.6f,"optimizer_ms":%.6f'
 _FORWARD = ',"forward_ms":%.6f'
 
 
+def _sampled_fields(dispatch_ms: float, ready_ms: float | None, queued_ms: float | None) -> str:
+    """A sampled JAX step's fields, as format_record writes them (ready_ms and queued_ms where measured)."""
+    text = ',"dispatch_ms":%.6f' % dispatch_ms
+    if ready_ms is not None:
+        text += ',"ready_ms":%.6f' % ready_ms
+    if queued_ms is not None:
+        text += ',"queued_ms":%.6f' % queued_ms
+    return text
+
+
 def step_line(
     rank: int,
     step: int,
@@ -324,6 +347,9 @@ def step_line(
     backward_ms: float | None = None,
     optimizer_ms: float | None = None,
     forward_ms: float | None = None,
+    dispatch_ms: float | None = None,
+    ready_ms: float | None = None,
+    queued_ms: float | None = None,
 ) -> bytes:
     """A step record as one JSON line, the fields of :data:`STEP` in order: ms to 6 decimals (the ns), µs to 3.
 
@@ -332,10 +358,13 @@ def step_line(
     (2026-12-03), about 10 µs a step. ``input_ms`` (the DataLoader wait) is written only where it was measured
     (torch imported, and the step fetched a batch from a DataLoader, or on Python 3.12+ from the training loop's own
     ``for``: ``input_from`` "loop"). ``backward_ms`` and ``optimizer_ms`` are written together, where torch's backward
-    and optimizers were hooked, ``forward_ms`` after them where the forward was timed too. A source this module does not know or a value JSON cannot hold goes through
-    :func:`format_record`, which writes the same record."""
+    and optimizers were hooked, ``forward_ms`` after them where the forward was timed too. ``dispatch_ms``,
+    ``ready_ms`` and ``queued_ms`` are a JAX step's that jit_dispatch sampled (one in 128), last. A source this
+    module does not know or a value JSON cannot hold goes through :func:`format_record`, which writes the same
+    record."""
     phases = backward_ms is not None and optimizer_ms is not None
     forward = phases and forward_ms is not None
+    sampled = dispatch_ms is not None
     if (
         source in STEP_SOURCES
         and math.isfinite(host_ms)
@@ -344,6 +373,7 @@ def step_line(
         and (input_ms is None or math.isfinite(input_ms))
         and (not phases or (math.isfinite(backward_ms) and math.isfinite(optimizer_ms)))
         and (not forward or math.isfinite(forward_ms))
+        and (not sampled or all(v is None or math.isfinite(v) for v in (dispatch_ms, ready_ms, queued_ms)))
     ):
         return (
             _STEP_FORMAT
@@ -362,7 +392,8 @@ def step_line(
                     else _INPUT_MS % input_ms + (_INPUT_FROM_LOOP if input_from == INPUT_FROM_LOOP else "")
                 )
                 + (_PHASES % (backward_ms, optimizer_ms) if phases else "")
-                + (_FORWARD % forward_ms if forward else ""),
+                + (_FORWARD % forward_ms if forward else "")
+                + (_sampled_fields(dispatch_ms, ready_ms, queued_ms) if sampled else ""),
             )
         ).encode()
     optional = {}
@@ -375,6 +406,12 @@ def step_line(
         optional["optimizer_ms"] = _rounded(optimizer_ms, 6)
     if forward:
         optional["forward_ms"] = _rounded(forward_ms, 6)
+    if dispatch_ms is not None:
+        optional["dispatch_ms"] = _rounded(dispatch_ms, 6)
+        if ready_ms is not None:
+            optional["ready_ms"] = _rounded(ready_ms, 6)
+        if queued_ms is not None:
+            optional["queued_ms"] = _rounded(queued_ms, 6)
     return format_record(
         STEP,
         rank=rank,

@@ -11,11 +11,14 @@ launch_bound, allocator, unexplained), recurring slow steps (``periodic``), comp
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
 from diagnose.derive import capture_advice
 from diagnose.derive.derived import Derived
+from diagnose.derive.jit_dispatch_samples import sentence as jit_sentence
 from diagnose.findings import Result, not_measured
 from diagnose.ingest.profile_data import Profile
 from diagnose.judges.host_sites_words import with_host_sites
@@ -136,7 +139,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         result.tables["traced_steps"] = budget.traced_steps
     meta, calls = budget.ranks, budget.sync_calls
     causes = cause_findings(profile, budget.budget, meta, calls, budget.traced_by_rank, th)
-    causes = [with_launch_sites(f, derived) for f in causes]
+    causes = [with_dispatch_samples(with_launch_sites(f, derived), derived) for f in causes]
     result.findings.extend(causes)
     median_input = {int(s.name) for f in causes if f.id == "step_budget.input" for s in f.subjects if s.kind == "rank"}
     result.findings.extend(stall_findings(meta, median_input, th))
@@ -188,3 +191,33 @@ def with_launch_sites(finding, derived: Derived):
     marks = (getattr(derived.profile, "run_marks", None) or {}).get(ranks[0], {})
     loop = (marks.get("jit_step_name"), marks.get("jit_step_location")) if marks.get("jit_step_name") else None
     return with_host_sites(finding, derived.host_sites(ranks[0]), in_title=jax, loop=loop)
+
+
+def with_dispatch_samples(finding, derived: Derived):
+    """A JAX rank's launch-bound share with what light mode sampled in untraced steps (derive.jit_dispatch_samples):
+    the host's dispatch of the step function and the time until its outputs were ready, so the traced steps' share
+    (slowed by the profiler) has the script's own steps beside it."""
+    if finding.id != "step_budget.launch_bound":
+        return finding
+    ranks = [int(s.name) for s in finding.subjects if s.kind == "rank" and str(s.name).isdigit()]
+    if len(ranks) != 1:
+        return finding
+    samples = derived.step_budget().ranks.get(ranks[0], {}).get("jit_dispatch")
+    if not samples:
+        return finding
+    marks = (getattr(derived.profile, "run_marks", None) or {}).get(ranks[0], {})
+    subjects = tuple(
+        replace(s, figures={**s.figures, **sample_figures(samples)}) if i == 0 else s
+        for i, s in enumerate(finding.subjects)
+    )
+    return replace(
+        finding,
+        subjects=subjects,
+        recommendation=f"{jit_sentence(samples, marks.get('jit_step_name'))} {finding.recommendation}",
+    )
+
+
+def sample_figures(samples: dict) -> dict:
+    """The sampled figures a finding's subject carries (plain numbers)."""
+    keys = ("samples", "dispatch_ms", "ready_ms", "device_at_most_share")
+    return {f"sampled_{k}": samples[k] for k in keys if samples.get(k) is not None}

@@ -16,8 +16,9 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from diagnose.derive import capture_advice
+from diagnose.derive import capture_advice, jax_dispatch
 from diagnose.derive.derived import Derived
+from diagnose.derive.jit_dispatch_samples import sentence as jit_sentence
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human, n_things
 from diagnose.ingest.profile_data import Profile
@@ -37,7 +38,9 @@ COST_BASIS_BY_ID = {  # findings whose cost_share is a share of something else
     "steps.host_bound": "the median step's host time",
     "steps.own_overhead": "the median step's host time",
 }
-THRESHOLDS = ("steps",)  # the Thresholds groups it reads (diagnose/thresholds.py)
+# the Thresholds groups it reads (diagnose/thresholds.py); step_budget and sync through the step budget, whose
+# steady steps hold a JAX run's sampled dispatch (_jit_host_bound)
+THRESHOLDS = ("steps", "step_budget", "sync")
 SUMMARY_METRICS = (  # what _summary() writes into Result.summary (diagnose.metrics)
     Metric("step_count", "Measured steps", "count", NEUTRAL, 1),
     Metric("step_warmup_excluded", "Warm-up and profiler trace-window steps left out", "count", NEUTRAL, 1),
@@ -121,11 +124,8 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         result.meta["step_sources"] = {str(k): int(v) for k, v in counts.items()}
         result.meta["step_source_sentence"] = source_sentence(list(dict.fromkeys(sources)))
     if len(measured) >= th.steps.min_steps:
-        found = [
-            f
-            for f in (_host_bound(measured, th), _unstable(steps, measured, th), _own_overhead(result.summary, th))
-            if f
-        ]
+        host_bound = _host_bound(measured, th) or _jit_host_bound(profile, derived, th)
+        found = [f for f in (host_bound, _unstable(steps, measured, th), _own_overhead(result.summary, th)) if f]
         if len(sources) and set(sources) == {"time"}:  # never let a slice read as an iteration
             found = [dataclasses.replace(f, title=f"{f.title} ({TIME_SLICE_WORDS})") for f in found]
         result.findings.extend(found)
@@ -257,20 +257,12 @@ def _host_bound(measured: pd.DataFrame, th: Thresholds) -> Finding | None:
     subjects = []
     for rank, group in both.groupby("rank"):
         rank_ratio = float(group["host_ms"].median() / group["gpu_ms"].median())
-        subjects.append(
-            Subject(
-                "rank",
-                f"rank {int(rank)}",
-                severity=Severity.of(
-                    rank_ratio, warning=th.steps.host_bound_ratio, critical=th.steps.host_bound_critical_ratio
-                ),
-                figures={
-                    "host_median_ms": float(group["host_ms"].median()),
-                    "gpu_median_ms": float(group["gpu_ms"].median()),
-                    "host_over_gpu_ratio": rank_ratio,
-                },
-            )
-        )
+        figures = {
+            "host_median_ms": float(group["host_ms"].median()),
+            "gpu_median_ms": float(group["gpu_ms"].median()),
+            "host_over_gpu_ratio": rank_ratio,
+        }
+        subjects.append(_rank_subject(rank, rank_ratio, figures, th))
     return Finding(
         id="steps.host_bound",
         analyzer=NAME,
@@ -288,6 +280,58 @@ def _host_bound(measured: pd.DataFrame, th: Thresholds) -> Finding | None:
         "pin_memory=True, persistent_workers=True) and prefetch the next batch; remove per-step host "
         "syncs (loss.item(), .cpu(), printing tensors; see the sync section); for many small kernels "
         "use torch.compile or CUDA graphs to cut Python and launch overhead.",
+        section=SECTION,
+    )
+
+
+def _rank_subject(rank, ratio: float, figures: dict, th: Thresholds) -> Subject:
+    """A rank of a host-bound finding, its severity by its own host-over-device ratio."""
+    severity = Severity.of(ratio, warning=th.steps.host_bound_ratio, critical=th.steps.host_bound_critical_ratio)
+    return Subject("rank", f"rank {int(rank)}", severity=severity, figures=figures)
+
+
+def _jit_host_bound(profile: Profile, derived: Derived, th: Thresholds) -> Finding | None:
+    """A JAX run's host-bound steps from light mode's samples alone (derive.jit_dispatch_samples), for the ranks
+    without a trace: with one, the step budget's launch-bound finding says it with the traced sites and the samples
+    beside them. JAX has no CUDA events: the samples' readiness is the device's bound."""
+    subjects, worst = [], None
+    budget_ranks = derived.step_budget().ranks
+    for rank, meta in budget_ranks.items():
+        samples = meta.get("jit_dispatch")
+        if not samples or samples["ready_ms"] is None or rank in profile.traces:
+            continue
+        ratio = samples["median_step_ms"] / samples["ready_ms"] if samples["ready_ms"] > 0 else None
+        if ratio is None or ratio < th.steps.host_bound_ratio:
+            continue
+        marks = (getattr(profile, "run_marks", None) or {}).get(rank, {})
+        figures = {
+            "host_median_ms": samples["median_step_ms"],
+            "sampled_ready_ms": samples["ready_ms"],
+            "sampled_dispatch_ms": samples["dispatch_ms"],
+            "sampled_steps": samples["samples"],
+            "host_over_device_ratio": ratio,
+        }
+        subjects.append(_rank_subject(rank, ratio, figures, th))
+        if worst is None or ratio > worst[0]:
+            worst = (ratio, samples, marks.get("jit_step_name"))
+    if worst is None:
+        return None
+    ratio, samples, name = worst
+    return Finding(
+        id="steps.host_bound",
+        analyzer=NAME,
+        severity=Severity.of(ratio, critical=th.steps.host_bound_critical_ratio, otherwise=Severity.WARNING),
+        title=f"The device waits on the host: a step takes {ms_human(samples['median_step_ms'])}, and its device "
+        f"work at most {ms_human(samples['ready_ms'])} ({ratio:.2f}x), in steps light mode sampled",
+        subjects=tuple(subjects),
+        evidence=(
+            Evidence("step_host_time_median_ms", samples["median_step_ms"], "ms"),
+            Evidence("sampled_ready_median_ms", samples["ready_ms"], "ms"),
+            Evidence("sampled_dispatch_median_ms", samples["dispatch_ms"], "ms"),
+            Evidence("step_host_over_device_ratio", ratio, "x", th.steps.host_bound_ratio),
+        ),
+        cost_share=1.0 - 1.0 / ratio,
+        recommendation=f"{jit_sentence(samples, name)} {jax_dispatch.FIX}",
         section=SECTION,
     )
 

@@ -31,6 +31,7 @@ import pandas as pd
 
 from diagnose.derive.host_phases import host_phases
 from diagnose.derive.input_stalls import input_stalls
+from diagnose.derive.jit_dispatch_samples import jit_dispatch_samples
 from diagnose.derive.kept_apart_steps import COMPILATION, NEW_SHAPE, add_compile_meta, add_new_shape_meta, work_of
 from diagnose.derive.periodic_work import slow_step_period
 from diagnose.derive.trace_step_rows import trace_step_table
@@ -194,6 +195,7 @@ def rank_budget(
     meta["steady_total_ms"] = float(step_ms.sum())
     meta["input_stalls"] = input_stalls(steady, getattr(profile, "loaders", None), rank, median_ms, th)
     meta["host_phases"] = host_phases(steady)  # the host's typical step by phase (issue 31); None: not measured
+    meta["jit_dispatch"] = jit_dispatch_samples(steady)  # JAX: sampled dispatch and readiness (issue 34); None: none
     # "perfetto": XLA's trace (JAX), whose host work is dispatch; read from the header a cluster read keeps light
     meta["trace_format"] = getattr(profile.trace_header(rank), "format", None) if rank in profile.traces else None
     add_new_shape_meta(meta, shapes, rows[new_shaped], median_ms, th)

@@ -143,3 +143,56 @@ def test_an_evaluation_outside_jit_is_the_top_finding_with_its_function_and_loop
     assert "step_budget.periodic" not in by_id(a)
     assert explained_share(a) >= 0.8
 
+
+def test_without_a_trace_the_sampled_steps_name_a_host_bound_jax_step():
+    """examples/flax_host_bound.py under light mode with --trace-steps 0 (lent H100, 2026-12-05): no trace, so no
+    GPU timeline; light mode sampled 24 of the 3,000 steps (one in 128). jax's call of train_step took 440 µs of host
+    dispatch and its outputs were ready 461 µs after it began, so the device's work is at most 38 % of the 1.23 ms
+    median step: the steps analyzer says the step is the host's, with the JAX advice, where before it could say
+    nothing (no CUDA events in JAX)."""
+    a = analysis("flax_host_bound_notrace")
+    samples = a.results["step_budget"].meta["ranks"][0]["jit_dispatch"]
+    assert (samples["samples"], samples["ready_samples"], samples["queued_samples"]) == (24, 24, 0)
+    assert round(samples["dispatch_ms"], 3) == 0.440 and round(samples["ready_ms"], 3) == 0.461
+    f = by_id(a)["steps.host_bound"]
+    assert f.title == (
+        "The device waits on the host: a step takes 1.23 ms, and its device work at most 461 µs (2.66x), in steps "
+        "light mode sampled"
+    )
+    assert f.recommendation.startswith(
+        "In 24 untraced steps light mode sampled (one in 128), jax's call of train_step took 440 µs of host dispatch, "
+        "and its outputs were ready 461 µs after the call began with the device idle (median of 24): the device's "
+        "work is at most that, 37.6 % of the 1.23 ms median step. Put more of the step into one jitted function"
+    )
+    assert f.cost_share == pytest.approx(1 - 0.4611825 / 1.226478)
+    # the JAX run gets JAX's compile advice, not torch.compile's
+    compile_ = by_id(a)["run_budget.compilation"]
+    assert "jax_compilation_cache_dir" in compile_.recommendation and "torch" not in compile_.recommendation
+    steps = diagnose.load(RUNS / "flax_host_bound_notrace_h100", quiet=True)
+    assert not steps.traces  # no trace: the finding stands on the samples alone
+
+
+def test_the_sampled_steps_beside_the_traced_ones_and_a_step_whose_device_work_overlaps_the_next_dispatch():
+    """examples/flax_eval_outside_jit.py (lent H100, 2026-12-05): 5 sampled steps. In 4 of them the step before was
+    still on the device when jax's call began (its outputs 125 µs from ready, median): the host's 553 µs dispatch of
+    each step overlaps the device's work of the one before, so a step waited for alone (783 µs) takes longer than the
+    633 µs median step, and the samples bound nothing: the launch-bound finding says so instead of a share over 100 %.
+    Its traced sites are the jitted function's dispatch (gpudiag's jit proxy is passed through)."""
+    a = analysis("flax_eval_outside_jit_sampled")
+    assert a.verdict.top_finding_ids[0] == "run_budget.host_code"
+    samples = a.results["step_budget"].meta["ranks"][0]["jit_dispatch"]
+    assert (samples["samples"], samples["queued_samples"]) == (5, 4)
+    assert samples["device_at_most_share"] is None and samples["ready_ms"] > samples["median_step_ms"]
+    f = by_id(a)["step_budget.launch_bound"]
+    assert f.title.endswith(
+        "the host was in a jitted function's dispatch for 100 % of it, called from the loop that calls train_step() "
+        "at flax_eval_outside_jit.py:69"
+    )
+    assert f.recommendation.startswith(
+        "In 5 untraced steps light mode sampled (one in 128), jax's call of train_step took 553 µs of host dispatch, "
+        "and its outputs were ready 783 µs after the call began with the device idle (median of 5), no less than the "
+        "633 µs median step: run back to back, the steps overlap the host's dispatch with the device's work; in 4 of "
+        "them the step before was still on the device when the call began. While the GPU waited"
+    )
+    assert f.subjects[0].figures["sampled_samples"] == 5 and "sampled_device_at_most_share" not in f.subjects[0].figures
+    assert explained_share(a) >= 0.8

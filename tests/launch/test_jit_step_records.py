@@ -25,8 +25,9 @@ from tests.launch.launch_helpers import records  # noqa: E402
 
 STEP_LINE = re.compile(
     rb'\{"kind":"step","rank":0,"step":(\d+),"t_start_ns":(\d+),"host_ms":\d+\.\d{6},"gpu_ms":null,'
-    rb'"source":"jit","instrumented":(true|false),"overhead_us":\d+\.\d{3}\}\n'
-)
+    rb'"source":"jit","instrumented":(true|false),"overhead_us":\d+\.\d{3}'
+    rb'(,"dispatch_ms":\d+\.\d+(,"ready_ms":\d+\.\d+)?(,"queued_ms":\d+\.\d+)?)?\}\n'
+)  # a sampled step (jit_dispatch, one in 128) adds its dispatch and readiness
 
 
 def _step_lines(run_dir) -> list[bytes]:

@@ -59,6 +59,9 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
         rr.step_line(2, 0, T_NS + 2, 12.5, 11.25, "optimizer", False, 21.437, None, None, 6.125, 1.5, 3.25),
         rr.step_line(2, 1, T_NS + 3, 50.25, None, "marker", True, 12.5, 41.1234567, rr.INPUT_FROM_LOOP),
         rr.step_line(2, 2, T_NS + 4, 3.0, 2.0, 'odd "source"', False, 5.0, 1.5),  # the general formatter's way
+        # a JAX step jit_dispatch sampled: its dispatch and readiness
+        rr.step_line(2, 4, T_NS + 6, 0.5, None, "jit", False, 3.0, dispatch_ms=0.125, ready_ms=0.25, queued_ms=0.0),
+        rr.step_line(2, 5, T_NS + 7, 0.5, None, "jit", False, 3.0, dispatch_ms=0.0625),  # a jax without is_ready
         rr.format_record(
             rr.STEP,
             rank=2,
@@ -193,9 +196,12 @@ def test_every_record_the_runtime_writes_is_read_back_field_for_field(tmp_path, 
     for kind, keys in seen.items():  # every field each kind declares was written and read here
         assert keys == set(kind.fields) | set(kind.optional), kind
     steps = tables.steps.set_index("step")
-    assert list(steps["name"]) == [rr.STEP_NAME] * 3 + ["forward"]
-    assert list(steps["source"]) == ["optimizer", "marker", "", "marker"]  # an unknown source is read as none
-    assert list(steps["input_from"]) == ["", "loop", "dataloader", "loop"]
+    assert list(steps["name"]) == [rr.STEP_NAME] * 3 + ["forward"] + [rr.STEP_NAME] * 2
+    assert list(steps["source"]) == ["optimizer", "marker", "", "marker", "jit", "jit"]  # unknown: read as none
+    assert list(steps["input_from"]) == ["", "loop", "dataloader", "loop", "", ""]
+    assert (steps.loc[4, "dispatch_ms"], steps.loc[4, "ready_ms"], steps.loc[4, "queued_ms"]) == (0.125, 0.25, 0.0)
+    assert steps.loc[5, "dispatch_ms"] == 0.0625 and steps.loc[5, ["ready_ms", "queued_ms"]].isna().all()
+    assert steps.loc[[0, 1, 2, 3], ["dispatch_ms", "ready_ms", "queued_ms"]].isna().all().all()
     assert tables.syncs.loc[0, "location"] == "/abs/train.py:88"
     assert tables.syncs.loc[0, "library_location"] == "/site-packages/transformers/trainer.py:2400"
     assert (steps.loc[0, "backward_ms"], steps.loc[0, "optimizer_ms"], steps.loc[0, "forward_ms"]) == (6.125, 1.5, 3.25)
@@ -303,8 +309,8 @@ def test_the_fast_step_format_writes_what_format_record_writes(
         optional.update(backward_ms=rounded(backward_ms, 6), optimizer_ms=rounded(optimizer_ms, 6))
         if forward_ms is not None:
             optional["forward_ms"] = rounded(forward_ms, 6)
-    general = rr.format_record(
-        rr.STEP,
+    assert_writes_what_format_record_writes(
+        fast,
         rank=3,
         step=12345,
         t_start_ns=T_NS,
@@ -315,8 +321,38 @@ def test_the_fast_step_format_writes_what_format_record_writes(
         overhead_us=rounded(overhead_us, 3),
         **optional,
     )
+
+
+def assert_writes_what_format_record_writes(fast: bytes, **fields) -> None:
+    """``fast`` (step_line's) is one line holding what the general formatter writes of ``fields``, in its order."""
+    general = rr.format_record(rr.STEP, **fields)
     assert fast.endswith(b"}\n") and fast.count(b"\n") == 1
     assert list(json.loads(fast).items()) == list(json.loads(general).items())
+
+
+# the fields of the sampled JAX step below other than its host_ms and samples
+SAMPLED_STEP = {"rank": 0, "step": 77, "t_start_ns": T_NS, "gpu_ms": None, "source": "jit", "instrumented": False}
+
+
+@pytest.mark.parametrize(
+    "host_ms, dispatch_ms, ready_ms, queued_ms",
+    [
+        (0.52, 0.1234567, 0.3456789, 0.0),
+        (0.52, 0.1234567, 0.3456789, 0.0456789),  # the previous step still on the device at the call
+        (0.52, 0.1234567, None, None),  # a JAX without Array.is_ready: the dispatch only
+        (0.52, 0.1234567, float("inf"), 0.0),  # not finite: the general way
+    ],
+)
+def test_a_sampled_jax_step_writes_what_format_record_writes(host_ms, dispatch_ms, ready_ms, queued_ms):
+    fast = rr.step_line(
+        0, 77, T_NS, host_ms, None, "jit", False, 2.5, dispatch_ms=dispatch_ms, ready_ms=ready_ms, queued_ms=queued_ms
+    )
+    optional = {"host_ms": host_ms, "overhead_us": 2.5, "dispatch_ms": round(dispatch_ms, 6)}
+    if ready_ms is not None:
+        optional["ready_ms"] = round(ready_ms, 6) if math.isfinite(ready_ms) else ready_ms
+    if queued_ms is not None:
+        optional["queued_ms"] = round(queued_ms, 6)
+    assert_writes_what_format_record_writes(fast, **SAMPLED_STEP, **optional)
 
 
 def test_a_record_has_exactly_the_fields_its_kind_declares():

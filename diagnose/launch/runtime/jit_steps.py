@@ -206,7 +206,8 @@ def _set_call(proxy: CountedJit, hook) -> None:
     Counting keeps CountedJit's own ``__call__``. Otherwise the proxy gets a class of its own (``__class__``
     assignment: the same slots) whose ``__call__`` is jax's function itself (a staticmethod: calling the proxy is
     a call of jax's C++ function, with no Python frame of ours), or one closure that runs the boundary and then
-    jax's function, with nothing read from the proxy. Only proxies alive at the choice get one (a few a run)."""
+    jax's function, with nothing read from the proxy: directly, or in the steps jit_dispatch samples through the
+    timed call the boundary returns. Only proxies alive at the choice get one (a few a run)."""
     proxy._hook = hook
     if isinstance(hook, functools.partial):
         proxy.__class__ = CountedJit
@@ -217,10 +218,13 @@ def _set_call(proxy: CountedJit, hook) -> None:
     else:
 
         def call(_proxy, *args, **kwargs):
+            through = None
             try:
-                hook()
+                through = hook()  # None, or in a sampled step jit_dispatch's timed call
             except Exception:  # never in the way of the script's own call
                 pass
-            return jitted(*args, **kwargs)
+            if through is None:
+                return jitted(*args, **kwargs)
+            return through(jitted, args, kwargs)
 
     proxy.__class__ = type("CountedJit", (CountedJit,), {"__slots__": (), "__call__": call, "__module__": __name__})
