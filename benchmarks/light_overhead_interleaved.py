@@ -29,7 +29,10 @@ share of those writes and reads it has when light is on all the time. Without th
 (2026-12-03 17:32) put a log write on most first steps after switching on (+100 µs at that position
 against +57 µs at the others). The shift by position in a run is printed to show such effects, and the median
 shift past the first position ("past the first step"): a run's first step follows a switch, whose hooks going back
-in and cold code a run that never switches does not pay. One bias
+in and cold code a run that never switches does not pay. Runs are 16 steps long (4 until 2026-12-05): on two H100
+hosts that evening the shift fell over a run's first steps (+82 +59 +42 +29 µs on a 1.76 ms step; +111 +104 +55 +46
+on a 2.75 ms one), so runs of 4 charged the switch to every light step's quarter; 16 steps of 2-3 ms still switch
+ten times faster than the step time wanders (0.3 s blocks), and the JAX benchmark's runs are 20. One bias
 is left, toward a higher cost: the step that spans a plain run enters the choice of k as one long step.
 The window's after-effects are not in this measure: light_overhead_paired.py's ``after`` and
 ``light-late`` kinds measure those (plain blocks right after light read -0.7 .. -1.2 %, H200).
@@ -252,7 +255,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--warmup-steps", type=int, default=500)
     p.add_argument("--first-steps", type=int, default=40, help="light steps before the measure (window, snapshot)")
-    p.add_argument("--run-steps", type=int, default=4, help="steps per run of one arm")
+    p.add_argument("--run-steps", type=int, default=16, help="steps per run of one arm")
     p.add_argument(
         "--seconds", type=float, default=120, help="start no new round after this long; 0: only --max-rounds"
     )
