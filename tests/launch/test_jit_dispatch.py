@@ -51,7 +51,11 @@ def test_one_jax_step_in_128_records_its_dispatch_and_readiness(tmp_path):
     assert samples["dispatch_ms"] == pytest.approx(sorted(steps[s]["dispatch_ms"] for s in sampled)[1], rel=1e-6)
     words = sentence(samples, "update")
     assert words.startswith("In 3 untraced steps light mode sampled (one in 128), jax's call of update took ")
-    assert "its outputs were ready" in words and "the device's work is at most that" in words
+    assert "its outputs were ready" in words
+    # which words follow depends on the host's timing (on a busy CI host a 60 µs step's wait may reach the median)
+    bounded = samples["ready_ms"] < samples["median_step_ms"]
+    assert ("the device's work is at most that" in words) == bounded
+    assert ("no less than the" in words) == (not bounded)
 
 
 def test_a_device_busy_with_the_step_before_is_waited_for_first_and_the_wait_recorded():
