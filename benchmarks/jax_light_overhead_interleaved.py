@@ -70,9 +70,6 @@ class JitHook:
             raise SystemExit("light mode did not wrap jax.jit: nothing to switch")
         self.proxy, self.call, self.steps = proxy, proxy, steps
 
-    def set(self, on: bool) -> None:
-        self.set_arm("light" if on else "plain")
-
     def set_arm(self, arm: str) -> None:
         self.call = self.proxy if arm in ("light", "no-sampler") else self.proxy._jitted
         set_light_extras(self.steps, arm == "light")

@@ -320,9 +320,7 @@ def compile_advice(profile: Profile) -> str:
     return " ".join(chosen)
 
 
-def compile_findings(
-    b: RankRunBudget, th: Thresholds, advice: str = " ".join(COMPILE_ADVICE.values())
-) -> list[Finding]:
+def compile_findings(b: RankRunBudget, th: Thresholds, advice: str) -> list[Finding]:
     """``run_budget.compilation`` when compiling holds ``compile_min_share`` of the run: where (before the first
     step, in warm-up, in the steps), what compiled and from which line."""
     ms = b.part_ms("compilation")

@@ -20,7 +20,7 @@ from diagnose.derive import capture_advice
 from diagnose.derive.derived import Derived
 from diagnose.derive.jit_dispatch_samples import sentence as jit_sentence
 from diagnose.findings import Result, not_measured
-from diagnose.ingest.profile_data import Profile
+from diagnose.ingest.profile_data import Profile, run_marks_of
 from diagnose.judges.host_sites_words import with_host_sites
 from diagnose.judges.step_budget.causes import cause_findings
 from diagnose.judges.step_budget.common import NAME, SECTION  # every judge's finding carries them
@@ -182,30 +182,32 @@ def with_launch_sites(finding, derived: Derived):
     the same sites): the host's work is the cause, the code is where it is. In a JAX trace the site holding most of
     that idle is named in the title too: its advice is generic (dispatch), the site is the line to change; a torch
     trace's sites stay in the advice (a loop in main() would name main() there)."""
-    if finding.id != "step_budget.launch_bound":
+    rank = launch_bound_rank(finding)
+    if rank is None or rank not in derived.profile.traces:
         return finding
-    ranks = [int(s.name) for s in finding.subjects if s.kind == "rank" and str(s.name).isdigit()]
-    if len(ranks) != 1 or ranks[0] not in derived.profile.traces:
-        return finding
-    jax = getattr(derived.profile.trace_header(ranks[0]), "format", None) == "perfetto"
-    marks = (getattr(derived.profile, "run_marks", None) or {}).get(ranks[0], {})
+    jax = getattr(derived.profile.trace_header(rank), "format", None) == "perfetto"
+    marks = run_marks_of(derived.profile, rank)
     loop = (marks.get("jit_step_name"), marks.get("jit_step_location")) if marks.get("jit_step_name") else None
-    return with_host_sites(finding, derived.host_sites(ranks[0]), in_title=jax, loop=loop)
+    return with_host_sites(finding, derived.host_sites(rank), in_title=jax, loop=loop)
+
+
+def launch_bound_rank(finding) -> int | None:
+    """The one rank a ``step_budget.launch_bound`` finding is about; None for another finding or several ranks."""
+    if finding.id != "step_budget.launch_bound":
+        return None
+    ranks = [int(s.name) for s in finding.subjects if s.kind == "rank" and str(s.name).isdigit()]
+    return ranks[0] if len(ranks) == 1 else None
 
 
 def with_dispatch_samples(finding, derived: Derived):
     """A JAX rank's launch-bound share with what light mode sampled in untraced steps (derive.jit_dispatch_samples):
     the host's dispatch of the step function and the time until its outputs were ready, so the traced steps' share
     (slowed by the profiler) has the script's own steps beside it."""
-    if finding.id != "step_budget.launch_bound":
-        return finding
-    ranks = [int(s.name) for s in finding.subjects if s.kind == "rank" and str(s.name).isdigit()]
-    if len(ranks) != 1:
-        return finding
-    samples = derived.step_budget().ranks.get(ranks[0], {}).get("jit_dispatch")
+    rank = launch_bound_rank(finding)
+    samples = derived.step_budget().ranks.get(rank, {}).get("jit_dispatch") if rank is not None else None
     if not samples:
         return finding
-    marks = (getattr(derived.profile, "run_marks", None) or {}).get(ranks[0], {})
+    step_name = run_marks_of(derived.profile, rank).get("jit_step_name")
     subjects = tuple(
         replace(s, figures={**s.figures, **sample_figures(samples)}) if i == 0 else s
         for i, s in enumerate(finding.subjects)
@@ -213,7 +215,7 @@ def with_dispatch_samples(finding, derived: Derived):
     return replace(
         finding,
         subjects=subjects,
-        recommendation=f"{jit_sentence(samples, marks.get('jit_step_name'))} {finding.recommendation}",
+        recommendation=f"{jit_sentence(samples, step_name)} {finding.recommendation}",
     )
 
 

@@ -21,7 +21,7 @@ from diagnose.derive.derived import Derived
 from diagnose.derive.jit_dispatch_samples import sentence as jit_sentence
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human, n_things
-from diagnose.ingest.profile_data import Profile
+from diagnose.ingest.profile_data import Profile, run_marks_of
 from diagnose.metrics import LOWER, NEUTRAL, Metric
 from diagnose.thresholds import Thresholds
 from parsers.run_records import EVENTS
@@ -303,7 +303,7 @@ def _jit_host_bound(profile: Profile, derived: Derived, th: Thresholds) -> Findi
         ratio = samples["median_step_ms"] / samples["ready_ms"] if samples["ready_ms"] > 0 else None
         if ratio is None or ratio < th.steps.host_bound_ratio:
             continue
-        marks = (getattr(profile, "run_marks", None) or {}).get(rank, {})
+        marks = run_marks_of(profile, rank)
         figures = {
             "host_median_ms": samples["median_step_ms"],
             "sampled_ready_ms": samples["ready_ms"],

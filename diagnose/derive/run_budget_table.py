@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from diagnose.ingest.profile_data import Profile
+from diagnose.ingest.profile_data import Profile, run_marks_of
 from diagnose.thresholds import Thresholds
 from parsers.run_records import (
     WORK_CHECKPOINT,
@@ -118,7 +118,7 @@ def run_budget(profile: Profile, steps: pd.DataFrame, window: range | None, th: 
         rows = rows.dropna(subset=["t_start_ns"]).sort_values("t_start_ns", kind="stable").reset_index(drop=True)
         if not len(rows):
             continue
-        marks = (getattr(profile, "run_marks", None) or {}).get(rank, {})
+        marks = run_marks_of(profile, rank)
         out[rank] = rank_run_budget(rank, rows, profile.work_records.get(rank), marks, span, window, th)
     return out
 

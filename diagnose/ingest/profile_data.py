@@ -157,3 +157,9 @@ class Profile:
             if props is not None and len(props):
                 return str(props["name"].iloc[0])
         return None
+
+
+def run_marks_of(profile, rank: int) -> dict:
+    """Light mode's run marks of ``rank`` (the jit step's name and loop line, the process's install and start);
+    empty where the profile has none (a cluster worker's light profile, step timings from elsewhere)."""
+    return (getattr(profile, "run_marks", None) or {}).get(rank, {})

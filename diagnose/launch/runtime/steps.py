@@ -155,7 +155,7 @@ class Steps:
     def start_long_step_code(self) -> None:
         """Sample the Python that runs in long steps (long_step_code): one work record per long step. Not under
         --ncu: there every profiled step is long, made so by the profiler."""
-        if self.long_step_code is not None or getattr(getattr(self._runtime, "config", None), "mode", None) == "ncu":
+        if self.long_step_code is not None or self._under_ncu():
             return
         from diagnose.launch.runtime.long_step_code import LongStepCode
         from diagnose.launch.runtime.periodic_work import write_work
@@ -184,6 +184,10 @@ class Steps:
         )
         sampler.start()
         self.long_step_code = sampler
+
+    def _under_ncu(self) -> bool:
+        """The run is under --ncu: its steps are as slow as the profiler makes them."""
+        return getattr(getattr(self._runtime, "config", None), "mode", None) == "ncu"
 
     def arm_time_slices(self) -> None:
         """The last source: time slices when nothing else ends a step (time_slices)."""
@@ -549,10 +553,7 @@ class Steps:
         if source == "jit" and self._steady_now():  # the next jit boundaries take on_jit_step's steady state
             if not self._steady:
                 self._wall_offset_ns = wall_clock_offset_ns()
-                if (
-                    self.jit_dispatch is not None
-                    and getattr(getattr(self._runtime, "config", None), "mode", None) != "ncu"
-                ):
+                if self.jit_dispatch is not None and not self._under_ncu():  # ncu's steps are not the script's
                     self.jit_dispatch.start(step)
                     self._next_sample_step = self.jit_dispatch.due_at
             self._steady = True
@@ -563,8 +564,8 @@ class Steps:
     def _due(self, step: int, perf_ns: int, heavy: bool, gpu) -> None:
         """What a boundary does now and then: write the held step records (every STEP_RECORD_INTERVAL_NS, and
         after anything heavy), a memory_stats record (when maybe_stats says), a choice of k (gpu_time). They write
-        files, so they hold the runtime's lock (reentrant: a boundary that is not usual, and on_jit_step, hold it
-        already). In the jit steady state each drain also reads the wall clock's offset again: its records' wall
+        files, so they hold the runtime's lock (reentrant: a boundary that is not usual holds it already; a usual one
+        and on_jit_step's steady state take it only here). In the jit steady state each drain also reads the wall clock's offset again: its records' wall
         clock is derived from perf_counter."""
         lock = self._lock
         if not lock.acquire(True, LOCK_WAIT_S):
