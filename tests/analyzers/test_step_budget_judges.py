@@ -115,6 +115,34 @@ def test_the_compilation_judge_keeps_its_threshold():
         "update (jit) compiled again in 2 steps after warm-up (steps 40, 80): 20 ms in all, 10 ms each (t.py:12), "
         "2.0 % of the run after warm-up"
     )
+    assert "jax_explain_cache_misses" in f.recommendation and "TORCH_LOGS" not in f.recommendation
+
+
+def test_a_torch_compile_recompile_gets_torch_advice():
+    """The advice follows the compiled function's recorder: torch.compile's dynamic shapes and TORCH_LOGS, not
+    jax.jit's static_argnames."""
+    functions = [
+        {
+            "name": "torch.compile(forward)",
+            "ms": 300.0,
+            "count": 3,
+            "steps": [40, 80, 120],
+            "locations": [("/a/model.py:31", 3, 300.0)],
+        }
+    ]
+    meta = {
+        "steady_total_ms": 1000.0,
+        "compile_steps_wall_ms": 320.0,
+        "compile_ms": 300.0,
+        "compile_count": 3,
+        "compile_functions": functions,
+        "compile_ms_by_step": {40: 100.0, 80: 100.0, 120: 100.0},
+    }
+    (f,) = compile_findings({0: meta}, Thresholds())
+    assert f.title.startswith("forward (torch.compile) compiled again in 3 steps after warm-up")
+    assert f.recommendation.startswith("At model.py:31: Keep input shapes static")
+    assert "torch.compile(dynamic=True)" in f.recommendation and "TORCH_LOGS=recompiles" in f.recommendation
+    assert "jax" not in f.recommendation.lower()
 
 
 def forbidden_imports(root: Path) -> list[str]:

@@ -20,21 +20,36 @@ from diagnose.formatting import ms_human, n_things
 from diagnose.judges.step_budget.common import NAME, SECTION, severity_of, short_location
 from diagnose.thresholds import Thresholds
 
-ADVICE = (
+STATIC_SHAPES = (
     "Keep input shapes static so the function compiles once: pad batches to one length or to a few bucket sizes, "
-    "drop or pad the last partial batch of an epoch (drop_last=True), and mark arguments that select code paths as "
-    "static (jax.jit(static_argnames=...)). To see why it compiled: JAX `jax.config.update('jax_log_compiles', "
-    "True)` (or JAX_LOG_COMPILES=1), torch `TORCH_LOGS=recompiles`. With torch.compile, compile once for varying "
-    "sizes with torch.compile(dynamic=True) or torch._dynamo.mark_dynamic(tensor, dim)."
 )
+ADVICE = {
+    "jax": STATIC_SHAPES + "drop or pad the last partial batch of an epoch, and mark arguments that select code "
+    "paths as static (jax.jit(static_argnames=...)). To see why it compiled: "
+    "`jax.config.update('jax_explain_cache_misses', True)`, or JAX_LOG_COMPILES=1 to list each compile.",
+    "torch": STATIC_SHAPES + "drop or pad the last partial batch of an epoch (drop_last=True in the DataLoader), "
+    "and keep Python values that select code paths constant. With torch.compile, compile once for varying sizes "
+    "with torch.compile(dynamic=True) or torch._dynamo.mark_dynamic(tensor, dim). To see why it compiled: "
+    "TORCH_LOGS=recompiles.",
+}
+FIRST_ADVICE = {
+    "jax": "These are first compiles, not recompiles: code that runs for the first time after warm-up compiles "
+    "once (an evaluation, a checkpoint's conversion). jnp operations run outside jit compile one executable per "
+    "operation and input shape: put that code under jax.jit, so it compiles once as one executable and runs fused, "
+    "or run it once during warm-up. JAX_LOG_COMPILES=1 lists what compiles.",
+    "torch": "These are first compiles, not recompiles: code that runs for the first time after warm-up compiles "
+    "once (an evaluation under model.eval() or torch.no_grad() is a new graph for torch.compile). Run it once "
+    "during warm-up, or leave code that runs rarely out of torch.compile. TORCH_LOGS=recompiles says what "
+    "triggered each compile.",
+}
 
 
-FIRST_ADVICE = (
-    "These are first compiles, not recompiles: code that runs for the first time after warm-up compiles once (an "
-    "evaluation, a checkpoint's conversion). jnp operations run outside jit compile one executable per operation and "
-    "input shape: put that code under jax.jit, so it compiles once as one executable and runs fused, or run it once "
-    "during warm-up. JAX_LOG_COMPILES=1 lists what compiles."
-)
+def framework_of(name: str | None) -> str:
+    """``torch`` for a torch.compile record's name (``torch.compile(forward)``), else ``jax`` (``jit(update)``,
+    ``pjit(step)``, an eager op's ``jit(matmul)``): the two recorders that write compilation records."""
+    return "torch" if str(name or "").startswith("torch.compile(") else "jax"
+
+
 OUTSIDE_JIT_MIN = 3  # first compiles in one step from one file from which they are said as jnp ops outside jit
 
 
@@ -124,11 +139,16 @@ def compile_findings(meta: dict, th: Thresholds) -> list[Finding]:
                     *extra_evidence,
                 ),
                 cost_share=share,
-                recommendation=f"At {where}: {FIRST_ADVICE if once_only(top) else ADVICE}",
+                recommendation=f"At {where}: {advice_for(top)}",
                 section=SECTION,
             )
         )
     return findings
+
+
+def advice_for(function: dict) -> str:
+    """The advice for the top function's framework, for a first compile or a recompile."""
+    return (FIRST_ADVICE if once_only(function) else ADVICE)[framework_of(function["name"])]
 
 
 def once_only(function: dict) -> bool:
