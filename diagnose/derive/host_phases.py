@@ -4,7 +4,8 @@ Light mode's step records carry, per step, the host time the loop waited for its
 inside the step's outermost ``nn.Module`` calls (``forward_ms``: the forward pass), inside its outermost
 ``torch.autograd.backward`` calls (``backward_ms``: issuing the backward pass) and inside its optimizers' ``step()``
 (``optimizer_ms``); what is left of the step's host time is the rest (the loss, batch preparation, gradient
-clipping, the grad scaler, logging). Light mode times the forward in one step of eight (forward_time's
+clipping, the grad scaler, logging, and a hand-written parameter update: a loop that calls no optimizer's ``step()``
+gets no optimizer phase, and the rest's label says the update is in it). Light mode times the forward in one step of eight (forward_time's
 ``TIMED_EVERY``: hooks on a module slow its every call), so the forward's share is read from the timed steps
 nearest the median, and the rest is what the other phases leave. Records without any ``forward_ms`` (older runs, or
 a model inside a compiled function) give "forward, loss and the rest" as one phase. These are untraced steps: the
@@ -32,6 +33,10 @@ LABELS = {
     "backward": "backward (issuing it)",
     "optimizer": "optimizer step",
     "rest": "the rest (loss, batch preparation, logging)",
+}
+NO_OPTIMIZER_LABELS = {  # no optimizer step() in any step: a hand-written update runs among the rest
+    "forward_and_rest": "forward, loss, the parameter update and the rest",
+    "rest": "the rest (loss, the parameter update, batch preparation, logging)",
 }
 
 
@@ -61,8 +66,17 @@ def host_phases(steady: pd.DataFrame) -> dict | None:
     if with_forward:
         sums["forward"] = min(forward_share * total, max(0.0, total - sum(sums.values())))
     sums["rest" if with_forward else "forward_and_rest"] = max(0.0, total - sum(sums.values()))
-    phases = PHASES_WITH_FORWARD if with_forward else PHASES
-    out = {"steps": int(len(middle)), "host_ms": median_ms, "input_measured": input_measured, "phases": list(phases)}
+    # a loop that updates its parameters by hand (p -= lr * p.grad) calls no optimizer's step(): no phase of 0 s
+    # then, and the rest's label says the update is in it
+    optimizer_seen = bool((rows["optimizer_ms"].astype(float) > 0).any())
+    phases = [p for p in (PHASES_WITH_FORWARD if with_forward else PHASES) if optimizer_seen or p != "optimizer"]
+    out = {
+        "steps": int(len(middle)),
+        "host_ms": median_ms,
+        "input_measured": input_measured,
+        "optimizer_seen": optimizer_seen,
+        "phases": phases,
+    }
     if with_forward:
         out["forward_steps"] = forward_steps  # the timed steps the forward's share is read from
     for p in phases:
@@ -99,12 +113,15 @@ def phases_text(phases: dict) -> str:
     """``of the median step's 19.9 ms on the host (phases of the 5 untraced steps nearest it): backward (issuing it)
     8.1 ms (41 %), …``, the largest phase first."""
     order = sorted(phases.get("phases", PHASES), key=lambda p: -phases[f"{p}_ms"])
+    labels = LABELS if phases.get("optimizer_seen", True) else {**LABELS, **NO_OPTIMIZER_LABELS}
     parts = [
-        f"{LABELS[p]} {ms_human(phases[f'{p}_ms'])} ({share_human(phases[f'{p}_share'], 0)})"
+        f"{labels[p]} {ms_human(phases[f'{p}_ms'])} ({share_human(phases[f'{p}_share'], 0)})"
         for p in order
         if p != "input" or phases["input_measured"]
     ]
     note = "" if phases["input_measured"] else "; input wait not measured (in the rest)"
+    if not phases.get("optimizer_seen", True):
+        note += "; no optimizer step() was called, so the parameter update is timed with the rest"
     forward_steps = phases.get("forward_steps")
     if forward_steps is not None and forward_steps < phases["steps"]:
         note += (

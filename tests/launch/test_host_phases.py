@@ -72,6 +72,27 @@ def test_the_step_budget_names_the_phases_of_the_median_step(run):
     assert phases["optimizer_share"] >= 0.2 and "unless it is fused already, use a fused optimizer" in f.recommendation
 
 
+def test_a_hand_written_update_is_said_to_be_in_the_rest(tmp_path):
+    """No optimizer: the 30 ms update by hand is no "optimizer step 0 s (0 %)", and the rest says it holds it."""
+    import diagnose
+    from diagnose.derive.derived import Derived
+
+    run = tmp_path / "r"
+    r = gpudiag(
+        "profile", "-q", "--trace-steps", "0", "-o", run, "--", sys.executable, SCRIPTS / "timed_phases.py", "40",
+        "by_hand",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    phases = Derived(diagnose.load(run)).step_budget().ranks[0]["host_phases"]
+    assert phases["phases"] == ["input", "forward", "backward", "rest"] and not phases["optimizer_seen"]
+    assert sum(phases[f"{p}_ms"] for p in phases["phases"]) == pytest.approx(phases["host_ms"])
+    assert phases["rest_ms"] >= 30.0 * 0.9 and phases["backward_ms"] >= 20.0 * 0.9
+    (f,) = [f for f in diagnose.analyze(diagnose.load(run)).findings if f.id == "step_budget.unexplained"]
+    assert "the rest (loss, the parameter update, batch preparation, logging)" in f.recommendation
+    assert "no optimizer step() was called, so the parameter update is timed with the rest" in f.recommendation
+    assert "optimizer step " not in f.recommendation
+
+
 def test_the_forward_timer_learns_the_root_modules_then_hooks_them_alone():
     """In-process: the global module hooks go in at the first boundary and stay for LEARN_STEPS boundaries; then the
     model's own module carries the hooks in the steps it times (one in TIMED_EVERY), its children none, and a forward
