@@ -399,9 +399,10 @@ def startup_findings(b: RankRunBudget, th: Thresholds) -> list[Finding]:
         for p, label in (("interpreter", "interpreter start"), ("imports", "imports"), ("setup", "setup"))
         if parts[p] > 0
     )
-    imports = b.work[(b.work["part"] == "imports") & (b.work["name"] != OTHER_IMPORTS)].sort_values(
-        "counted_ms", ascending=False
-    )
+    # an import inside other work (a library's lazy import during a compile before the first step) counts 0 ms here
+    imports = b.work[
+        (b.work["part"] == "imports") & (b.work["name"] != OTHER_IMPORTS) & (b.work["counted_ms"] > 0)
+    ].sort_values("counted_ms", ascending=False)
     title = (
         f"{ms_human(ms)} pass before the first step, {100 * share:.1f} % of the run's {ms_human(b.wall_ms)}: {words}"
     )

@@ -288,6 +288,35 @@ def test_import_timing_counts_the_outermost_import_on_the_main_thread_only_and_l
     assert others["location"] is None and others["ms"] > 0  # the failed import, which raised through the wrapper
 
 
+def test_a_relative_import_is_named_by_its_full_module_name():
+    """``from ._mhlo_ops_gen import *`` inside jaxlib read "._mhlo_ops_gen" in a report's slowest imports."""
+    import sys
+
+    from diagnose.launch.runtime.import_times import absolute_name
+
+    slow_name = "tests.launch.scripts.slow_import_module"
+    runtime = FakeRuntime()
+    times = ImportTimes(runtime, threading.get_ident())
+    times.install()
+    try:
+        sys.modules.pop(slow_name, None)
+        exec(
+            "from .slow_import_module import time",
+            {"__name__": "tests.launch.scripts.x", "__package__": "tests.launch.scripts"},
+        )
+    finally:
+        times.finish()
+    assert [r["name"] for r in runtime.written if r["name"] != "(other imports)"] == [slow_name]
+    package = {"__name__": "jaxlib.mlir.dialects.mhlo", "__package__": "jaxlib.mlir.dialects"}
+    assert absolute_name("_mhlo_ops_gen", 1, package) == "jaxlib.mlir.dialects._mhlo_ops_gen"
+    assert absolute_name("ir", 2, package) == "jaxlib.mlir.ir"
+    assert absolute_name("", 1, {"__name__": "pkg", "__path__": []}) == "pkg"  # from . import x in pkg/__init__
+    assert absolute_name("x", 1, {"__name__": "pkg.mod"}) == "pkg.x"  # no __package__: from the module's name
+    assert absolute_name("x", 3, package) == "jaxlib.x"
+    assert absolute_name("x", 4, package) == "....x"  # beyond the top package: as written
+    assert absolute_name("x", 1, None) == ".x" and absolute_name("torch", 0, None) == "torch"
+
+
 def test_an_import_wrapper_put_over_ours_stays_in_place():
     import builtins
 

@@ -76,7 +76,7 @@ class ImportTimes:
                         times.others_ns += elapsed_ns
                         times.others_count += 1
                     else:
-                        times._add_slow(name, level, t_ns, elapsed_ns, sys._getframe(1))
+                        times._add_slow(name, level, globals, t_ns, elapsed_ns, sys._getframe(1))
                 times._depth = 0
 
         __import__._gpudiag_original = original
@@ -84,13 +84,14 @@ class ImportTimes:
         self._on = True
         builtins.__import__ = __import__
 
-    def _add_slow(self, name, level, t_ns: int, elapsed_ns: int, frame) -> None:
-        """A long import: its name as written and the user's line (the frame walk only for these). Never raises."""
+    def _add_slow(self, name, level, importer_globals, t_ns: int, elapsed_ns: int, frame) -> None:
+        """A long import: the module's full name (a relative import's resolved against its package:
+        ``jaxlib.mlir.dialects._mhlo_ops_gen``, not ``._mhlo_ops_gen``) and the user's line (the frame walk only for
+        these). Never raises."""
         try:
             from diagnose.launch.runtime.periodic_work import caller_location
 
-            written = "." * level + str(name) if isinstance(level, int) and level > 0 else str(name)
-            self.slow.append((t_ns, elapsed_ns, written, caller_location(frame)))
+            self.slow.append((t_ns, elapsed_ns, absolute_name(name, level, importer_globals), caller_location(frame)))
         except Exception:
             self.others_ns += elapsed_ns
             self.others_count += 1
@@ -118,3 +119,22 @@ class ImportTimes:
                 runtime, WORK_IMPORT, BEFORE_FIRST_STEP, self.others_t_ns, self.others_ns, None, name=IMPORT_OTHERS
             )
         self.slow = []
+
+
+def absolute_name(name, level, importer_globals) -> str:
+    """The module a (possibly relative) import statement names: ``from ._x import y`` in package ``a.b`` is
+    ``a.b._x``; as written (``._x``) where the package cannot be told."""
+    written = "." * level + str(name or "") if isinstance(level, int) and level > 0 else str(name)
+    if written.startswith("."):
+        try:
+            import importlib.util
+
+            g = importer_globals if isinstance(importer_globals, dict) else {}
+            package = g.get("__package__")
+            if package is None and "__name__" in g:
+                package = g["__name__"] if "__path__" in g else str(g["__name__"]).rpartition(".")[0]
+            resolved = importlib.util.resolve_name(written, str(package)) if package else written
+            return resolved.rstrip(".")
+        except (ImportError, ValueError, TypeError):
+            return written
+    return written
