@@ -9,8 +9,8 @@ the runtime's part that opens and closes it; the classes below it drive each pro
 
 What the window costs outside its steps is gpudiag's own, and recorded as such: the profiler's start
 (``{"kind": "work", "what": "gpudiag", "name": "trace start"}``) and its stop and export of the trace
-(``"trace export"``, the whole call, written whether or not the export succeeded), each with the step whose
-time holds it.
+(``"trace export"``, the whole call with the reading of the window's sync calls after it, written whether or not
+the export succeeded), each with the step whose time holds it.
 """
 
 from __future__ import annotations
@@ -106,7 +106,6 @@ class StepWindow:
             self._own_cost(GPUDIAG_TRACE_EXPORT, step, t_ns, time.perf_counter_ns() - started_ns)
             runtime.faults.artifact_failed(relative, "profiler trace", e)
             return
-        self._own_cost(GPUDIAG_TRACE_EXPORT, step, t_ns, time.perf_counter_ns() - started_ns)
         try:
             self._write_sync_records(profiler, capture, jax_capture)
         except Exception as e:
@@ -114,6 +113,7 @@ class StepWindow:
                 runtime.faults.disk_full(e)
             else:
                 runtime.faults.log_once("sync-records", f"sync records not written ({type(e).__name__}: {e})")
+        self._own_cost(GPUDIAG_TRACE_EXPORT, step, t_ns, time.perf_counter_ns() - started_ns)
 
     def close_quietly(self) -> None:
         """Stop the capture and the profiler, exporting the trace when it can (the runtime is switching off)."""
