@@ -67,25 +67,62 @@ def test_marker_takes_over_from_backward(tmp_path):
     assert [s["step"] for s in steps] == list(range(7))
 
 
-def test_gradient_accumulation_is_one_step_per_optimizer_update(tmp_path):
-    def accumulate(updates: int, micro_batches: int):
-        torch.manual_seed(0)
-        model = torch.nn.Linear(16, 1)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        for _ in range(updates):
-            for _ in range(micro_batches):
-                (model(torch.randn(4, 16)).pow(2).mean() / micro_batches).backward()
+def accumulate(updates: int, micro_batches: int, optimizer_after: int | None = None, step_it: bool = True):
+    """``updates`` optimizer updates of ``micro_batches`` backward passes each; ``optimizer_after``: the optimizer is
+    made only after that many backward passes (a loop that makes it late), the earlier ones updated by hand;
+    ``step_it=False``: an optimizer is made but the weights are updated by hand."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01) if optimizer_after is None else None
+    backwards = 0
+    for _ in range(updates):
+        for _ in range(micro_batches):
+            (model(torch.randn(4, 16)).pow(2).mean() / micro_batches).backward()
+            backwards += 1
+            if opt is None and backwards == optimizer_after:
+                opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        if opt is not None and step_it:
             opt.step()
-            opt.zero_grad()
+        else:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(p.grad, alpha=-0.01)
+        model.zero_grad()
 
+
+def test_gradient_accumulation_is_one_step_per_optimizer_update_from_step_0(tmp_path):
+    init = torch.optim.Optimizer.__init__
     with diagnose.profile(out=tmp_path / "r", trace_steps=0, nvml=False, quiet=True) as run:
         accumulate(updates=6, micro_batches=4)
     steps = _steps(run.path)
-    # before the first optimizer.step() nothing says backwards are grouped: the first update's 4 micro-batch
-    # backwards are steps of their own (warm-up); the first optimizer step takes over without a boundary, and
-    # from then on a step is one update (4 backwards), never a micro-batch
+    # the optimizer was made before the first backward: its 4 micro-batch backwards wait for its first step(),
+    # which starts step 0; 6 updates are 6 boundaries, 5 steps of 4 backwards each, none a micro-batch (before,
+    # the first update's backwards were steps 0-2 and every later step number read 2 past the script's)
+    assert [s["source"] for s in steps] == ["optimizer"] * 5
+    assert [s["step"] for s in steps] == list(range(5))
+    assert torch.optim.Optimizer.__init__ is init  # unwrapped after the block
+
+
+def test_an_optimizer_made_after_backward_steps_takes_over(tmp_path):
+    with diagnose.profile(out=tmp_path / "r", trace_steps=0, nvml=False, quiet=True) as run:
+        accumulate(updates=6, micro_batches=4, optimizer_after=4)
+    steps = _steps(run.path)
+    # the first 4 backwards (no optimizer yet) are boundaries 0-3; the first optimizer step takes over without a
+    # boundary, and from then on a step is one update (4 backwards)
     assert [s["source"] for s in steps] == ["backward"] * 3 + ["optimizer"] * 5
     assert [s["step"] for s in steps] == list(range(8))
+
+
+def test_an_optimizer_that_never_steps_leaves_backward_steps_after_the_wait(tmp_path):
+    """An optimizer made but never stepped (weights updated by hand): backwards wait at most
+    BACKWARDS_BEFORE_OPTIMIZER_MAX, then define steps."""
+    from diagnose.launch.runtime.steps import BACKWARDS_BEFORE_OPTIMIZER_MAX
+
+    with diagnose.profile(out=tmp_path / "r", trace_steps=0, nvml=False, quiet=True) as run:
+        accumulate(updates=BACKWARDS_BEFORE_OPTIMIZER_MAX + 11, micro_batches=1, step_it=False)
+    steps = _steps(run.path)
+    assert {s["source"] for s in steps} == {"backward"}
+    assert len(steps) == 10  # 11 boundaries after the wait
 
 
 def test_unchanged_script_without_optimizer_gets_steps_and_a_trace(tmp_path):

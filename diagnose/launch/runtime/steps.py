@@ -3,9 +3,13 @@
 Step boundaries come, in this order of precedence, from ``diagnose.step()`` (once a marker is
 seen it alone defines steps), torch's global optimizer step hook (the first optimizer that
 steps defines the step), or the end of each outermost backward pass (``torch.autograd.backward``,
-which ``Tensor.backward`` calls): a loop that updates its weights by hand still has steps. When an
-optimizer steps after backward passes defined the first steps, the optimizer takes over from then
-on, so gradient accumulation (several backwards per update) is one step per update. In JAX, the
+which ``Tensor.backward`` calls): a loop that updates its weights by hand still has steps. Once a torch
+optimizer has been made (``Optimizer.__init__`` is wrapped to say so), backward passes wait for it: up to
+``BACKWARDS_BEFORE_OPTIMIZER_MAX`` of them end no step before its first ``step()``, so gradient accumulation
+(several backwards per update) is one step per update from step 0. Before, the first update's backwards were steps
+of their own (with 4 micro-batches, steps 0-2 were micro-batches and every later step number read 2 past the
+script's; with 32, the warm-up and the trace window held micro-batches). When an optimizer made after backward
+passes defined the first steps steps, it takes over from then on. In JAX, the
 jitted function the script dispatches once per iteration defines steps (jit_steps). Each step
 record says which source ended it. Step N is the work between boundary N and boundary N+1. At each boundary
 the finished step is held as a plain tuple of the values as read (ms are computed when written); the held steps are
@@ -35,6 +39,10 @@ from parsers.run_records import step_line  # the step record's one format (drain
 # on the H200 host (2026-12-03, benchmarks/light_overhead_paired.py); a SIGKILL or a crash in native
 # code loses at most this much of the step log.
 STEP_RECORD_INTERVAL_NS = 100_000_000
+# Backward passes that end no step while a torch optimizer that was made has not stepped yet (gradient accumulation
+# over this many micro-batches still gives one step per update); past it, backward passes define steps, as in a loop
+# that updates its weights by hand beside an optimizer it never steps.
+BACKWARDS_BEFORE_OPTIMIZER_MAX = 1024
 # A boundary that needs the runtime's lock and finds it held waits this long at most. The lock is reentrant, so only
 # another thread holds it here: a record written from there (the long-step sampler's), which takes µs. Giving up at
 # once, as before, dropped every boundary while such a write ran (their steps merged into one record); the bound
@@ -53,6 +61,9 @@ class Steps:
         self.optimizer_hook_handle = None
         self._marker_seen = False
         self._optimizer_id = None
+        self._optimizer_made = False  # a torch optimizer was made: backward passes wait for its first step()
+        self._backwards_waiting = 0  # backward passes that ended no step while waiting for it
+        self._optimizer_init_original = None  # torch.optim.Optimizer.__init__ before we wrapped it
         self._backward_original = None  # torch.autograd.backward before we wrapped it
         self._backward_depth = 0  # nested backward passes (reentrant checkpointing) are not boundaries
         # the step's host phases (issue 31): ns inside outermost backward calls and optimizer step() calls since the
@@ -113,10 +124,27 @@ class Steps:
             self.optimizer_pre_hook_handle = optimizer_module.register_optimizer_step_pre_hook(self.on_optimizer_start)
             self.optimizer_hook_handle = optimizer_module.register_optimizer_step_post_hook(self.on_optimizer_step)
             self._phases_hooked = self._backward_original is not None
+            self._hook_optimizer_init(optimizer_module.Optimizer)
         except Exception as e:
             self._runtime.faults.log_once(
                 "no-optimizer-hook", f"cannot hook torch optimizers ({e}); mark steps with diagnose.step()"
             )
+
+    def _hook_optimizer_init(self, optimizer_class) -> None:
+        """Wrap ``Optimizer.__init__`` (every torch optimizer's, through ``super().__init__``) to note that one was
+        made; the wrapper passes every call on unchanged, and after the first it only calls through."""
+        original = optimizer_class.__dict__.get("__init__")
+        if original is None or self._optimizer_init_original is not None:
+            return
+        steps = self
+
+        @functools.wraps(original)
+        def __init__(self, *args, **kwargs):
+            steps._optimizer_made = True
+            return original(self, *args, **kwargs)
+
+        self._optimizer_init_original = (optimizer_class, original, __init__)
+        optimizer_class.__init__ = __init__
 
     def unhook_all(self) -> None:
         """Take off every step source this runtime put into torch and jax."""
@@ -127,6 +155,11 @@ class Steps:
             self.optimizer_pre_hook_handle.remove()
             self.optimizer_pre_hook_handle = None
         self._phases_hooked = False
+        if self._optimizer_init_original is not None:
+            optimizer_class, original, ours = self._optimizer_init_original
+            self._optimizer_init_original = None
+            if optimizer_class.__dict__.get("__init__") is ours:  # not wrapped again by someone after us
+                optimizer_class.__init__ = original
         self.unhook_backward()
         if self.forward is not None:
             self.forward.unhook()
@@ -374,6 +407,12 @@ class Steps:
     def on_backward(self) -> None:
         if self._runtime.disabled or self._marker_seen or self._optimizer_id is not None:
             return
+        if self._optimizer_made and self._source is None:
+            # an optimizer exists and has not stepped yet: its first step() starts step 0, so that accumulated
+            # backwards are no steps of their own; a loop whose optimizer never steps gets backward steps later
+            if self._backwards_waiting < BACKWARDS_BEFORE_OPTIMIZER_MAX:
+                self._backwards_waiting += 1
+                return
         self.boundary("backward")
 
     def on_optimizer_start(self, optimizer, args, kwargs):
