@@ -1,4 +1,5 @@
-# Sourced by the device scripts (tools/gpu_capture_fixtures.sh, tools/gpu_run_tests.sh, tools/gpu_overhead.sh), run
+# Sourced by the device scripts (tools/gpu_capture_fixtures.sh, tools/gpu_run_tests.sh, tools/gpu_overhead.sh,
+# tools/gpu_phase_pairs.sh), run
 # from the repo root on the GPU machine: the carried wheels installed (.whl/, when the call carries one), gpudiag
 # from the checkout on PYTHONPATH, $R (results, tarred into $OUT/results.tgz by finish), $L (its logs), $NCU, $GD
 # (gpudiag), log(), left() (seconds left of $TOTAL_S), want PART (whether $PARTS names PART), and $R/versions.txt.
