@@ -39,10 +39,11 @@ from parsers.run_records import step_line  # the step record's one format (drain
 # on the H200 host (2026-12-03, benchmarks/light_overhead_paired.py); a SIGKILL or a crash in native
 # code loses at most this much of the step log.
 STEP_RECORD_INTERVAL_NS = 100_000_000
-# Backward passes that end no step while a torch optimizer that was made has not stepped yet (gradient accumulation
-# over this many micro-batches still gives one step per update); past it, backward passes define steps, as in a loop
-# that updates its weights by hand beside an optimizer it never steps.
-BACKWARDS_BEFORE_OPTIMIZER_MAX = 1024
+# Backward passes that end no step while a torch optimizer that was made has not stepped yet: gradient accumulation
+# over up to this many micro-batches gives one step per update from step 0 (over more, the micro-batches before the
+# first update are steps of their own, then the optimizer takes over). Past it, backward passes define steps: a loop
+# that updates its weights by hand beside an optimizer it never steps loses this many iterations to the setup.
+BACKWARDS_BEFORE_OPTIMIZER_MAX = 128
 # A boundary that needs the runtime's lock and finds it held waits this long at most. The lock is reentrant, so only
 # another thread holds it here: a record written from there (the long-step sampler's), which takes µs. Giving up at
 # once, as before, dropped every boundary while such a write ran (their steps merged into one record); the bound
