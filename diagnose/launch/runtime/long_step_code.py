@@ -200,7 +200,12 @@ class LongStepCode:
         stacks = []
         first_ns = time.perf_counter_ns()
         first_wall_ns = time.time_ns()
-        while steps.current_step == step and steps._perf_ns == started_ns and not stop.is_set():
+        while (
+            steps.current_step == step
+            and steps._perf_ns == started_ns
+            and not steps._instrumented
+            and not stop.is_set()
+        ):
             stack = self._main_stack()
             if stack and len(stacks) < MAX_SAMPLES:
                 stacks.append(stack)
