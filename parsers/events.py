@@ -76,6 +76,7 @@ STEPS_SCHEMA = Schema(
         "backward_ms": F64,
         "optimizer_ms": F64,
         "forward_ms": F64,
+        "backward_passes": F64,
         "dispatch_ms": F64,
         "ready_ms": F64,
         "queued_ms": F64,
@@ -102,6 +103,8 @@ STEPS_SCHEMA = Schema(
         "step() runs (part of host_ms; NaN when not measured)",
         "forward_ms": "host time inside the step's outermost nn.Module calls on the main thread: the forward pass "
         "(part of host_ms; NaN when not measured: light mode times it in one step of eight)",
+        "backward_passes": "outermost backward calls in the step where more than one (gradient accumulation's "
+        "micro-batches: backward_ms and forward_ms hold them all); NaN for one, or where not measured",
         "dispatch_ms": "JAX: host time inside jax's call of the step function (part of host_ms; NaN except in the "
         "steps light mode sampled, one in 128)",
         "ready_ms": "JAX: time from that call's start until its outputs were ready, nothing of earlier steps left on "
@@ -457,6 +460,7 @@ def _step_record(r: dict) -> dict:
         "backward_ms": _duration(r, "backward_ms"),
         "optimizer_ms": _duration(r, "optimizer_ms"),
         "forward_ms": _duration(r, "forward_ms"),
+        "backward_passes": _count(r, "backward_passes"),
         "dispatch_ms": _duration(r, "dispatch_ms"),
         "ready_ms": _duration(r, "ready_ms"),
         "queued_ms": _duration(r, "queued_ms"),
@@ -717,6 +721,14 @@ def _duration(record: dict, key: str) -> float:
     number = _number(record, key)
     if number < 0:
         raise ValueError(f"{key} should be a duration ≥ 0, found {record.get(key)!r}")
+    return number
+
+
+def _count(record: dict, key: str) -> float:
+    """A whole number ≥ 0, or NaN where absent."""
+    number = _number(record, key)
+    if not math.isnan(number) and (number != int(number) or number < 0):
+        raise ValueError(f"{key} should be a whole number ≥ 0, found {str(record.get(key))[:40]!r}")
     return number
 
 

@@ -158,7 +158,8 @@ _STEP_WRITTEN_AS = {
 # forward_ms: the host time in its outermost nn.Module calls (forward_time), with them in the steps it timed (1 in 8);
 # dispatch_ms, ready_ms, queued_ms: a JAX step's host time inside jax's call of the step function, the time from that
 # call's start until its outputs were ready (the device's earlier work waited for first), and that wait for the
-# previous step's outputs, in the steps jit_dispatch sampled (1 in 128)
+# previous step's outputs, in the steps jit_dispatch sampled (1 in 128); backward_passes: the outermost backward
+# calls in the step where more than one (gradient accumulation's micro-batches), with the phases
 STEP = RecordKind(
     "step",
     tuple(_STEP_WRITTEN_AS),
@@ -169,6 +170,7 @@ STEP = RecordKind(
         "backward_ms",
         "optimizer_ms",
         "forward_ms",
+        "backward_passes",
         "dispatch_ms",
         "ready_ms",
         "queued_ms",
@@ -321,6 +323,7 @@ _INPUT_MS = ',"input_ms":%.6f'
 _INPUT_FROM_LOOP = f',"input_from":"{INPUT_FROM_LOOP}"'
 _PHASES = ',"backward_ms":%.6f,"optimizer_ms":%.6f'
 _FORWARD = ',"forward_ms":%.6f'
+_PASSES = ',"backward_passes":%d'
 
 
 def _sampled_fields(dispatch_ms: float, ready_ms: float | None, queued_ms: float | None) -> str:
@@ -350,6 +353,7 @@ def step_line(
     dispatch_ms: float | None = None,
     ready_ms: float | None = None,
     queued_ms: float | None = None,
+    backward_passes: int | None = None,
 ) -> bytes:
     """A step record as one JSON line, the fields of :data:`STEP` in order: ms to 6 decimals (the ns), µs to 3.
 
@@ -358,12 +362,14 @@ def step_line(
     (2026-12-03), about 10 µs a step. ``input_ms`` (the DataLoader wait) is written only where it was measured
     (torch imported, and the step fetched a batch from a DataLoader, or on Python 3.12+ from the training loop's own
     ``for``: ``input_from`` "loop"). ``backward_ms`` and ``optimizer_ms`` are written together, where torch's backward
-    and optimizers were hooked, ``forward_ms`` after them where the forward was timed too. ``dispatch_ms``,
+    and optimizers were hooked, ``forward_ms`` after them where the forward was timed too, ``backward_passes`` after
+    that where the step made more than one outermost backward call (gradient accumulation). ``dispatch_ms``,
     ``ready_ms`` and ``queued_ms`` are a JAX step's that jit_dispatch sampled (one in 128), last. A source this
     module does not know or a value JSON cannot hold goes through :func:`format_record`, which writes the same
     record."""
     phases = backward_ms is not None and optimizer_ms is not None
     forward = phases and forward_ms is not None
+    passes = phases and backward_passes is not None and backward_passes > 1
     sampled = dispatch_ms is not None
     if (
         source in STEP_SOURCES
@@ -373,6 +379,7 @@ def step_line(
         and (input_ms is None or math.isfinite(input_ms))
         and (not phases or (math.isfinite(backward_ms) and math.isfinite(optimizer_ms)))
         and (not forward or math.isfinite(forward_ms))
+        and (not passes or isinstance(backward_passes, int))
         and (not sampled or all(v is None or math.isfinite(v) for v in (dispatch_ms, ready_ms, queued_ms)))
     ):
         return (
@@ -393,6 +400,7 @@ def step_line(
                 )
                 + (_PHASES % (backward_ms, optimizer_ms) if phases else "")
                 + (_FORWARD % forward_ms if forward else "")
+                + (_PASSES % backward_passes if passes else "")
                 + (_sampled_fields(dispatch_ms, ready_ms, queued_ms) if sampled else ""),
             )
         ).encode()
@@ -406,6 +414,8 @@ def step_line(
         optional["optimizer_ms"] = _rounded(optimizer_ms, 6)
     if forward:
         optional["forward_ms"] = _rounded(forward_ms, 6)
+    if passes:
+        optional["backward_passes"] = backward_passes
     if dispatch_ms is not None:
         optional["dispatch_ms"] = _rounded(dispatch_ms, 6)
         if ready_ms is not None:

@@ -12,6 +12,9 @@ a model inside a compiled function) give "forward, loss and the rest" as one pha
 profiler's window slows the host several-fold (a char-level GPT's traced steps took 49 ms against a 19.85 ms
 median step, issue 31), so no share of a step is read from traced durations here.
 
+With gradient accumulation a step holds several forwards and backwards (the records' ``backward_passes``); the
+phases hold them all, and the text says how many.
+
 The phases are those of the median step: each phase's share of the host time in the steady steps nearest the
 median (a fifth of them, at least 3), applied to the median step's host time, so they add up to the median step the
 budget and the steps section show. Means of shares add up, and the slow and fast tails stay out, as in a median.
@@ -70,11 +73,15 @@ def host_phases(steady: pd.DataFrame) -> dict | None:
     # then, and the rest's label says the update is in it
     optimizer_seen = bool((rows["optimizer_ms"].astype(float) > 0).any())
     phases = [p for p in (PHASES_WITH_FORWARD if with_forward else PHASES) if optimizer_seen or p != "optimizer"]
+    # gradient accumulation: the step's micro-batches, each a forward and a backward (records say where more than one)
+    passes = pd.to_numeric(middle["backward_passes"], errors="coerce") if "backward_passes" in middle else None
+    backward_passes = int(passes.fillna(1).median()) if passes is not None else 1
     out = {
         "steps": int(len(middle)),
         "host_ms": median_ms,
         "input_measured": input_measured,
         "optimizer_seen": optimizer_seen,
+        "backward_passes": backward_passes,
         "phases": phases,
     }
     if with_forward:
@@ -114,6 +121,9 @@ def phases_text(phases: dict) -> str:
     8.1 ms (41 %), …``, the largest phase first."""
     order = sorted(phases.get("phases", PHASES), key=lambda p: -phases[f"{p}_ms"])
     labels = LABELS if phases.get("optimizer_seen", True) else {**LABELS, **NO_OPTIMIZER_LABELS}
+    passes = phases.get("backward_passes", 1)
+    if passes > 1:
+        labels = {**labels, "backward": f"backward (issuing {passes} passes)", "forward": "forward (the model's calls)"}
     parts = [
         f"{labels[p]} {ms_human(phases[f'{p}_ms'])} ({share_human(phases[f'{p}_share'], 0)})"
         for p in order
@@ -122,6 +132,11 @@ def phases_text(phases: dict) -> str:
     note = "" if phases["input_measured"] else "; input wait not measured (in the rest)"
     if not phases.get("optimizer_seen", True):
         note += "; no optimizer step() was called, so the parameter update is timed with the rest"
+    if passes > 1:
+        note += (
+            f"; each step makes {passes} backward passes (gradient accumulation), and the forward and backward "
+            "phases hold them all"
+        )
     forward_steps = phases.get("forward_steps")
     if forward_steps is not None and forward_steps < phases["steps"]:
         note += (

@@ -100,7 +100,15 @@ def test_gradient_accumulation_is_one_step_per_optimizer_update_from_step_0(tmp_
     # the first update's backwards were steps 0-2 and every later step number read 2 past the script's)
     assert [s["source"] for s in steps] == ["optimizer"] * 5
     assert [s["step"] for s in steps] == list(range(5))
+    assert [s["backward_passes"] for s in steps] == [4] * 5  # each step's micro-batches, said by its record
     assert torch.optim.Optimizer.__init__ is init  # unwrapped after the block
+    from diagnose.derive.derived import Derived
+    from diagnose.derive.host_phases import phases_text
+
+    phases = Derived(diagnose.load(run.path)).step_budget().ranks[0]["host_phases"]
+    assert phases["backward_passes"] == 4
+    text = phases_text(phases)
+    assert "backward (issuing 4 passes)" in text and "each step makes 4 backward passes (gradient accumulation)" in text
 
 
 def test_an_optimizer_made_after_backward_steps_takes_over(tmp_path):

@@ -56,7 +56,9 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
             install_ns=T_NS - 3_000_000_000,
         ),
         rr.format_record(rr.RUN_EXPECT, rank=2, artifact=rr.TRACE.path(2), t_ns=T_NS + 1),
-        rr.step_line(2, 0, T_NS + 2, 12.5, 11.25, "optimizer", False, 21.437, None, None, 6.125, 1.5, 3.25),
+        rr.step_line(
+            2, 0, T_NS + 2, 12.5, 11.25, "optimizer", False, 21.437, None, None, 6.125, 1.5, 3.25, backward_passes=4
+        ),  # fmt: skip
         rr.step_line(2, 1, T_NS + 3, 50.25, None, "marker", True, 12.5, 41.1234567, rr.INPUT_FROM_LOOP),
         rr.step_line(2, 2, T_NS + 4, 3.0, 2.0, 'odd "source"', False, 5.0, 1.5),  # the general formatter's way
         # a JAX step jit_dispatch sampled: its dispatch and readiness
@@ -321,6 +323,37 @@ def test_the_fast_step_format_writes_what_format_record_writes(
         overhead_us=rounded(overhead_us, 3),
         **optional,
     )
+
+
+@pytest.mark.parametrize("passes, written", [(4, 4), (1, None), (None, None)])
+def test_a_steps_backward_passes_are_written_where_more_than_one(passes, written):
+    """Gradient accumulation: the step's outermost backward calls after the phases, only where more than one, and
+    read back as a column (NaN where absent)."""
+    fast = rr.step_line(3, 7, T_NS, 19.85, None, "optimizer", False, 3.5, None, None, 9.5, 0.8, 4.25,
+                        backward_passes=passes)  # fmt: skip
+    phases = {"backward_ms": 9.5, "optimizer_ms": 0.8, "forward_ms": 4.25}
+    if written is not None:
+        phases["backward_passes"] = written
+    assert_writes_what_format_record_writes(
+        fast, rank=3, step=7, t_start_ns=T_NS, host_ms=19.85, gpu_ms=None, source="optimizer", instrumented=False,
+        overhead_us=3.5, **phases,
+    )  # fmt: skip
+    assert json.loads(fast).get("backward_passes") == written
+
+
+def test_a_backward_passes_count_that_is_not_whole_is_refused_with_the_file_and_line(tmp_path):
+    """Fake: a step record whose backward_passes is 2.5 (a step record that cannot be read is the file's error, as
+    for its other fields)."""
+    from parsers.errors import InputError
+
+    good = rr.step_line(0, 0, T_NS, 5.0, None, "optimizer", False, 1.0, None, None, 2.0, 0.5, None,
+                        backward_passes=4)  # fmt: skip
+    path = tmp_path / "rank0.jsonl"
+    path.write_bytes(good)
+    assert read_event_tables(path).steps["backward_passes"].tolist() == [4.0]
+    path.write_bytes(good + good.replace(b'"backward_passes":4', b'"backward_passes":2.5'))
+    with pytest.raises(InputError, match="line 2: backward_passes should be a whole number ≥ 0, found '2.5'"):
+        read_event_tables(path)
 
 
 def assert_writes_what_format_record_writes(fast: bytes, **fields) -> None:

@@ -70,6 +70,8 @@ class Steps:
         # the step's host phases (issue 31): ns inside outermost backward calls and optimizer step() calls since the
         # last boundary; hooked: both timed (torch's backward wrapped and its optimizers hooked)
         self._backward_ns = 0
+        self._backward_passes = 0  # outermost backward calls in the step in progress
+        self._passes_of_step = {}  # step -> its backward calls, for the finished steps that made more than one
         self._optimizer_ns = 0
         self.forward = None  # forward_time.ForwardTime once torch is imported: each step's forward host time
         # id(optimizer) -> (perf ns its step() began, _closure_ns then)
@@ -389,6 +391,7 @@ class Steps:
             finally:
                 steps._backward_depth = 0
                 steps._backward_ns += perf_counter_ns() - started_ns
+                steps._backward_passes += 1
                 steps._phases_seen = True
             if steps._optimizer_id is None:
                 steps.on_backward()
@@ -568,7 +571,9 @@ class Steps:
                 heavy = (
                     (window is not None and window.profiler is not None) or self.memory.history_on
                 ) and self._after_step(finished)
-        self._backward_ns = self._optimizer_ns = 0  # the new step's phases start here
+        if self._backward_passes > 1 and finished is not None and phased:  # gradient accumulation's micro-batches
+            self._passes_of_step[finished] = self._backward_passes
+        self._backward_ns = self._optimizer_ns = self._backward_passes = 0  # the new step's phases start here
         if not usual and self.window is not None and step == self.window.first_step:
             # before the new step shows: the long-step sampler must leave the profiler's start and the window alone
             # (it sampled the 2.4 s start on the CPU host as the step's "Tensor.backward", and its own Python calls
@@ -702,6 +707,7 @@ class Steps:
         lines = []
         pending, line_of, rank = self._pending, step_line, self._runtime.rank
         samples = self.jit_dispatch.samples if self.jit_dispatch is not None else None
+        passes = self._passes_of_step
         try:
             while pending:
                 (
@@ -748,6 +754,7 @@ class Steps:
                         None if optimizer_ns is None else optimizer_ns / 1e6,
                         None if forward_ns is None else forward_ns / 1e6,
                         *(() if sample is None else _sample_ms(sample)),
+                        backward_passes=passes.pop(step, None) if passes else None,
                     )
                 )
         finally:
