@@ -4,10 +4,10 @@ Light mode's step records carry, per step, the host time the loop waited for its
 inside the step's outermost ``nn.Module`` calls (``forward_ms``: the forward pass), inside its outermost
 ``torch.autograd.backward`` calls (``backward_ms``: issuing the backward pass) and inside its optimizers' ``step()``
 (``optimizer_ms``); what is left of the step's host time is the rest (the loss, batch preparation, gradient
-clipping, the grad scaler, logging, and a hand-written parameter update: a loop that calls no optimizer's ``step()``
-gets no optimizer phase, and the rest's label says the update is in it). Light mode times the forward in one step of eight (forward_time's
-``TIMED_EVERY``: hooks on a module slow its every call), so the forward's share is read from the timed steps
-nearest the median, and the rest is what the other phases leave. Records without any ``forward_ms`` (older runs, or
+clipping, the grad scaler, logging, and a hand-written parameter update: a loop that calls no optimizer's
+``step()`` gets no optimizer phase, and the rest's label says the update is in it). Light mode times the forward in
+one step of eight (forward_time's ``TIMED_EVERY``: hooks on a module slow its every call), so the forward's share is
+read from the timed steps nearest the median, and the rest is what the other phases leave. Records without any ``forward_ms`` (older runs, or
 a model inside a compiled function) give "forward, loss and the rest" as one phase. These are untraced steps: the
 profiler's window slows the host several-fold (a char-level GPT's traced steps took 49 ms against a 19.85 ms
 median step, issue 31), so no share of a step is read from traced durations here.

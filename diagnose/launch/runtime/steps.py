@@ -8,8 +8,8 @@ optimizer has been made (``Optimizer.__init__`` is wrapped to say so), backward 
 ``BACKWARDS_BEFORE_OPTIMIZER_MAX`` of them end no step before its first ``step()``, so gradient accumulation
 (several backwards per update) is one step per update from step 0. Before, the first update's backwards were steps
 of their own (with 4 micro-batches, steps 0-2 were micro-batches and every later step number read 2 past the
-script's; with 32, the warm-up and the trace window held micro-batches). When an optimizer made after backward
-passes defined the first steps steps, it takes over from then on. In JAX, the
+script's; with 32, the warm-up and the trace window held micro-batches). An optimizer made only after backward
+passes have defined steps takes over from its first step() on. In JAX, the
 jitted function the script dispatches once per iteration defines steps (jit_steps). Each step
 record says which source ended it. Step N is the work between boundary N and boundary N+1. At each boundary
 the finished step is held as a plain tuple of the values as read (ms are computed when written); the held steps are
