@@ -22,6 +22,7 @@ from diagnose.derive.jit_dispatch_samples import sentence as jit_sentence
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human, n_things
 from diagnose.ingest.profile_data import Profile, run_marks_of
+from diagnose.judges.step_budget.common import short_location
 from diagnose.metrics import LOWER, NEUTRAL, Metric
 from diagnose.thresholds import Thresholds
 from parsers.run_records import EVENTS
@@ -125,7 +126,8 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         result.meta["step_source_sentence"] = source_sentence(list(dict.fromkeys(sources)))
     if len(measured) >= th.steps.min_steps:
         host_bound = _host_bound(measured, th) or _jit_host_bound(profile, derived, th)
-        found = [f for f in (host_bound, _unstable(steps, measured, th), _own_overhead(result.summary, th)) if f]
+        unstable = _unstable(steps, measured, th, profile.work_records)
+        found = [f for f in (host_bound, unstable, _own_overhead(result.summary, th)) if f]
         if len(sources) and set(sources) == {"time"}:  # never let a slice read as an iteration
             found = [dataclasses.replace(f, title=f"{f.title} ({TIME_SLICE_WORDS})") for f in found]
         result.findings.extend(found)
@@ -336,7 +338,9 @@ def _jit_host_bound(profile: Profile, derived: Derived, th: Thresholds) -> Findi
     )
 
 
-def _unstable(steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds) -> Finding | None:
+def _unstable(
+    steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds, work: dict[int, pd.DataFrame] | None = None
+) -> Finding | None:
     step_ms = measured["step_ms"].dropna()
     median = float(step_ms.median())
     if median <= 0:
@@ -384,6 +388,7 @@ def _unstable(steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds) -> Fi
             section=SECTION,
         )
     if len(outliers):
+        ran = outlier_work_words(work, outliers)
         return Finding(
             id="steps.outliers",
             analyzer=NAME,
@@ -393,11 +398,59 @@ def _unstable(steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds) -> Fi
             subjects=subjects,
             evidence=evidence,
             cost_share=float((outliers["step_ms"] - median).clip(lower=0).sum()) / float(step_ms.sum()),
-            recommendation="Occasional slow steps are usually periodic work (evaluation, checkpointing, logging) or "
+            recommendation=(f"{ran} " if ran else "")
+            + "Occasional slow steps are usually periodic work (evaluation, checkpointing, logging) or "
             "a data-loader stall; move it out of the timed loop or make it asynchronous.",
             section=SECTION,
         )
     return None
+
+
+# light mode's work records as the outliers' words say them
+OUTLIER_WORK_WORDS = {
+    "evaluation": "an evaluation (model.eval())",
+    "checkpoint": "checkpoint saving (torch.save)",
+    "compilation": "compilation",
+    "new-shape": "the first batch of a new input shape",
+    "host-code": "Python sampled in the long step",
+    "gpudiag": "gpudiag's own work",
+}
+MAX_OUTLIERS_SAID = 3
+
+
+def outlier_work_words(work: dict[int, pd.DataFrame] | None, outliers: pd.DataFrame) -> str | None:
+    """``Step 19 (7.57 s) ran an evaluation (model.eval()) at trainer.py:3120 (your line train.py:90) for 3.31 s.``:
+    for the slowest outliers, the work light mode recorded in them (the most of it by time), or None where it
+    recorded none. Occasional slow steps are most often that work; naming it says which line to move."""
+    if not work:
+        return None
+    said = []
+    for r in outliers.sort_values("step_ms", ascending=False).head(MAX_OUTLIERS_SAID).itertuples():
+        records = work.get(int(r.rank))
+        if records is None or not len(records):
+            continue
+        mine = records[(records["step"] == r.step) & records["what"].isin(list(OUTLIER_WORK_WORDS))]
+        if not len(mine):
+            continue
+        by_what = mine.groupby("what", sort=False)["ms"].sum().sort_values(ascending=False)
+        what, ms = str(by_what.index[0]), float(by_what.iloc[0])
+        top = mine[mine["what"] == what].sort_values("ms", ascending=False).iloc[0]
+        location, library = top.get("location"), top.get("library_location")
+        where = ""
+        if isinstance(library, str) and library:
+            where = f" at {short_location(library)}" + (
+                f" (your line {short_location(location)})" if isinstance(location, str) and location else ""
+            )
+        elif isinstance(location, str) and location:
+            where = f" at {short_location(location)}"
+        name = top.get("name")
+        named = f" ({name})" if what in ("gpudiag", "compilation") and isinstance(name, str) and name else ""
+        rank = f" on rank {int(r.rank)}" if outliers["rank"].nunique() > 1 else ""
+        said.append(
+            f"Step {int(r.step)}{rank} ({ms_human(float(r.step_ms))}) ran {OUTLIER_WORK_WORDS[what]}{named}{where} "
+            f"for {ms_human(ms)}."
+        )
+    return " ".join(said) or None
 
 
 def _own_overhead(summary: dict, th: Thresholds) -> Finding | None:

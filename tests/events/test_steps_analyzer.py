@@ -162,3 +162,24 @@ def test_time_slices_are_never_read_as_iterations():
     assert "not per iteration" in result.meta["step_source_sentence"]
     (bound,) = result.findings
     assert bound.id == "steps.host_bound" and bound.title.endswith(f"({steps.TIME_SLICE_WORDS})")
+
+
+def test_the_outliers_say_what_light_mode_saw_run_in_them():
+    """A real CPU capture (fixtures/runs/char_gpt_cpu: an evaluation of 40 + 40 batches at char_gpt.py:143 every 200
+    iterations): the occasional slow steps are named by the work in them, slowest first, with their line."""
+    import diagnose
+    from tests.paths import FIXTURES
+
+    result = diagnose.analyze(diagnose.load(FIXTURES / "runs" / "char_gpt_cpu", quiet=True)).results["steps"]
+    finding = ids(result)["steps.outliers"]
+    said = finding.recommendation.split(". Occasional slow steps")[0]
+    assert said.startswith("Step 598 (130 ms) ran an evaluation (model.eval()) at char_gpt.py:143 for 117 ms.")
+    assert said.count("ran an evaluation (model.eval()) at char_gpt.py:143") == 3  # the three slowest of the four
+    assert [s.figures["step"] for s in finding.subjects][:3] == [598, 199, 399]
+
+
+def test_outliers_without_work_records_keep_the_general_advice():
+    host = [10.0] * 20
+    host[12] = 40.0
+    result = run_analyzer(steps, fake_profile(step_events={0: fake_steps(host, [9.5] * 20)}), TH)
+    assert ids(result)["steps.outliers"].recommendation.startswith("Occasional slow steps are usually periodic work")
