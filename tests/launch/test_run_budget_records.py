@@ -212,6 +212,11 @@ def test_every_kind_of_checkpoint_once_as_the_outermost_with_the_librarys_line(t
         "\n"
         "def save(model, path):\n"
         "    torch.save(model.state_dict(), path)  # LIB-SAVE\n"
+        "\n"
+        "\n"
+        "class Sequential(torch.nn.Sequential):  # as transformers' PreTrainedModel: its own train(), calling super()\n"
+        "    def train(self, mode=True):\n"
+        "        return super().train(mode)  # LIB-TRAIN\n"
     )
     script = SCRIPTS / "checkpoint_kinds.py"
     run, out = tmp_path / "run", tmp_path / "out"
@@ -227,6 +232,7 @@ def test_every_kind_of_checkpoint_once_as_the_outermost_with_the_librarys_line(t
         ("checkpoint", "safetensors", 1, at(script, "# SAFE-FILE"), None),
         ("checkpoint", "safetensors", 2, at(script, "# SAFE-MODEL"), None),  # save_model's own save_file: not again
         ("checkpoint", "torch.distributed.checkpoint", 3, at(script, "# DCP-SAVE"), None),  # its torch.saves: neither
+        # the library's model.eval() line, past the model's own train() (LIB-TRAIN), which eval() calls
         ("evaluation", None, 4, at(script, "# USER-EVAL"), f"{lib}:{line_of(lib, '# LIB-EVAL')}"),
         ("checkpoint", "torch.save", 4, at(script, "# USER-SAVE"), f"{lib}:{line_of(lib, '# LIB-SAVE')}"),
     ]

@@ -91,6 +91,15 @@ def call_sites(frame) -> tuple[str | None, str | None]:
     return caller_location(frame), library_location(frame)
 
 
+def past_mode_switches(frame, module):
+    """The frame that asked ``module`` to switch mode: past the module's own ``train()``/``eval()`` overrides, so an
+    evaluation's library line is the caller's (HF Trainer's ``model.eval()`` in trainer.py), not transformers'
+    ``PreTrainedModel.train`` calling ``super().train(mode)`` (modeling_utils.py:4885 in the H100 capture)."""
+    while frame is not None and frame.f_code.co_name in ("train", "eval") and frame.f_locals.get("self") is module:
+        frame = frame.f_back
+    return frame
+
+
 def _wrapped(module, attribute: str, wrapper, original) -> None:
     wrapper._gpudiag_original = original
     setattr(module, attribute, wrapper)
@@ -273,7 +282,7 @@ class PeriodicWork:
                         time.perf_counter_ns(),
                         time.time_ns(),
                         BEFORE_FIRST_STEP if step is None else step,
-                        *call_sites(caller),
+                        *call_sites(past_mode_switches(caller, module)),
                         module,
                     )
                     self._pause_input(True)

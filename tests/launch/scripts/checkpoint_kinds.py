@@ -19,7 +19,7 @@ import torch.distributed.checkpoint as dcp  # noqa: E402
 sys.path.insert(0, library)
 import trainerlib  # noqa: E402
 
-model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+model = trainerlib.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))  # its own train()
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step in range(6):
     model(torch.ones(4, 8)).sum().backward()
