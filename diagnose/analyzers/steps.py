@@ -25,7 +25,15 @@ from diagnose.ingest.profile_data import Profile, run_marks_of
 from diagnose.judges.step_budget.common import short_location
 from diagnose.metrics import LOWER, NEUTRAL, Metric
 from diagnose.thresholds import Thresholds
-from parsers.run_records import EVENTS
+from parsers.run_records import (
+    EVENTS,
+    WORK_CHECKPOINT,
+    WORK_COMPILATION,
+    WORK_EVALUATION,
+    WORK_GPUDIAG,
+    WORK_HOST_CODE,
+    WORK_NEW_SHAPE,
+)
 
 NAME = "steps"
 ORDER = 40
@@ -408,12 +416,12 @@ def _unstable(
 
 # light mode's work records as the outliers' words say them
 OUTLIER_WORK_WORDS = {
-    "evaluation": "an evaluation (model.eval())",
-    "checkpoint": "checkpoint saving (torch.save)",
-    "compilation": "compilation",
-    "new-shape": "the first batch of a new input shape",
-    "host-code": "Python sampled in the long step",
-    "gpudiag": "gpudiag's own work",
+    WORK_EVALUATION: "an evaluation (model.eval())",
+    WORK_CHECKPOINT: "checkpoint saving (torch.save)",
+    WORK_COMPILATION: "compilation",
+    WORK_NEW_SHAPE: "the first batch of a new input shape",
+    WORK_HOST_CODE: "Python sampled in the long step",
+    WORK_GPUDIAG: "gpudiag's own work",
 }
 MAX_OUTLIERS_SAID = 3
 
@@ -444,7 +452,7 @@ def outlier_work_words(work: dict[int, pd.DataFrame] | None, outliers: pd.DataFr
         elif isinstance(location, str) and location:
             where = f" at {short_location(location)}"
         name = top.get("name")
-        named = f" ({name})" if what in ("gpudiag", "compilation") and isinstance(name, str) and name else ""
+        named = f" ({name})" if what in (WORK_GPUDIAG, WORK_COMPILATION) and isinstance(name, str) and name else ""
         rank = f" on rank {int(r.rank)}" if outliers["rank"].nunique() > 1 else ""
         said.append(
             f"Step {int(r.step)}{rank} ({ms_human(float(r.step_ms))}) ran {OUTLIER_WORK_WORDS[what]}{named}{where} "
