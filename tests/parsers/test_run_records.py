@@ -468,3 +468,28 @@ def test_run_records_imports_the_standard_library_only():
         )
     }
     assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+@pytest.mark.parametrize(
+    ("host_ns", "overhead_ns", "input_ns", "loop"),
+    [
+        (512_345, 3_456, None, False),
+        (1, 0, None, False),
+        (19_850_000_123, 999_999, 0, False),
+        (512_345, 3_456, 41_123_457, True),
+        (512_345, 3_456, 7, False),  # a DataLoader's wait
+    ],
+)
+def test_the_jit_steady_step_lines_are_what_step_line_writes(host_ns, overhead_ns, input_ns, loop):
+    """The drain's formats for light mode's JAX steady state (jit_step_line, jit_step_lines) write the bytes of
+    step_line's record for the same step, ms and µs rounded from the integer ns alike."""
+    general = rr.step_line(
+        3, 12345, T_NS, host_ns / 1e6, None, "jit", False, overhead_ns / 1e3,
+        None if input_ns is None else input_ns / 1e6, rr.INPUT_FROM_LOOP if loop else None,
+    )  # fmt: skip
+    assert rr.jit_step_line(3, 12345, T_NS, host_ns, overhead_ns, input_ns, loop) == general
+    if input_ns is None:
+        start_ns = 1_000_000
+        batch = rr.jit_step_lines(3, T_NS - start_ns, [(12345, start_ns, start_ns + host_ns, overhead_ns)] * 2)
+        assert batch == [general, general]
+    json.loads(general)

@@ -32,7 +32,7 @@ from threading import get_ident
 from time import perf_counter_ns
 
 from diagnose.launch.child_config import nvtx_range_name
-from parsers.run_records import step_line  # the step record's one format (drain looks it up here at each call)
+from parsers.run_records import INPUT_FROM_LOOP, jit_step_line, jit_step_lines, step_line  # the step record's formats
 
 # Step records are written at most this often (and before anything heavy, and at every exit through
 # Python): one write of many lines instead of one per step. Per-step writing cost 5 % of a 2.2 ms step
@@ -101,7 +101,9 @@ class Steps:
         self._overhead_ns = 0  # host time of the boundary that started the current step (our own cost)
         # finished steps not yet written: (step, t_start_ns, start_perf_ns, end_perf_ns, start_event, end_event, source,
         # instrumented, overhead_ns, input_ns, input_from, backward_ns, optimizer_ns, forward_ns), plain tuples of the
-        # values as read (a class instance per step cost more on the H200 host; ms are computed at the drain)
+        # values as read (a class instance per step cost more on the H200 host; ms are computed at the drain); in
+        # on_jit_step's steady state the short (step, start_perf_ns, end_perf_ns, overhead_ns[, input_ns, input_from]),
+        # whose wall clock the drain derives
         self._pending = collections.deque()
         # the next boundary is usual: like the last one, with no window, NVTX range or jit steady state to look after
         # (decided at the end of each boundary that is not; see _boundary)
@@ -259,15 +261,17 @@ class Steps:
         In a host-bound JAX loop each µs spent here costs 2-4 µs of step time (the dispatch right after waits on
         it: 1 µs of spin added 3.4-4.2 µs a step on a CPU host, 2026-12), so the steady state (``_steady_now``:
         the first steps, the trace window and the snapshot behind, no CUDA events or NVTX ranges) is written
-        out here in one call layer: the same step record as ``_boundary``'s (the input waits read alike), its
-        wall clock derived from perf_counter (the offset read again at each drain), one comparison for whether
+        out here in one call layer: the same step record as ``_boundary``'s, held as a short tuple of the clock
+        reads (the input waits read alike, only where there is a DataLoader or a loop watcher), its wall clock
+        derived from perf_counter at the drain (the offset read again at each drain), one comparison for whether
         a drain or a memory_stats record is due and one for a sampled step, and one perf_counter read for both the
         step's start and the start of its overhead. It takes no lock, as torch's usual boundary takes none: it
         changes this object alone, and ``_due``, which writes files, takes the runtime's lock itself. The lock's
         acquire and release were 2.6 µs of a 5.7 µs boundary on the 2-core CPU host's 0.35 ms JAX step
         (scratch harness, interleaved, 2026-12-05). The long-step sampler reads ``current_step`` and then
         ``_perf_ns``; the new step's ``_perf_ns`` is written first, so it never pairs the new step with the old
-        start."""
+        start. The short tuple and no input lookup took the steady path from 1.7 to 1.1 µs a call in a tight loop on
+        the 2-core CPU host (2026-12-06), and the drain's one-pass format of such steps from 3.5 to 2.4 µs a step."""
         if self._jit_off or self._runtime.disabled:
             return None
         if self._steady and not self.memory.history_on:
@@ -275,29 +279,16 @@ class Steps:
             through = None
             try:
                 finished = self.current_step
-                input_ns, input_from = self._input_of_step(finished)
-                # steady: the finished step is a jit step and not instrumented (see _steady_now), no GPU events
-                self._pending.append(
-                    (
-                        finished,
-                        self._wall_ns,
-                        self._perf_ns,
-                        perf_ns,
-                        None,
-                        None,
-                        "jit",
-                        False,
-                        self._overhead_ns,
-                        input_ns,
-                        input_from,
-                        None,
-                        None,
-                        None,
-                    )
-                )
+                # steady: the finished step is a jit step, not instrumented, without GPU events (see _steady_now); its
+                # record is the short tuple the drain expands (_expand_steady): most JAX loops fetch no DataLoader
+                # batch and have no loop watcher (before Python 3.12), and then the input is not looked at
+                if self.input_wait is None and self.loop_input is None and self._loop_tried:
+                    self._pending.append((finished, self._perf_ns, perf_ns, self._overhead_ns))
+                else:
+                    input_ns, input_from = self._input_of_step(finished)
+                    self._pending.append((finished, self._perf_ns, perf_ns, self._overhead_ns, input_ns, input_from))
                 step = finished + 1
                 self._perf_ns = perf_ns
-                self._wall_ns = perf_ns + self._wall_offset_ns
                 self.current_step = step
                 if perf_ns >= self._next_due_perf_ns:
                     self._due(step, perf_ns, False, None)
@@ -550,7 +541,8 @@ class Steps:
             self._pending.append(
                 (
                     finished,
-                    self._wall_ns,
+                    # after on_jit_step's steady state, which keeps no wall clock, derived as its drain does
+                    self._perf_ns + self._wall_offset_ns if self._steady else self._wall_ns,
                     self._perf_ns,
                     perf_ns,
                     self._event,
@@ -708,8 +700,12 @@ class Steps:
         pending, line_of, rank = self._pending, step_line, self._runtime.rank
         samples = self.jit_dispatch.samples if self.jit_dispatch is not None else None
         passes = self._passes_of_step
+        offset_ns = self._wall_offset_ns
         try:
             while pending:
+                if len(pending[0]) < 14:  # on_jit_step's steady state: (step, start, end, overhead[, input])
+                    lines += self._steady_lines(offset_ns, samples)
+                    continue
                 (
                     step,
                     t_start_ns,
@@ -761,6 +757,58 @@ class Steps:
             if lines:
                 self._runtime.events.append_lines(lines)
                 self.recorded += len(lines)
+
+    def _steady_lines(self, offset_ns: int, samples: dict | None) -> list[bytes]:
+        """The lines of the run of on_jit_step's short records at the head of ``_pending``, taken off it: those with
+        no input wait and no sample in one pass (jit_step_lines), the others one by one."""
+        pending, rank = self._pending, self._runtime.rank
+        plain, lines = [], []
+        while pending and len(pending[0]) < 14:
+            held = pending.popleft()
+            step = held[0]
+            sample = samples.pop(step, None) if samples else None
+            if len(held) == 4 and sample is None:
+                plain.append(held)
+                continue
+            if plain:
+                lines += jit_step_lines(rank, offset_ns, plain)
+                plain = []
+            step, start_ns, end_ns, overhead_ns = held[:4]
+            input_ns, input_from = held[4:] or (None, None)
+            if sample is None:
+                lines.append(
+                    jit_step_line(
+                        rank,
+                        step,
+                        start_ns + offset_ns,
+                        end_ns - start_ns,
+                        overhead_ns,
+                        input_ns,
+                        input_from == INPUT_FROM_LOOP,
+                    )
+                )
+                continue
+            lines.append(
+                step_line(
+                    rank,
+                    step,
+                    start_ns + offset_ns,
+                    (end_ns - start_ns) / 1e6,
+                    None,
+                    "jit",
+                    False,
+                    overhead_ns / 1e3,
+                    None if input_ns is None else input_ns / 1e6,
+                    input_from,
+                    None,
+                    None,
+                    None,
+                    *_sample_ms(sample),
+                )
+            )
+        if plain:
+            lines += jit_step_lines(rank, offset_ns, plain)
+        return lines
 
 
 def _sample_ms(sample: tuple[int, int | None, int | None]) -> tuple[float, float | None, float | None]:
