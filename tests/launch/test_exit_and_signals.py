@@ -11,7 +11,7 @@ import time
 import pytest
 
 from diagnose.launch.supervisor import exit_status
-from tests.launch.launch_helpers import SCRIPTS, base_env, gpudiag, manifest, records
+from tests.launch.launch_helpers import REPO, SCRIPTS, base_env, gpudiag, manifest, records
 
 
 @pytest.mark.parametrize("how, code", [("0", 0), ("3", 3), ("raise", 1), ("sigterm", 128 + 15)])
@@ -99,3 +99,35 @@ def test_signal_to_gpudiag_is_forwarded_and_the_run_stays_valid(tmp_path, signum
     assert m["missing"] == [] and m["ranks"] == [0]
     if signum == signal.SIGINT:
         assert "KeyboardInterrupt" in err
+
+
+FLUSH_INTERRUPTED = """
+import os, signal, sys, time
+sys.path.insert(0, {repo!r})
+from diagnose.launch.runtime import exit_hooks
+
+def flush():
+    with open({out!r}, "a") as f:
+        f.write("start\\n")
+    os.kill(os.getpid(), signal.SIGTERM)  # comes while the flush runs
+    for _ in range(100):  # the handler runs at the next bytecode boundaries
+        time.sleep(0.001)
+    with open({out!r}, "a") as f:
+        f.write("end\\n")
+
+exit_hooks.install(flush)
+if {by_signal!r}:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+"""
+
+
+@pytest.mark.parametrize("by_signal", [False, True], ids=["during-atexit-flush", "during-first-signal-flush"])
+def test_a_signal_during_the_flush_waits_for_its_end(tmp_path, by_signal):
+    """SIGTERM that arrives while the exit flush runs (the script's own end, or a first SIGTERM) lets the flush
+    finish, then the process dies of it: the snapshot and the step log's end are not cut off."""
+    out = tmp_path / "flush.txt"
+    script = FLUSH_INTERRUPTED.format(repo=str(REPO), out=str(out), by_signal=by_signal)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.read_text() == "start\nend\n", r.stderr
+    assert r.returncode == -signal.SIGTERM

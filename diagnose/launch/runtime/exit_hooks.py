@@ -5,6 +5,11 @@ unwinds to the interpreter's exit). SIGTERM and SIGHUP kill a Python process wit
 atexit, so a handler flushes first and then does what was there before: calls the
 user's handler, or restores the default and re-sends the signal so the process still
 dies of it (exit status 128+N, as without gpudiag). An ignored signal stays ignored.
+
+A signal that comes while the flush runs (atexit's at the script's normal end, or the first signal's) waits for it:
+the handler runs on top of the flush, and dying there cut the flush short. On an H100 (2026-12-06) a script under
+``--ncu`` ended on its own just as ``--after-window stop``'s SIGTERM came: the run lost its allocator snapshot and
+the end of its step log. Once the flush is done, the process dies of the signal that waited (128+N).
 """
 
 from __future__ import annotations
@@ -20,13 +25,28 @@ FLUSH_SIGNALS = ("SIGTERM", "SIGHUP")
 def install(flush) -> None:
     """Call ``flush()`` once at exit; chain the termination signals (main thread only)."""
     owner_pid = os.getpid()
-    done = threading.Event()
+    done = threading.Event()  # the flush has begun
+    flushed = threading.Event()  # ... and ended
+    waiting = []  # signals that came during the flush, sent again after it
 
     def flush_once():
         if done.is_set() or os.getpid() != owner_pid:  # forked children (DataLoader workers) flush nothing
             return
         done.set()
-        flush()
+        try:
+            flush()
+        finally:
+            flushed.set()
+            if waiting:
+                _die_of(waiting[0])
+
+    def flush_or_wait(signum) -> bool:
+        """Flush (once); False when the flush is under way below this handler: the signal waits for its end."""
+        if done.is_set() and not flushed.is_set() and os.getpid() == owner_pid:
+            waiting.append(signum)
+            return False
+        flush_once()
+        return True
 
     atexit.register(flush_once)
     if threading.current_thread() is not threading.main_thread():
@@ -38,13 +58,14 @@ def install(flush) -> None:
         previous = signal.getsignal(signum)
         if previous in (signal.SIG_IGN, None):
             continue
-        signal.signal(signum, _chained_handler(signum, previous, flush_once))
+        signal.signal(signum, _chained_handler(signum, previous, flush_or_wait))
 
 
-def _chained_handler(signum, previous, flush_once):
+def _chained_handler(signum, previous, flush_or_wait):
     def handler(received, frame):
         try:
-            flush_once()
+            if not flush_or_wait(signum):
+                return  # the flush below this frame goes on, then sends the signal again (flush_once)
         except Exception:
             pass
         if callable(previous) and previous is not signal.default_int_handler:
@@ -52,7 +73,12 @@ def _chained_handler(signum, previous, flush_once):
             return
         if previous is signal.default_int_handler:
             raise KeyboardInterrupt
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+        _die_of(signum)
 
     return handler
+
+
+def _die_of(signum) -> None:
+    """End the process by ``signum`` at its default action, so its exit status says so (128+N)."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
