@@ -50,3 +50,19 @@ def test_start_after_reads_the_environment():
     assert start_after_from_env({"GPUDIAG_TIME_SLICES_AFTER_S": "off"}) is None
     assert start_after_from_env({"GPUDIAG_TIME_SLICES_AFTER_S": "-1"}) is None
     assert start_after_from_env({"GPUDIAG_TIME_SLICES_AFTER_S": "soon"}) is None
+
+
+def test_no_time_slice_begins_inside_an_import(tmp_path):
+    """A slice comes at the main thread's next bytecode, wherever it is; inside an import it would read modules
+    still being imported (under --ncu, torch.cuda of a torch mid-import switched a JAX run's instrumentation off on
+    an H100). Slices skip the import's seconds and go on after it."""
+    run = tmp_path / "r"
+    env = base_env(GPUDIAG_TIME_SLICES_AFTER_S="0")
+    r = gpudiag(
+        "profile", "-o", run, "--", "python3", SCRIPTS / "slice_during_import.py", tmp_path, "4", env=env, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    start_ns, end_ns = map(int, (tmp_path / "import_span.txt").read_text().split())
+    starts = [s["t_start_ns"] for s in _steps(run)]
+    assert not [t for t in starts if start_ns < t < end_ns], (starts, start_ns, end_ns)
+    assert [t for t in starts if t <= start_ns] and [t for t in starts if t >= end_ns], starts  # before and after

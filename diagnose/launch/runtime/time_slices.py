@@ -99,6 +99,8 @@ class TimeSlices:
     def _on_signal(self, signum, frame) -> None:
         if self._stop.is_set() or self._steps.other_source_seen:
             return
+        if _mid_boundary_or_import(self._steps, frame):  # the next slice takes it
+            return
         torch = sys.modules.get("torch")
         try:
             if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
@@ -106,3 +108,20 @@ class TimeSlices:
         except Exception:
             pass
         self._steps.boundary("time")
+
+
+def _mid_boundary_or_import(steps, frame) -> bool:
+    """True when the main thread was interrupted inside a boundary that holds the runtime's lock, or inside an import.
+
+    The handler runs at the main thread's next bytecode, wherever that is. On an H100 under ``--ncu`` (2026-12-06)
+    a JAX script's first time slice wired the parts, which imports torch for the NVTX ranges; ncu made that import
+    take seconds, the next slice ran inside it and read ``torch.cuda`` of a torch still being imported, and the run
+    lost its instrumentation. The same would happen inside the script's own slow ``import torch``."""
+    is_owned = getattr(steps._lock, "_is_owned", None)
+    if is_owned is not None and is_owned():
+        return True
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
