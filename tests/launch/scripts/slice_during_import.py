@@ -2,7 +2,9 @@
 that runs Python for ``seconds`` at import time, between two stretches of torch work.
 
 argv: folder seconds. The module is written into ``folder`` and imported from there; it writes its import's start
-and end (time.time_ns) to ``folder/import_span.txt``, so the test can check that no time slice began inside it."""
+and end (time.time_ns) to ``folder/import_span.txt``, so the test can check that no time slice began inside it.
+The work runs ``seconds / 2`` before the import and ``seconds`` after it: a step is written when the next one
+begins, so a slice after the import shows only if another follows it (slices are a second apart)."""
 
 import sys
 import time
@@ -30,4 +32,4 @@ def work(for_s: float) -> None:
 work(seconds / 2)
 import busy_import  # noqa: E402, F401
 
-work(seconds / 2)
+work(seconds)
