@@ -1,7 +1,7 @@
 """Each failed GPU test's report, printed as it fails.
 
 The device call that runs tests/gpu has a time limit; pytest prints failures only at the end, so a run cut off by
-the limit (2026-12-06: an H100 call ran out after 2 of 8 files' failures) lost why its tests failed. With ``-s``
+the limit (2026-12-06: an H100 call ran out in the sixth of seven files, after two failures) lost why its tests failed. With ``-s``
 the report goes to the log right after the test."""
 
 from __future__ import annotations
