@@ -11,4 +11,6 @@ import sys
 
 def pytest_runtest_logreport(report):
     if report.failed:
-        print(f"\n==== FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n====", file=sys.stderr, flush=True)
+        print(
+            f"\n==== FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n====", file=sys.stderr, flush=True
+        )
