@@ -49,6 +49,8 @@ BACKWARDS_BEFORE_OPTIMIZER_MAX = 128
 # once, as before, dropped every boundary while such a write ran (their steps merged into one record); the bound
 # keeps a stuck writer from stopping the training.
 LOCK_WAIT_S = 1.0
+# a held step record's fields outside the jit steady state (see Steps._pending); the steady state's are fewer
+FULL_RECORD_FIELDS = 14
 
 
 class Steps:
@@ -280,7 +282,7 @@ class Steps:
             try:
                 finished = self.current_step
                 # steady: the finished step is a jit step, not instrumented, without GPU events (see _steady_now); its
-                # record is the short tuple the drain expands (_expand_steady): most JAX loops fetch no DataLoader
+                # record is the short tuple the drain expands (_steady_lines): most JAX loops fetch no DataLoader
                 # batch and have no loop watcher (before Python 3.12), and then the input is not looked at
                 if self.input_wait is None and self.loop_input is None and self._loop_tried:
                     self._pending.append((finished, self._perf_ns, perf_ns, self._overhead_ns))
@@ -703,7 +705,7 @@ class Steps:
         offset_ns = self._wall_offset_ns
         try:
             while pending:
-                if len(pending[0]) < 14:  # on_jit_step's steady state: (step, start, end, overhead[, input])
+                if len(pending[0]) < FULL_RECORD_FIELDS:  # on_jit_step's short (step, start, end, overhead[, input])
                     lines += self._steady_lines(offset_ns, samples)
                     continue
                 (
@@ -763,10 +765,9 @@ class Steps:
         no input wait and no sample in one pass (jit_step_lines), the others one by one."""
         pending, rank = self._pending, self._runtime.rank
         plain, lines = [], []
-        while pending and len(pending[0]) < 14:
+        while pending and len(pending[0]) < FULL_RECORD_FIELDS:
             held = pending.popleft()
-            step = held[0]
-            sample = samples.pop(step, None) if samples else None
+            sample = samples.pop(held[0], None) if samples else None
             if len(held) == 4 and sample is None:
                 plain.append(held)
                 continue
