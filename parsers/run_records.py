@@ -200,6 +200,9 @@ RUN_START = RecordKind(
     optional=("install_ns",),
     event="start",
 )
+# this process flushes what it holds and ends when sent ``signal`` (a real-time one): how gpudiag's ncu stopper ends it,
+# since under ncu 2025.3 a script's own SIGTERM handler never runs (tools/ncu_signal_probe.py, H100 2026-12-06)
+RUN_STOP_SIGNAL = RecordKind(RUN, ("rank", "pid", "signal", "t_ns"), event="stop-signal")
 RUN_EXPECT = RecordKind(RUN, ("rank", "artifact", "t_ns"), event="expect")  # an artifact this rank will write
 RUN_END = RecordKind(RUN, ("rank", "reason", "steps", "written", "t_ns"), event="end")  # the last line of a rank
 # from from_step on only one step in `every` is timed on the GPU, and why
@@ -225,6 +228,7 @@ RECORD_KINDS = (
     SYNC,
     WORK,
     RUN_START,
+    RUN_STOP_SIGNAL,
     RUN_EXPECT,
     RUN_END,
     GPU_TIME_EVERY,

@@ -6,6 +6,7 @@ marks steps (NVTX ranges and step times): a torch/JAX profiler must not run unde
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -20,7 +21,7 @@ from diagnose.launch.run_progress import EventsTail
 from diagnose.launch.supervisor import Child, end_process_group, group_members, signal_name
 from parsers import run_folder
 from parsers.limits import human_bytes
-from parsers.run_records import NCU_FIRST_LOG
+from parsers.run_records import EVENTS, NCU_FIRST_LOG, RUN_STOP_SIGNAL
 
 KILL_AT_ONCE = ((signal.SIGKILL, 0.0),)  # a second stop, or the stop's grace period over: no more waiting
 
@@ -91,7 +92,7 @@ class NcuMode(CaptureMode):
 
     def watch(self, child: Child) -> None:
         """Start the wall-time budget (--ncu-timeout) on the running child."""
-        self._stopper = NcuStopper(child, self.options.say)
+        self._stopper = NcuStopper(child, self.options.say, self._folder)
         timeout_s = self.options.ncu.timeout_s
         if self._reran and timeout_s:  # the second run gets what the first left of the budget
             self._stopper.start_budget(max(1.0, timeout_s - (time.monotonic() - self._started)), timeout_s)
@@ -106,7 +107,7 @@ class NcuMode(CaptureMode):
 
     def on_signal(self, child: Child, signum: int) -> None:
         """SIGINT/SIGTERM/SIGHUP to gpudiag: stop the application under ncu (ncu writes what it has), bounded."""
-        stopper = self._stopper or NcuStopper(child, self.options.say)
+        stopper = self._stopper or NcuStopper(child, self.options.say, self._folder)
         self._stopper = stopper
         stopper.stop(f"{signal_name(signum)} to gpudiag", signum)
 
@@ -210,10 +211,17 @@ class NcuStopper:
     ``ncu_command.STOP_GRACE_S`` later (a kernel replay that does not return, ncu itself) is killed. Under
     ncu a signal sent to ncu alone does not end the application: on the H200 a JAX script had not
     ended 4 minutes after SIGTERM (issue 17).
+
+    Nor does the application's own SIGTERM handler run under ncu (H100, 2026-12-06: exit 0, no handler, no atexit;
+    tools/ncu_signal_probe.py), which cut every stopped run's step log short and lost its allocator snapshot. So the
+    processes whose runtime wrote a ``stop-signal`` record get that signal first: they flush and end themselves.
+    The rest of the group gets the signal once they have ended, or ``FLUSH_WAIT_S`` later.
     """
 
-    def __init__(self, child: Child, say):
-        self._child, self._say = child, say
+    FLUSH_WAIT_S = 20.0
+
+    def __init__(self, child: Child, say, folder: Path | None = None):
+        self._child, self._say, self._folder = child, say, folder
         self._started = time.monotonic()
         self._timer = None
         self._lock = threading.Lock()
@@ -242,16 +250,26 @@ class NcuStopper:
             end_process_group(ncu_pid, KILL_AT_ONCE)
             return
         self._say(f"gpudiag: {reason}: stopping the script under ncu; ncu writes the kernels it profiled")
+        members = set(group_members(ncu_pid))
+        flushing = {
+            pid: stop_signal for pid, stop_signal in runtime_stop_signals(self._folder).items() if pid in members
+        }
+        for pid, stop_signal in flushing.items():
+            _send(pid, stop_signal)
+        ending = threading.Thread(target=self._end, args=(signum, set(flushing)), name="gpudiag-ncu-stop", daemon=True)
+        ending.start()
+
+    def _end(self, signum: int, flushing: set[int]) -> None:
+        """The rest of the group gets ``signum`` once the flushing processes are gone; then the grace, then kill."""
+        ncu_pid = self._child.process.pid
+        deadline = time.monotonic() + self.FLUSH_WAIT_S
+        while flushing and time.monotonic() < deadline and self._child.process.poll() is None:
+            if not flushing & set(group_members(ncu_pid)):
+                break
+            time.sleep(0.05)
         for pid in group_members(ncu_pid):
             if pid != ncu_pid:
-                try:
-                    os.kill(pid, signum)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        escalate = threading.Thread(target=self._escalate, name="gpudiag-ncu-stop", daemon=True)
-        escalate.start()
-
-    def _escalate(self) -> None:
+                _send(pid, signum)
         deadline = time.monotonic() + ncu_command.STOP_GRACE_S
         while time.monotonic() < deadline:
             if self._child.process.poll() is not None and not group_members(self._child.process.pid):
@@ -259,6 +277,38 @@ class NcuStopper:
             time.sleep(0.1)
         self._say(f"gpudiag: still running {ncu_command.STOP_GRACE_S:g} s after the stop: killing ncu and the script")
         end_process_group(self._child.process.pid, KILL_AT_ONCE)
+
+
+def _send(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def runtime_stop_signals(folder: Path | None) -> dict[int, int]:
+    """pid → signal of every process whose runtime said, in a ``stop-signal`` record, that it stops on that signal."""
+    found: dict[int, int] = {}
+    if folder is None:
+        return found
+    mark = RUN_STOP_SIGNAL.mark.encode()
+    for path in sorted(folder.glob(EVENTS.pattern)):
+        try:
+            with open(path, "rb") as f:
+                for line in f:
+                    if mark not in line or b'"stop-signal"' not in line:
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        continue
+                    if RUN_STOP_SIGNAL.is_kind_of(record) and isinstance(record.get("pid"), int):
+                        if isinstance(record.get("signal"), int):
+                            found[record["pid"]] = record["signal"]
+                    break
+        except OSError:
+            continue
+    return found
 
 
 def _ncu_killed(options: ProfileOptions, folder: Path, log, killed_by: str) -> dict:

@@ -13,6 +13,7 @@ timeouts are hang guards.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -144,6 +145,30 @@ def test_after_window_stop_ends_the_script_once_its_step_is_profiled_and_the_run
 
     profile = load(run)
     assert not any("crash" in w or "failed" in w for w in profile.warnings), profile.warnings
+
+
+def test_a_stopped_script_flushes_under_an_ncu_that_takes_its_sigterm(tmp_path):
+    """Real ncu 2025.3 ended a script's SIGTERM with exit 0 and never ran its handler (H100, 2026-12-06): every run
+    --after-window stop ended lost the end of its step log ("incomplete: events/rank0.jsonl") and its snapshot. The
+    FAKE ncu's FAKE_NCU_TAKES_SIGTERM=1 does the same; the runtime's stop signal must still get the flush."""
+    run = tmp_path / "r"
+    loop = [sys.executable, SCRIPTS / "marker_loop.py", "100000", "0.02"]
+    env = {**_env(), "FAKE_NCU_TAKES_SIGTERM": "1"}
+    r = gpudiag("profile", "--ncu", "--ncu-step", "2", "-o", run, "--", *loop, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "gpudiag: the window was profiled (--after-window stop): stopping the script under ncu" in r.stderr
+    m = assert_valid_run_folder(run)
+    assert m["incomplete"] == {} and m["missing"] == [], (m["incomplete"], m["missing"])
+    records = [json.loads(line) for line in (run / "events" / "rank0.jsonl").read_text().splitlines()]
+    (stop,) = [e for e in records if e.get("event") == "stop-signal"]
+    assert stop["signal"] == signal.SIGRTMIN + 8 and stop["pid"] > 0
+    (end,) = [e for e in records if e.get("event") == "end"]
+    printed = [int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("step ")]
+    steps = [e["step"] for e in records if e["kind"] == "step"]
+    # every step the script finished is in the log: the flush wrote the held ones (a step is held until the next
+    # one begins; step i's record is written at the boundary that ends it, after which the script prints "step i")
+    assert 2 <= max(printed) < 99_999 and steps == list(range(len(steps))) and max(steps) >= max(printed) - 1
+    assert end["reason"] == "exit" and end["steps"] == len(steps)
 
 
 def test_a_window_whose_end_gpudiag_cannot_see_is_not_stopped(tmp_path):

@@ -25,7 +25,16 @@ from diagnose.launch.child_config import rank_from_env, world_size_from_env
 from diagnose.launch.event_log import JsonlAppender
 from diagnose.launch.runtime.faults import Faults
 from diagnose.launch.runtime.steps import Steps
-from parsers.run_records import EVENTS, RUN_END, RUN_EXPECT, RUN_START, SNAPSHOT, RankFile, format_record
+from parsers.run_records import (
+    EVENTS,
+    RUN_END,
+    RUN_EXPECT,
+    RUN_START,
+    RUN_STOP_SIGNAL,
+    SNAPSHOT,
+    RankFile,
+    format_record,
+)
 
 MAX_HELD_RECORDS = 10_000  # records held before the first step boundary; later ones are dropped
 
@@ -253,7 +262,11 @@ class Runtime:
         self._wire_parts(torch, jax)
         from diagnose.launch.runtime.exit_hooks import install as flush_at_exit
 
-        flush_at_exit(lambda: self.flush("exit"))
+        stop_signal = flush_at_exit(lambda: self.flush("exit"))
+        if stop_signal is not None:
+            self.events.append_line(
+                format_record(RUN_STOP_SIGNAL, rank=self.rank, pid=self.pid, signal=stop_signal, t_ns=time.time_ns())
+            )
         return True
 
     def _wire_parts(self, torch, jax) -> None:

@@ -10,6 +10,13 @@ A signal that comes while the flush runs (atexit's at the script's normal end, o
 the handler runs on top of the flush, and dying there cut the flush short. On an H100 (2026-12-06) a script under
 ``--ncu`` ended on its own just as ``--after-window stop``'s SIGTERM came: the run lost its allocator snapshot and
 the end of its step log. Once the flush is done, the process dies of the signal that waited (128+N).
+
+Under ncu the script's SIGTERM handler never runs: on an H100 (2026-12-06, tools/ncu_signal_probe.py) a CUDA script
+under ncu 2025.3 that got SIGTERM ended with exit 0 and neither its handler nor atexit ran, so every run that
+--after-window stop or --ncu-timeout ended lost its snapshot and the end of its step log. A real-time signal reaches
+the script's handler there. So ``STOP_SIGNAL`` (when no one else handles it) is a request to stop: flush, then
+SIGTERM to itself. install returns it, and the runtime writes it in a ``stop-signal`` record, which is how
+ncu_mode's stopper knows which processes to send it to (for any other process its default action is to die at once).
 """
 
 from __future__ import annotations
@@ -20,10 +27,13 @@ import signal
 import threading
 
 FLUSH_SIGNALS = ("SIGTERM", "SIGHUP")
+# SIGRTMIN + 7 is time_slices.SIGNAL; + 8 reached a Python handler under ncu on the H100 (tools/ncu_signal_probe.py)
+STOP_SIGNAL = getattr(signal, "SIGRTMIN", 34) + 8
 
 
-def install(flush) -> None:
-    """Call ``flush()`` once at exit; chain the termination signals (main thread only)."""
+def install(flush) -> int | None:
+    """Call ``flush()`` once at exit; chain the termination signals and take STOP_SIGNAL (main thread only).
+    Returns STOP_SIGNAL where its handler is in place, else None."""
     owner_pid = os.getpid()
     done = threading.Event()  # the flush has begun
     flushed = threading.Event()  # ... and ended
@@ -50,7 +60,7 @@ def install(flush) -> None:
 
     atexit.register(flush_once)
     if threading.current_thread() is not threading.main_thread():
-        return
+        return None
     for name in FLUSH_SIGNALS:
         signum = getattr(signal, name, None)
         if signum is None:
@@ -59,6 +69,30 @@ def install(flush) -> None:
         if previous in (signal.SIG_IGN, None):
             continue
         signal.signal(signum, _chained_handler(signum, previous, flush_or_wait))
+    return _take_stop_signal(flush_or_wait)
+
+
+def _take_stop_signal(flush_or_wait) -> int | None:
+    """STOP_SIGNAL's handler: flush, then SIGTERM to this process, which then does what its SIGTERM disposition says
+    (the script's handler or the default; ncu ends it); None where the signal is someone else's."""
+    if not hasattr(signal, "SIGRTMIN"):
+        return None
+
+    def stop(received, frame):
+        try:
+            if not flush_or_wait(signal.SIGTERM):
+                return  # the flush under way below this frame dies of SIGTERM at its end
+        except Exception:
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    try:
+        if signal.getsignal(STOP_SIGNAL) not in (signal.SIG_DFL, None):
+            return None
+        signal.signal(STOP_SIGNAL, stop)
+    except (ValueError, OSError):
+        return None
+    return STOP_SIGNAL
 
 
 def _chained_handler(signum, previous, flush_or_wait):
