@@ -83,6 +83,25 @@ def test_an_evaluation_every_20_steps_is_named_with_the_eval_line():
     assert periodic.subjects[0].name.endswith("examples/periodic_work.py:59")
 
 
+def test_a_cold_first_evaluation_on_the_gpu_is_named_apart_from_the_period():
+    """H100 capture: the first evaluation took 30 ms (cuBLAS set up for its shapes), the later ones 3.5 ms; the title
+    names the four steps by their work, the median excess and step 19's own (fixtures/runs/PROVENANCE.md)."""
+    result, periodic = periodic_of("periodic_evaluation_h100")
+    period = result.meta["ranks"][0]["period"]
+    assert period["by_work"] and period["steps"] == [19, 39, 59, 79] and period["period"] == 20
+    assert period["excess_ms"] == pytest.approx(2.13, abs=0.01)
+    assert period["largest"][0] == 19 and period["largest"][1] == pytest.approx(28.84, abs=0.01)
+    assert periodic.title == (
+        "Steps 19, 39, 59, 79 (4 steps, about every 20 steps) are 2.13 ms slower than the median 1.49 ms (step 19: "
+        "28.8 ms slower): evaluation (model.eval() at periodic_work.py:59) takes 2.03 ms"
+    )
+    evidence = {e.metric: e.value for e in periodic.evidence}
+    assert evidence["step_budget_period_largest_excess_ms"] == pytest.approx(28.84, abs=0.01)
+    # the CPU capture's four evaluations are alike: no step named apart
+    _, cpu = periodic_of("periodic_evaluation")
+    assert "slower)" not in cpu.title
+
+
 def test_work_that_explains_too_little_of_the_excess_is_not_named():
     """Raised above the evaluation's share of the excess (18.07 / 20.23 = 0.89), it falls back to the candidates."""
     th = Thresholds().with_overrides({"step_budget": {"period_work_share": 0.95}})

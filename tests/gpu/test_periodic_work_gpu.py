@@ -37,5 +37,10 @@ def test_periodic_work_is_named_with_its_line(tmp_path, work, call):
     assert [e["step"] for e in records][:4] == [19, 39, 59, 79] and {e["what"] for e in records} == {work}
     assert all(e["location"].endswith(f"periodic_work.py:{_line_of(call)}") for e in records), records
     (periodic,) = [f for f in findings["findings"] if f["id"] == "step_budget.periodic"]
-    assert periodic["title"].startswith("Every 20 steps"), periodic["title"]
+    # "Every 20 steps (step 19 + 20i …)", or, where the first one is far slower (the first evaluation on CUDA sets up
+    # cuBLAS: 30 ms against 3.5 on an H100, 2026-12-06), "Steps 19, 39, 59, 79 (4 steps, about every 20 steps) …"
+    title = periodic["title"]
+    assert title.startswith("Every 20 steps") or (
+        title.startswith("Steps 19, 39, 59, 79") and "about every 20 steps" in title
+    ), title
     assert f"periodic_work.py:{_line_of(call)}" in periodic["title"], periodic["title"]

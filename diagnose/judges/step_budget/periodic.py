@@ -122,6 +122,9 @@ def periodic_findings(
                 f"Every {n} steps ({steps_words}: steps {slow_words}) a step is {ms_human(p['excess_ms'])} slower "
                 f"than the median {ms_human(median)}"
             )
+        largest = p.get("largest")
+        if largest:  # a much slower first occurrence, say
+            title += f" (step {largest[0]}: {ms_human(largest[1])} slower)"
         title += f" on rank {rank}" if len(meta) > 1 else ""
         work = p.get("work") or []
         work_subjects: list[Subject] = []
@@ -177,6 +180,7 @@ def periodic_findings(
                 evidence=(
                     *((Evidence("step_budget_period_steps", float(n), "count"),) if n else ()),
                     Evidence("step_budget_period_excess_ms", p["excess_ms"], "ms"),
+                    *((Evidence("step_budget_period_largest_excess_ms", largest[1], "ms"),) if largest else ()),
                     Evidence("step_budget_period_occurrences", float(p["occurrences"]), "count"),
                     *(
                         (Evidence("step_budget_period_slots", float(len(p["steps"]) + len(not_slow)), "count"),)
