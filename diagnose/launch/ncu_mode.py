@@ -6,6 +6,7 @@ marks steps (NVTX ranges and step times): a torch/JAX profiler must not run unde
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ from parsers import run_folder
 from parsers.limits import human_bytes
 from parsers.run_records import EVENTS, NCU_FIRST_LOG, RUN_STOP_SIGNAL
 
+STOP_SIGNAL_SCAN_LINES = 100_000  # lines of an events file read for its stop-signal record
 KILL_AT_ONCE = ((signal.SIGKILL, 0.0),)  # a second stop, or the stop's grace period over: no more waiting
 
 
@@ -295,7 +297,8 @@ def runtime_stop_signals(folder: Path | None) -> dict[int, int]:
     for path in sorted(folder.glob(EVENTS.pattern)):
         try:
             with open(path, "rb") as f:
-                for line in f:
+                # the record follows the start record and the held ones: within the file's first lines
+                for line in itertools.islice(f, STOP_SIGNAL_SCAN_LINES):
                     if mark not in line or b'"stop-signal"' not in line:
                         continue
                     try:
