@@ -11,8 +11,9 @@ the handler runs on top of the flush, and dying there cut the flush short. On an
 ``--ncu`` ended on its own just as ``--after-window stop``'s SIGTERM came: the run lost its allocator snapshot and
 the end of its step log. Once the flush is done, the process dies of the signal that waited (128+N).
 
-Under ncu the script's SIGTERM handler never runs: on an H100 (2026-12-06, tools/ncu_signal_probe.py) a CUDA script
-under ncu 2025.3 that got SIGTERM ended with exit 0 and neither its handler nor atexit ran, so every run that
+Under ncu the script's SIGTERM handler did not run: on an H100 (2026-12-06, tools/ncu_signal_probe.py) a CUDA script
+under ncu 2025.3 whose process group (ncu's own process included) got SIGTERM ended with exit 0, and neither its
+handler nor atexit ran, so every run that
 --after-window stop or --ncu-timeout ended lost its snapshot and the end of its step log. A real-time signal reaches
 the script's handler there. So ``STOP_SIGNAL`` (when no one else handles it) is a request to stop: flush, then
 SIGTERM to itself. install returns it, and the runtime writes it in a ``stop-signal`` record, which is how
