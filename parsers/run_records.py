@@ -201,7 +201,7 @@ RUN_START = RecordKind(
     event="start",
 )
 # this process flushes what it holds and ends when sent ``signal`` (a real-time one): how gpudiag's ncu stopper ends it,
-# since under ncu 2025.3 a script's own SIGTERM handler never runs (tools/ncu_signal_probe.py, H100 2026-12-06)
+# since under ncu 2025.3 a script's own SIGTERM handler did not run (tools/ncu_signal_probe.py, H100 2026-12-06)
 RUN_STOP_SIGNAL = RecordKind(RUN, ("rank", "pid", "signal", "t_ns"), event="stop-signal")
 RUN_EXPECT = RecordKind(RUN, ("rank", "artifact", "t_ns"), event="expect")  # an artifact this rank will write
 RUN_END = RecordKind(RUN, ("rank", "reason", "steps", "written", "t_ns"), event="end")  # the last line of a rank
