@@ -13,9 +13,8 @@ the end of its step log. Once the flush is done, the process dies of the signal 
 
 Under ncu the script's SIGTERM handler did not run: on an H100 (2026-12-06, tools/ncu_signal_probe.py) a CUDA script
 under ncu 2025.3 whose process group (ncu's own process included) got SIGTERM ended with exit 0, and neither its
-handler nor atexit ran, so every run that
---after-window stop or --ncu-timeout ended lost its snapshot and the end of its step log. A real-time signal reaches
-the script's handler there. So ``STOP_SIGNAL`` (when no one else handles it) is a request to stop: flush, then
+handler nor atexit ran, so every run that --after-window stop or --ncu-timeout ended lost its snapshot and the end
+of its step log. A real-time signal reaches the script's handler there. So ``STOP_SIGNAL`` (when no one else handles it) is a request to stop: flush, then
 SIGTERM to itself. install returns it, and the runtime writes it in a ``stop-signal`` record, which is how
 ncu_mode's stopper knows which processes to send it to (for any other process its default action is to die at once).
 """
