@@ -131,3 +131,29 @@ def test_a_signal_during_the_flush_waits_for_its_end(tmp_path, by_signal):
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.read_text() == "start\nend\n", r.stderr
     assert r.returncode == -signal.SIGTERM
+
+
+def test_a_script_stuck_after_its_flush_is_said_so_once(tmp_path):
+    """The script's own atexit hook outlasts gpudiag's flush (as a hang in CUDA's or a library's teardown would):
+    gpudiag says once that the records are safe and the script has not exited, then waits for it as before."""
+    run = tmp_path / "r"
+    env = base_env(GPUDIAG_EXIT_HANG_NOTE_S="0.5")
+    r = gpudiag(
+        "profile", "--no-nvml", "-o", run, "--", sys.executable, SCRIPTS / "slow_teardown.py", "6", env=env, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    notes = [line for line in r.stderr.splitlines() if "has not exited" in line]
+    assert len(notes) == 1 and notes[0].startswith("gpudiag: the script flushed its records "), r.stderr[-2000:]
+    assert "Nothing gpudiag captured is lost" in notes[0]
+    m = manifest(run)
+    assert m["status"] == "ok" and m["incomplete"] == {}
+
+
+def test_a_script_that_exits_after_its_flush_gets_no_such_note(tmp_path):
+    run = tmp_path / "r"
+    env = base_env(GPUDIAG_EXIT_HANG_NOTE_S="0.5")
+    r = gpudiag(
+        "profile", "--no-nvml", "-o", run, "--", sys.executable, SCRIPTS / "slow_teardown.py", "0", env=env, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "has not exited" not in r.stderr
