@@ -10,6 +10,6 @@ import time
 import diagnose
 
 atexit.register(time.sleep, float(sys.argv[1]))
-for i in range(5):
+for _ in range(5):
     time.sleep(0.01)
     diagnose.step()
