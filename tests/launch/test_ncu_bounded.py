@@ -194,3 +194,21 @@ def test_a_rank_stopped_after_its_window_is_said_so_not_called_a_crash():
     )
     assert incomplete["events/rank0.jsonl"].startswith("no end record: gpudiag stopped rank 0 once its ncu window")
     assert "crash" not in " ".join([*missing.values(), *incomplete.values()])
+
+
+def test_the_stopper_reads_each_ranks_stop_signal_and_skips_what_is_not_one(tmp_path):
+    """runtime_stop_signals: one pid per rank's stop-signal record; a cut line, another record, a string pid, a
+    missing folder give nothing (bad input, named as such: hand-written lines, not a run's)."""
+    from diagnose.launch.ncu_mode import runtime_stop_signals
+
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "rank0.jsonl").write_text(
+        '{"kind":"run","event":"start","rank":0,"pid":11}\n'
+        '{"kind":"run","event":"stop-signal","rank":0,"pid":11,"signal":42,"t_ns":1}\n'
+    )
+    (events / "rank1.jsonl").write_text('{"kind":"run","event":"stop-signal","rank":1,"pid":"12","signal":42}\n')
+    (events / "rank2.jsonl").write_text('{"kind":"run","event":"stop-signal","rank":2,"pid":13,"sig')
+    (events / "rank3.jsonl").write_text('{"kind":"run","event":"stop-signal","rank":3,"pid":14,"signal":42}\n')
+    assert runtime_stop_signals(tmp_path) == {11: 42, 14: 42}
+    assert runtime_stop_signals(tmp_path / "absent") == {} and runtime_stop_signals(None) == {}
