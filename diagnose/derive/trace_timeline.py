@@ -26,10 +26,10 @@ import pandas as pd
 
 from diagnose.derive.trace_iterations import infer_iterations
 from diagnose.derive.trace_view import TraceView, once_per_trace
+from parsers.profiler_frames import is_profiler_file
 
 HOST_BLOCKING_SYNCS = ("stream", "event", "device", "memcpy")
 GAP_CAUSES = ("sync", "host", "short", "other", "unlinked")
-PROFILER_FILES = ("torch/profiler/", "torch/autograd/profiler")
 
 
 def analysed(trace):
@@ -269,7 +269,7 @@ def _profiler_frames(files: pd.Series) -> np.ndarray:
     """True for the frames whose file is the profiler's own; a categorical column is tested once per file name."""
 
     def is_profiler(f) -> bool:
-        return isinstance(f, str) and any(p in f for p in PROFILER_FILES)
+        return isinstance(f, str) and is_profiler_file(f)
 
     if isinstance(files.dtype, pd.CategoricalDtype):
         hits = [i for i, f in enumerate(files.cat.categories.astype(object)) if is_profiler(f)]

@@ -59,3 +59,27 @@ def test_a_window_without_cuda_has_no_runtime_calls_to_read(window, monkeypatch)
     monkeypatch.setattr(window._profiler, "events", no_tree)
     assert window.sync_events() == []
     assert len(window.sync_events(NAMES)) >= 9  # the raw path, without the tree
+
+
+def test_the_profilers_own_synchronize_is_no_sync_of_the_script():
+    """The Python stack of the one cudaDeviceSynchronize in fixtures/runs/char_gpt_h100's trace (H100), innermost
+    first as Kineto gives it: the window's stop under gpudiag's boundary, above the user's optimizer step. Its
+    record put it at the user's line; it is left out now, as the sync analyzer leaves it out of the trace."""
+    from diagnose.launch.runtime.profilers import profiler_internal
+
+    stop = [
+        "<built-in function _cuda_synchronize>",
+        "torch/cuda/__init__.py(1152): synchronize",
+        "torch/autograd/profiler.py(403): __exit__",
+        "torch/profiler/profiler.py(278): stop_trace",
+        "torch/profiler/profiler.py(924): _transit_action",
+        "torch/profiler/profiler.py(879): stop",
+        "diagnose/launch/runtime/profilers.py(104): stop",
+        "diagnose/launch/runtime/profilers.py(109): stop_and_export",
+        "diagnose/launch/runtime/trace_window.py(87): close",
+        "diagnose/launch/runtime/steps.py(492): _after_step",
+        "examples/char_gpt.py(163): main",
+    ]
+    assert profiler_internal(stop)
+    user = ["torch/_tensor.py(626): item", "examples/char_gpt.py(163): main"]
+    assert not profiler_internal(user) and not profiler_internal(None)

@@ -16,6 +16,8 @@ import re
 import shutil
 import time
 
+from parsers.profiler_frames import is_profiler_file
+
 SYNC_RUNTIME_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 _STACK_LINE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 
@@ -40,6 +42,14 @@ def _outermost_aten(event):
             op = node
         node = getattr(node, "cpu_parent", None)
     return op
+
+
+def profiler_internal(lines) -> bool:
+    """True when a profiler stack ("file.py(19): main" lines) passes through torch's profiler itself: the sync is
+    the profiler's own. Every CUDA run folder up to 2026-12-06 had one such record, the window's stop's
+    torch.cuda.synchronize() under gpudiag's boundary, put at the user's line the boundary ran on (fixtures/runs/
+    char_gpt_h100's trace shows its stack); without the trace, the sync analyzer reported it as the script's."""
+    return any(is_profiler_file(text) for text in lines or ())
 
 
 def parse_profiler_stack(lines) -> list[tuple[str, int, str]]:
@@ -146,6 +156,8 @@ class TorchTraceWindow:
                 continue
             aten = _outermost_aten(event)
             stack_source = aten if aten is not None and getattr(aten, "stack", None) else event
+            if profiler_internal(getattr(stack_source, "stack", None)):
+                continue
             start_us = event.time_range.start
             out.append(
                 {
@@ -177,6 +189,8 @@ def raw_sync_events(events, trace_start_ns: int, started_wall_ns: int, names: tu
         start_ns, end_ns = call.start_ns(), call.end_ns()
         aten = _holding(outermost.get(call.start_thread_id()), start_ns, end_ns)
         stack_source = aten if aten is not None and aten.stack() else call
+        if profiler_internal(stack_source.stack()):
+            continue
         out.append(
             {
                 "op": aten.name() if aten is not None else call.name(),
