@@ -65,8 +65,9 @@ class EventsTail:
                         self.step_host_ms.setdefault(rank, []).append(float(record["host_ms"]))
                 elif kind == SYNC.kind:
                     self.sync_count += 1
-                elif RUN_START.is_kind_of(record):
+                elif RUN_START.is_kind_of(record):  # a rank started again (an elastic restart) has not ended
                     self.started.add(int(record.get("rank", 0)))
+                    self.ended_ns.pop(int(record.get("rank", 0)), None)
                 elif (
                     RUN_END.is_kind_of(record)
                     and record.get("reason") == RUN_END_REASONS[0]
