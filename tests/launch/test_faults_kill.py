@@ -42,7 +42,7 @@ def test_kill_halfway_through_an_events_line(tmp_path):
         MARKER_LOOP,
         "50",
         "0.005",
-        env=base_env(GPUDIAG_FAULT_INJECT="jsonl-line@6"),
+        env=base_env(GPUDIAG_FAULT_INJECT="jsonl-line@7"),
     )
     assert r.returncode == 137, r.stderr
     m = assert_valid_run_folder(run)
@@ -50,7 +50,8 @@ def test_kill_halfway_through_an_events_line(tmp_path):
     text = (run / "events" / "rank0.jsonl").read_text()
     held = [line for line in text.split("\n") if '"step":-1' in line]  # imports before the first step (how many varies)
     lines = [line for line in text.split("\n") if '"step":-1' not in line]
-    assert held and len(lines) == 6 and not text.endswith("\n")  # start, expect, steps 0-2, half of step 3's line
+    # start, expect, stop-signal, steps 0-2, half of step 3's line
+    assert held and len(lines) == 7 and not text.endswith("\n")
     assert lines[-1].startswith('{"kind":"step","rank":0,"step":3') and len(lines[-1]) < len(lines[-2])
     assert m["missing"] == [] and "no end record: rank 0 was killed (SIGKILL)" in m["incomplete"]["events/rank0.jsonl"]
     rep, notes = report_no_html(run, "--json", tmp_path / "f.json")
@@ -59,7 +60,7 @@ def test_kill_halfway_through_an_events_line(tmp_path):
         "the script was killed by SIGKILL (exit code 137); what was not finished by then is missing or cut short"
         in notes
     )
-    assert any(f"events/rank0.jsonl: line {6 + len(held)} is cut short" in n for n in notes)
+    assert any(f"events/rank0.jsonl: line {7 + len(held)} is cut short" in n for n in notes)
     assert any(n.startswith("events/rank0.jsonl is incomplete: no end record") for n in notes)
     summary = json.loads((tmp_path / "f.json").read_text())["summary"]
     assert summary["step_count"] + summary["step_warmup_excluded"] == 3  # the three whole step lines
