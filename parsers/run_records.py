@@ -176,6 +176,17 @@ STEP = RecordKind(
         "queued_ms",
     ),
 )
+# torch's profiler's own files: a sync whose Python stack passes through one is the profiler's (its stop's
+# torch.cuda.synchronize(), under gpudiag's window close or a user's profile.__exit__), never the script's, and is
+# no sync record. The trace's sync calls (diagnose/derive/trace_timeline.py) leave them out by the same rule.
+PROFILER_FILES = ("torch/profiler/", "torch/autograd/profiler")
+
+
+def is_profiler_file(text: str) -> bool:
+    """True when ``text`` (a file name, or a stack line naming one) is in torch's profiler."""
+    return any(p in text for p in PROFILER_FILES)
+
+
 # a synchronizing call inside the trace window, with the user's line and stack
 # library_location: the innermost frame outside torch/jax and gpudiag when it is a library's (the user's line is file:line)
 SYNC = RecordKind(

@@ -26,7 +26,7 @@ import pandas as pd
 
 from diagnose.derive.trace_iterations import infer_iterations
 from diagnose.derive.trace_view import TraceView, once_per_trace
-from parsers.profiler_frames import is_profiler_file
+from parsers.run_records import is_profiler_file
 
 HOST_BLOCKING_SYNCS = ("stream", "event", "device", "memcpy")
 GAP_CAUSES = ("sync", "host", "short", "other", "unlinked")

@@ -157,3 +157,12 @@ def test_a_script_that_exits_after_its_flush_gets_no_such_note(tmp_path):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "has not exited" not in r.stderr
+
+
+def test_a_stop_signal_after_the_flush_is_ignored(tmp_path):
+    """After the flush a stop is moot; left to its handler (flush done, then SIGTERM) or to the default action Python's
+    finalization restores, it killed a script that was ending on its own (exit 214 under the fake ncu in CI)."""
+    run = tmp_path / "r"
+    r = gpudiag("profile", "-q", "--no-nvml", "-o", run, "--", sys.executable, SCRIPTS / "stop_after_flush.py")
+    assert r.returncode == 0 and "survived the late stop" in r.stdout, (r.returncode, r.stderr[-2000:])
+    assert manifest(run)["incomplete"] == {}

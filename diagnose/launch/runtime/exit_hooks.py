@@ -29,6 +29,7 @@ import threading
 FLUSH_SIGNALS = ("SIGTERM", "SIGHUP")
 # SIGRTMIN + 7 is time_slices.SIGNAL; + 8 reached a Python handler under ncu on the H100 (tools/ncu_signal_probe.py)
 STOP_SIGNAL = getattr(signal, "SIGRTMIN", 34) + 8
+_STOP_HANDLER_NAME = "gpudiag_stop"
 
 
 def install(flush) -> int | None:
@@ -47,6 +48,7 @@ def install(flush) -> int | None:
             flush()
         finally:
             flushed.set()
+            _ignore_stop_signal()
             if waiting:
                 _die_of(waiting[0])
 
@@ -78,7 +80,7 @@ def _take_stop_signal(flush_or_wait) -> int | None:
     if not hasattr(signal, "SIGRTMIN"):
         return None
 
-    def stop(received, frame):
+    def gpudiag_stop(received, frame):
         try:
             if not flush_or_wait(signal.SIGTERM):
                 return  # the flush under way below this frame dies of SIGTERM at its end
@@ -89,10 +91,22 @@ def _take_stop_signal(flush_or_wait) -> int | None:
     try:
         if signal.getsignal(STOP_SIGNAL) not in (signal.SIG_DFL, None):
             return None
-        signal.signal(STOP_SIGNAL, stop)
+        signal.signal(STOP_SIGNAL, gpudiag_stop)
     except (ValueError, OSError):
         return None
     return STOP_SIGNAL
+
+
+def _ignore_stop_signal() -> None:
+    """After the flush a stop request is moot: STOP_SIGNAL is ignored from here on. Python's finalization, which
+    follows atexit's flush, puts a Python handler's signal back to its default action, and for a real-time signal that
+    is to die: a stop that came then killed the script at its normal end (exit -42 under the CPU tests' fake ncu). An
+    ignored signal stays ignored."""
+    try:
+        if getattr(signal.getsignal(STOP_SIGNAL), "__name__", None) == _STOP_HANDLER_NAME:
+            signal.signal(STOP_SIGNAL, signal.SIG_IGN)
+    except (ValueError, OSError, TypeError):  # not the main thread, or no such signal here
+        pass
 
 
 def _chained_handler(signum, previous, flush_or_wait):

@@ -16,7 +16,7 @@ import re
 import shutil
 import time
 
-from parsers.profiler_frames import is_profiler_file
+from parsers.run_records import is_profiler_file
 
 SYNC_RUNTIME_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 _STACK_LINE = re.compile(r"^(.*)\((\d+)\): (.*)$")
