@@ -6,8 +6,6 @@ marks steps (NVTX ranges and step times): a torch/JAX profiler must not run unde
 
 from __future__ import annotations
 
-import itertools
-import json
 import os
 import signal
 import threading
@@ -22,9 +20,8 @@ from diagnose.launch.run_progress import EventsTail
 from diagnose.launch.supervisor import Child, end_process_group, group_members, signal_name
 from parsers import run_folder
 from parsers.limits import human_bytes
-from parsers.run_records import EVENTS, NCU_FIRST_LOG, RUN_STOP_SIGNAL
+from parsers.run_records import NCU_FIRST_LOG
 
-STOP_SIGNAL_SCAN_LINES = 100_000  # lines of an events file read for its stop-signal record
 KILL_AT_ONCE = ((signal.SIGKILL, 0.0),)  # a second stop, or the stop's grace period over: no more waiting
 
 
@@ -290,28 +287,11 @@ def _send(pid: int, signum: int) -> None:
 
 def runtime_stop_signals(folder: Path | None) -> dict[int, int]:
     """pid → signal of every process whose runtime said, in a ``stop-signal`` record, that it stops on that signal."""
-    found: dict[int, int] = {}
     if folder is None:
-        return found
-    mark = RUN_STOP_SIGNAL.mark.encode()
-    for path in sorted(folder.glob(EVENTS.pattern)):
-        try:
-            with open(path, "rb") as f:
-                # the record follows the start record and the held ones: within the file's first lines
-                for line in itertools.islice(f, STOP_SIGNAL_SCAN_LINES):
-                    if mark not in line or b'"stop-signal"' not in line:
-                        continue
-                    try:
-                        record = json.loads(line)
-                    except ValueError:
-                        continue
-                    if RUN_STOP_SIGNAL.is_kind_of(record) and isinstance(record.get("pid"), int):
-                        if isinstance(record.get("signal"), int):
-                            found[record["pid"]] = record["signal"]
-                    break
-        except OSError:
-            continue
-    return found
+        return {}
+    tail = EventsTail(folder)
+    tail.poll()
+    return tail.stop_signals
 
 
 def _ncu_killed(options: ProfileOptions, folder: Path, log, killed_by: str) -> dict:

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from parsers.run_records import EVENTS, RUN_END, RUN_END_REASONS, RUN_START, STEP, SYNC
+from parsers.run_records import EVENTS, RUN_END, RUN_END_REASONS, RUN_START, RUN_STOP_SIGNAL, STEP, SYNC
 
 EXIT_HANG_NOTE_S = 60.0  # every rank flushed this long ago and the script still runs: say so
 ENV_EXIT_HANG_NOTE_S = "GPUDIAG_EXIT_HANG_NOTE_S"  # another number of seconds (tests)
@@ -38,6 +38,7 @@ class EventsTail:
         self.sync_count = 0
         self.started: set[int] = set()  # ranks with a start record
         self.ended_ns: dict[int, int] = {}  # rank → t_ns of its end record
+        self.stop_signals: dict[int, int] = {}  # pid → the signal its runtime stops on (stop-signal records)
 
     def poll(self) -> None:
         for path in sorted(self.run_dir.glob(EVENTS.pattern)):
@@ -75,6 +76,12 @@ class EventsTail:
                 ):
                     # the flush at the process's exit (a "context-exit" end is a profile() block's: the script goes on)
                     self.ended_ns[int(record.get("rank", 0))] = record["t_ns"]
+                elif (
+                    RUN_STOP_SIGNAL.is_kind_of(record)
+                    and isinstance(record.get("pid"), int)
+                    and isinstance(record.get("signal"), int)
+                ):
+                    self.stop_signals[record["pid"]] = record["signal"]
 
     def flushed_s_ago(self) -> float | None:
         """Seconds since the last rank's end record, once every rank that started has one; else None."""

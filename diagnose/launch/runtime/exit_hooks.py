@@ -29,7 +29,6 @@ import threading
 FLUSH_SIGNALS = ("SIGTERM", "SIGHUP")
 # SIGRTMIN + 7 is time_slices.SIGNAL; + 8 reached a Python handler under ncu on the H100 (tools/ncu_signal_probe.py)
 STOP_SIGNAL = getattr(signal, "SIGRTMIN", 34) + 8
-_STOP_HANDLER_NAME = "gpudiag_stop"
 
 
 def install(flush) -> int | None:
@@ -39,6 +38,7 @@ def install(flush) -> int | None:
     done = threading.Event()  # the flush has begun
     flushed = threading.Event()  # ... and ended
     waiting = []  # signals that came during the flush, sent again after it
+    taken = []  # the STOP_SIGNAL handler this install put in place, if any
 
     def flush_once():
         if done.is_set() or os.getpid() != owner_pid:  # forked children (DataLoader workers) flush nothing
@@ -48,7 +48,8 @@ def install(flush) -> int | None:
             flush()
         finally:
             flushed.set()
-            _ignore_stop_signal()
+            if taken:
+                _ignore_stop_signal(taken[0])
             if waiting:
                 _die_of(waiting[0])
 
@@ -71,16 +72,20 @@ def install(flush) -> int | None:
         if previous in (signal.SIG_IGN, None):
             continue
         signal.signal(signum, _chained_handler(signum, previous, flush_or_wait))
-    return _take_stop_signal(flush_or_wait)
+    handler = _take_stop_signal(flush_or_wait)
+    if handler is None:
+        return None
+    taken.append(handler)
+    return STOP_SIGNAL
 
 
-def _take_stop_signal(flush_or_wait) -> int | None:
-    """STOP_SIGNAL's handler: flush, then SIGTERM to this process, which then does what its SIGTERM disposition says
-    (the script's handler or the default; ncu ends it); None where the signal is someone else's."""
+def _take_stop_signal(flush_or_wait):
+    """STOP_SIGNAL's handler, put in place: flush, then SIGTERM to this process, which then does what its SIGTERM
+    disposition says (the script's handler or the default; ncu ends it); None where the signal is someone else's."""
     if not hasattr(signal, "SIGRTMIN"):
         return None
 
-    def gpudiag_stop(received, frame):
+    def stop(received, frame):
         try:
             if not flush_or_wait(signal.SIGTERM):
                 return  # the flush under way below this frame dies of SIGTERM at its end
@@ -91,19 +96,19 @@ def _take_stop_signal(flush_or_wait) -> int | None:
     try:
         if signal.getsignal(STOP_SIGNAL) not in (signal.SIG_DFL, None):
             return None
-        signal.signal(STOP_SIGNAL, gpudiag_stop)
+        signal.signal(STOP_SIGNAL, stop)
     except (ValueError, OSError):
         return None
-    return STOP_SIGNAL
+    return stop
 
 
-def _ignore_stop_signal() -> None:
+def _ignore_stop_signal(handler) -> None:
     """After the flush a stop request is moot: STOP_SIGNAL is ignored from here on. Python's finalization, which
     follows atexit's flush, puts a Python handler's signal back to its default action, and for a real-time signal that
     is to die: a stop that came then killed the script at its normal end (exit -42 under the CPU tests' fake ncu). An
     ignored signal stays ignored."""
     try:
-        if getattr(signal.getsignal(STOP_SIGNAL), "__name__", None) == _STOP_HANDLER_NAME:
+        if signal.getsignal(STOP_SIGNAL) is handler:  # still ours (the script may have taken it since)
             signal.signal(STOP_SIGNAL, signal.SIG_IGN)
     except (ValueError, OSError, TypeError):  # not the main thread, or no such signal here
         pass
