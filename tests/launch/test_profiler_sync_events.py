@@ -83,3 +83,56 @@ def test_the_profilers_own_synchronize_is_no_sync_of_the_script():
     assert profiler_internal(stop)
     user = ["torch/_tensor.py(626): item", "examples/char_gpt.py(163): main"]
     assert not profiler_internal(user) and not profiler_internal(None)
+
+
+class TraceFileEvent:
+    """One complete event of a real trace file (fixtures/runs/char_gpt_h100, H100) read through the accessors of
+    Kineto's raw events; the file holds no per-op Python stack, so ``stack()`` is empty."""
+
+    def __init__(self, event: dict):
+        self._event = event
+
+    def name(self) -> str:
+        return self._event["name"]
+
+    def start_ns(self) -> int:
+        return int(round(self._event["ts"] * 1000))
+
+    def end_ns(self) -> int:
+        return int(round((self._event["ts"] + self._event.get("dur", 0)) * 1000))
+
+    def start_thread_id(self) -> int:
+        return self._event["tid"]
+
+    end_thread_id = start_thread_id
+
+    def stack(self) -> list:
+        return []
+
+
+def test_the_windows_stop_is_left_out_whatever_stack_kineto_gives_it():
+    """On an H100 (2026-12-06) the stop's cudaDeviceSynchronize came back from the raw events with the user's
+    examples/mlp_model.py:20 as its stack, no profiler frame, and became a sync record there. It is its thread's last
+    CUDA runtime call in every CUDA trace of fixtures/runs; the stream syncs before it stay."""
+    import gzip
+    import json
+
+    from diagnose.launch.runtime.profilers import raw_sync_events
+    from tests.paths import FIXTURES
+
+    trace = json.load(gzip.open(FIXTURES / "runs" / "char_gpt_h100" / "trace" / "rank0.json.gz"))
+    events = [
+        TraceFileEvent(e)
+        for e in trace["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "cuda_runtime")
+    ]
+    names = ("cudaDeviceSynchronize", "cudaStreamSynchronize")
+    found = raw_sync_events(events, 0, 0, names)
+    assert len(found) == 6 and {e["op"] for e in found} == {"aten::to"}  # the batches' copies, each a stream sync
+    planted = trace["traceEvents"] + [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": e["tid"], "ts": e["ts"] + 50, "dur": 3}
+        for e in trace["traceEvents"]
+        if e.get("name") == "cudaDeviceSynchronize"
+    ]  # a launch after the device sync: then the sync is not the stop's, and it stays
+    later = [TraceFileEvent(e) for e in planted if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "cuda_runtime")]
+    assert "cudaDeviceSynchronize" in {e["op"] for e in raw_sync_events(later, 0, 0, names)}

@@ -171,23 +171,40 @@ class TorchTraceWindow:
         return out
 
 
+# the profiler's stop synchronizes the device (torch/autograd/profiler.py's __exit__): in every CUDA trace in
+# fixtures/runs (18, H100 and H200) it is the last CUDA runtime call of the window, its thread's last. Its Python
+# stack is torch's profiler under gpudiag's boundary in the trace file, but Kineto's raw event gave the stack of the
+# user's line before (examples/mlp_model.py:20 on an H100, 2026-12-06), so profiler_internal did not catch it there.
+PROFILER_STOP_SYNC = "cudaDeviceSynchronize"
+
+
 def raw_sync_events(events, trace_start_ns: int, started_wall_ns: int, names: tuple[str, ...]) -> list[dict]:
     """``sync_events`` from Kineto's raw events: each call named in ``names`` with the outermost ``aten::`` op on
     its thread whose span holds it (the op the user's code called: ``aten::item`` around the
     ``cudaStreamSynchronize``), that op's Python stack, the call's own duration, and its wall time (the profiler's
-    start plus its offset into the trace, as ``profile.events()`` reads it)."""
-    calls, aten_by_thread = [], {}
+    start plus its offset into the trace, as ``profile.events()`` reads it). The profiler's own stop is left out
+    (``PROFILER_STOP_SYNC``)."""
+    calls, aten_by_thread, last_runtime_ns = [], {}, {}
     for event in events:
         name = event.name()
         if name in names:
             calls.append(event)
         if name.startswith("aten::") and event.start_thread_id() == event.end_thread_id():  # as torch's tree
             aten_by_thread.setdefault(event.start_thread_id(), []).append(event)
+        if name.startswith("cuda"):
+            thread = event.start_thread_id()
+            last_runtime_ns[thread] = max(last_runtime_ns.get(thread, event.start_ns()), event.start_ns())
     outermost = {thread: _outermost_spans(ops) for thread, ops in aten_by_thread.items()}
     out = []
     for call in calls:
         start_ns, end_ns = call.start_ns(), call.end_ns()
         aten = _holding(outermost.get(call.start_thread_id()), start_ns, end_ns)
+        if (
+            aten is None
+            and call.name() == PROFILER_STOP_SYNC
+            and start_ns == last_runtime_ns.get(call.start_thread_id())
+        ):
+            continue  # the window's stop: torch.cuda.synchronize() in the profiler's __exit__, the thread's last call
         stack_source = aten if aten is not None and aten.stack() else call
         if profiler_internal(stack_source.stack()):
             continue
