@@ -265,7 +265,9 @@ class StepBudget:
     claim every other step); a slow step is ``slow_factor`` x the median. Input wait explains a period
     when the slow steps wait on input for ``period_input_share`` of their excess over the median. A checkpoint
     save or an evaluation (light mode's work records) explains it when ``period_min_hit_share`` of the period's
-    slow steps hold one and it takes ``period_work_share`` of their excess (its median time in them).
+    slow steps hold one and it takes ``period_work_share`` of their excess (its median time in them). The Python
+    sampled in a long step is the step's own code run slower, not extra work, where ``own_code_min_share`` of its
+    samples were at lines of the loop ordinary steps are at (diagnose.derive.step_own_code).
     Steps after warm-up that compiled (light mode's compilation records) are kept out of the figures, and are a
     finding when their compilation holds ``compile_min_share`` of the run's time after warm-up (its severity by the
     cause shares above). Steps after warm-up that met a new input shape (light mode's new-shape records: cuDNN
@@ -283,6 +285,7 @@ class StepBudget:
     period_min_hit_share: float = 0.6
     period_input_share: float = 0.5
     period_work_share: float = 0.5
+    own_code_min_share: float = 0.5
     max_slow_steps: int = 20  # slow steps listed per rank in the table and a finding
     compile_min_share: float = 0.01  # compilation after warm-up / the time of every step after warm-up
     new_shape_slow_factor: float = 1.5  # a step that met a new input shape / the steady median

@@ -159,6 +159,7 @@ WORK_SCHEMA = Schema(
         "caller": STR,
         "share": F64,
         "samples": F64,
+        "ordinary_share": F64,
     },
     docs={
         "step": "the step in progress when the work began (its time is in that step's host_ms); -1 before the first "
@@ -182,6 +183,8 @@ WORK_SCHEMA = Schema(
         "caller": "host-code: 'file:line' of the user line that called the sampled function; empty otherwise",
         "share": "host-code: the share of the long step's samples in that function; NaN otherwise",
         "samples": "host-code: how many samples the long step took; NaN otherwise",
+        "ordinary_share": "host-code: the share of the long step's samples at a line of the loop where ordinary "
+        "steps were; NaN where too few ordinary steps were sampled, or otherwise",
     },
 )
 
@@ -534,9 +537,7 @@ def _work_record(r: dict) -> dict:
     caller = r.get("caller")
     if caller is not None and not isinstance(caller, str):
         raise ValueError(f"caller should be 'file:line', found {str(caller)[:40]!r}")
-    share = _number(r, "share")
-    if not math.isnan(share) and not 0.0 <= share <= 1.0:
-        raise ValueError(f"share should be between 0 and 1, found {r.get('share')!r}")
+    share, ordinary_share = _share(r, "share"), _share(r, "ordinary_share")
     return {
         "rank": _index(r, "rank", default=0),
         "step": _index(r, "step"),
@@ -550,7 +551,16 @@ def _work_record(r: dict) -> dict:
         "caller": caller or None,
         "share": share,
         "samples": _duration(r, "samples"),
+        "ordinary_share": ordinary_share,
     }
+
+
+def _share(r: dict, key: str) -> float:
+    """A record's share field: NaN when absent, else between 0 and 1."""
+    value = _number(r, key)
+    if not math.isnan(value) and not 0.0 <= value <= 1.0:
+        raise ValueError(f"{key} should be between 0 and 1, found {r.get(key)!r}")
+    return value
 
 
 def _sync_record(r: dict) -> dict:

@@ -202,7 +202,15 @@ SYNC = RecordKind(
 WORK = RecordKind(
     "work",
     ("what", "rank", "step", "t_ns", "ms", "location"),
-    optional=("name", "cudnn_benchmark", "library_location", "caller", "share", "samples"),
+    optional=(
+        "name",
+        "cudnn_benchmark",
+        "library_location",
+        "caller",
+        "share",
+        "samples",
+        "ordinary_share",
+    ),
 )
 # the first line; install_ns: when the runtime was installed (just after interpreter start and the sitecustomize)
 RUN_START = RecordKind(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from diagnose.derive.step_own_code import extra_work
 from diagnose.ingest.profile_data import Profile, run_marks_of
 from diagnose.thresholds import Thresholds
 from parsers.run_records import (
@@ -119,7 +120,8 @@ def run_budget(profile: Profile, steps: pd.DataFrame, window: range | None, th: 
         if not len(rows):
             continue
         marks = run_marks_of(profile, rank)
-        out[rank] = rank_run_budget(rank, rows, profile.work_records.get(rank), marks, span, window, th)
+        work = extra_work(profile.work_records.get(rank), th)  # a long step's own code is not work of its own
+        out[rank] = rank_run_budget(rank, rows, work, marks, span, window, th)
     return out
 
 

@@ -11,8 +11,11 @@ from diagnose.launch.runtime.long_step_code import (
     LONG_MIN_MS,
     MAX_WAIT_S,
     MIN_WAIT_S,
+    ORDINARY_MIN_STACKS,
     POLL_S,
     loop_depth,
+    ordinary_share,
+    shared_depth,
     wait_s,
     what_runs,
 )
@@ -78,6 +81,42 @@ def test_the_frame_inside_the_loop_is_what_runs():
     assert what_runs(sample, depth)[:2] == (("/u/train.py", "evaluate", 21), "/u/train.py:33")
     inline = _stack(("train.py", "<module>", 40), ("train.py", "main", 35))  # work on the loop's own line
     assert what_runs(inline, depth)[:2] == (("/u/train.py", "main", 35), "/u/train.py:40")
+
+
+def test_a_long_step_is_at_the_loops_ordinary_lines_or_at_lines_of_its_own():
+    loop = [
+        _stack(("train.py", "<module>", 40), ("train.py", "train_step", 12), ("module.py", "_call_impl", 9)),
+        _stack(("train.py", "<module>", 40), ("train.py", "train_step", 14), ("_tensor.py", "backward", 5)),
+        _stack(("train.py", "<module>", 38)),  # the loop's own line: next(batches)
+    ] * 2
+    depth = loop_depth(loop)
+    assert depth == 1
+    slower = [  # the step's own code, slowed, in functions no ordinary stack holds
+        _stack(("train.py", "<module>", 40), ("train.py", "train_step", 13), ("functional.py", "mse_loss", 9)),
+        _stack(("train.py", "<module>", 38)),
+    ]
+    assert ordinary_share(loop, depth, slower) == 1.0
+    evaluation = [  # called from a line of the loop no ordinary step is at, and one that is
+        _stack(("train.py", "<module>", 44), ("train.py", "evaluate", 3), ("module.py", "_call_impl", 9)),
+        _stack(("train.py", "<module>", 40), ("train.py", "train_step", 12), ("module.py", "_call_impl", 9)),
+    ]
+    assert ordinary_share(loop, depth, evaluation) == 0.5
+    assert ordinary_share(loop[: ORDINARY_MIN_STACKS - 1], depth, slower) is None  # too few ordinary steps seen
+    in_step = [_stack(("train.py", "<module>", 40), ("train.py", "train_step", 12))] * 6  # every one in train_step
+    evaluate_in_step = [
+        _stack(("train.py", "<module>", 40), ("train.py", "train_step", 20), ("train.py", "evaluate", 3))
+    ]
+    assert loop_depth(in_step) == 2 and ordinary_share(in_step, 2, evaluate_in_step) == 0.0
+
+
+def test_where_no_ordinary_step_was_seen_most_samples_place_the_loop():
+    """host_metrics_every_n.py's metric fills the run, so its first long steps come before any ordinary stack: the
+    samples alone place the loop. One taken as the step ended, at the loop's line, shares only <module>; with "every
+    sample" the metric was named <module>() (one CI run in three, 2026-12-06)."""
+    metric = _stack(("m.py", "<module>", 30), ("m.py", "host_metric", 18))
+    samples = [metric] * 9 + [_stack(("m.py", "<module>", 24))]
+    assert loop_depth(samples) == 1 and shared_depth(samples) == 2
+    assert what_runs(metric, shared_depth(samples) - 1)[0] == ("/u/m.py", "host_metric", 18)
 
 
 def test_the_sampler_wakes_when_the_step_in_progress_would_turn_long():
@@ -170,3 +209,30 @@ def test_the_trace_windows_start_and_steps_are_not_sampled(tmp_path, monkeypatch
     if python:
         main = max({e["tid"] for e in python}, key=lambda tid: sum(e["tid"] == tid for e in python))
         assert sum(e["tid"] != main for e in python) < 0.2 * len(python)
+
+
+BUSY = SCRIPTS / "busy_host.py"
+
+
+def test_steps_slowed_by_a_busy_host_are_not_named_as_work(tmp_path):
+    """Two processes share the loop's core for 0.35 s in every second and the loop runs at nice 19: a few steps run
+    hundreds of times slower in the loop's own code. Before ordinary_share, those steps' samples became "the host runs
+    Module._wrapped_call_impl() ... called at busy_host.py:46" in a periodic finding and the run budget's Python
+    in long steps (a Lightning run on a loaded host read the same, with Lightning's own step)."""
+    out = tmp_path / "run"
+    r = gpudiag("profile", "-q", "-o", out, "--trace-steps", "0", "--", "python", BUSY, timeout=300)
+    assert r.returncode == 0, r.stderr
+    code = [r for r in records(out) if r["kind"] == "work" and r["what"] == "host-code"]
+    loop_line = next(i for i, text in enumerate(BUSY.read_text().splitlines(), 1) if "# LOOP-LINE" in text)
+    body = [
+        r
+        for r in code
+        if r["caller"] and r["caller"].startswith(f"{BUSY}:") and int(r["caller"].rsplit(":")[1]) <= loop_line
+    ]
+    # steps slowed for 50 ms and more (a sample every 5 ms), once 5 ordinary steps were sampled
+    sampled = [r for r in body if r["samples"] >= 10 and "ordinary_share" in r]
+    assert sampled, code
+    assert all(r["ordinary_share"] >= 0.5 for r in sampled), sampled
+    analysis = diagnose.analyze(diagnose.load(out, quiet=True))
+    titles = [f.title for f in analysis.findings if f.id in ("step_budget.periodic", "run_budget.host_code")]
+    assert not any("busy_host.py:4" in t or "module.py" in t or "train_step" in t for t in titles), titles

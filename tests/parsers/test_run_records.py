@@ -115,6 +115,7 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
         caller="/abs/train.py:29",
         share=0.975,
         samples=40,
+        ordinary_share=0.05,
     )
     runtime.write_record(rr.JIT_STEP, name="update", location="/abs/train.py:40", t_ns=T_NS + 9)
     loaders = LoaderConfigs(runtime)

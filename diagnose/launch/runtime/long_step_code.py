@@ -14,7 +14,7 @@ sampling the Python stack; this does the same, only while a step runs long:
 * Once the step in progress has run ``LONG_MIN_MS`` and ``LONG_FACTOR`` typical steps, it reads the main thread's
   stack every ``SAMPLE_S``. What a sample runs is the frame just inside the loop's frames: the function the loop
   called (``evaluate`` called at the loop's line), or the loop's own line when the work is inline. Where too few
-  ordinary steps were seen to know the loop (long steps most of the time), the frames all of the long step's
+  ordinary steps were seen to know the loop (long steps most of the time), the frames 80 % of the long step's
   samples share stand for it, less the deepest: that deepest shared function is what runs.
 * When that step ends, its samples become one work record (``what`` ``host-code``): the function most samples
   were in (``name``), at its most sampled line, the loop's line that called it (``caller``), the share of the
@@ -22,10 +22,15 @@ sampling the Python stack; this does the same, only while a step runs long:
   spent there: the step's first ``LONG_FACTOR`` typical steps are not sampled). Where that function is a
   library's (HF Trainer's ``_maybe_log_save_evaluate``), it is the record's ``library_location`` and
   ``location`` is the user's innermost line (``trainer.train()``), as in the other work records.
+* Each record also says what share of the step's samples were at a line of the loop ordinary steps are at
+  (``ordinary_share``, see :func:`ordinary_share`): extra work runs from lines they are not at; a step whose own code only ran slower (a loaded
+  host) runs what they do, and the analysis does not name it as work (diagnose/derive/step_own_code.py). An
+  ordinary step's stack is kept only once that step has ended without turning long: a poll in the first
+  milliseconds of an evaluation step is not an ordinary step's.
 
 The steps gpudiag's profiler window instruments are left alone: the profiler, not the script, makes them long.
-Between long steps the thread compares two numbers per poll, and reads a stack at the first ``LOOP_SAMPLES`` polls
-and then every ``LOOP_REFRESH``th. What a poll costs the loop is its wake-up: the thread takes the GIL from a busy
+Between long steps the thread compares two numbers per poll, and reads a stack at the first ``ORDINARY_STACKS``
+polls (about 7 s of a loop of short steps) and then every ``LOOP_REFRESH``th. What a poll costs the loop is its wake-up: the thread takes the GIL from a busy
 main thread (on the 2-core CPU host about 80 µs of the main thread's time a wake-up, 0.3 % of it at 40 a second,
 the same for a thread that only sleeps). Waking when the step in progress would turn long, a loop of short steps
 pays for one wake-up per ``LONG_MIN_MS`` (30 a second measured there, against 40 when it polled every
@@ -53,8 +58,11 @@ TYPICAL_POLLS = 50  # the typical step: time per step over the last this many po
 MAX_RECORDS = 1000  # long steps recorded in one run (a run of nothing but long steps needs no more)
 LOOP_SAMPLES = 20  # ordinary steps' stacks the loop's frames are read from
 LOOP_REFRESH = 25  # once that many are kept, one more stack every this many polls (0.75 s at 0.5 ms steps)
+ORDINARY_STACKS = 200  # ordinary steps' stacks a long step's samples are compared with (ordinary_share)
 MAX_DEPTH = 200  # frames read per stack
 MAX_SAMPLES = 4000  # samples kept per long step (20 s at SAMPLE_S)
+ORDINARY_MIN_STACKS = 5  # ordinary steps' stacks needed to say whether a long step ran what they run
+SHARED_SHARE = 0.8  # of a long step's samples that share the frames taken for the loop's, where no ordinary step says
 
 
 def long_after_ns(typical_ns: float) -> float:
@@ -96,6 +104,25 @@ def loop_depth(loop_stacks) -> int:
     return depth
 
 
+def shared_depth(stacks, share: float = SHARED_SHARE) -> int:
+    """How many outermost frames (by file and function) ``share`` of the stacks share: a long step's own samples
+    where too few ordinary steps were seen to know the loop. Not all of them: a sample taken as the step ended, at
+    the loop's own line, shares only the loop's frame, and "every sample" then put the loop one frame too high
+    (the loop named as the work that ran)."""
+    stacks = list(stacks)
+    need = share * len(stacks)
+    depth = 0
+    while True:
+        heads = collections.Counter(s[depth][:2] for s in stacks if len(s) > depth)
+        if not heads:
+            return depth
+        head, n = heads.most_common(1)[0]
+        if n < need:
+            return depth
+        stacks = [s for s in stacks if len(s) > depth and s[depth][:2] == head]
+        depth += 1
+
+
 def what_runs(stack: list[tuple[str, str, int]], depth: int) -> tuple[tuple[str, str, int], str | None, str | None]:
     """(the frame a long step's sample runs: the one just inside the loop's ``depth`` frames, or the innermost
     when the stack ends there; the loop line that called it; the user's innermost line)."""
@@ -106,9 +133,32 @@ def what_runs(stack: list[tuple[str, str, int]], depth: int) -> tuple[tuple[str,
     return inside, caller, user
 
 
+def ordinary_share(loop_stacks, depth: int, samples) -> float | None:
+    """The share of a long step's ``samples`` whose loop frame (the ``depth``-th, the innermost every ordinary step
+    shares) is at a line where the ordinary steps' stacks (``loop_stacks``) were: what the loop runs in every step.
+    None where fewer than ``ORDINARY_MIN_STACKS`` are kept.
+
+    Extra work (an evaluation, a save, a metric or a log every N steps) runs from a line of the loop no ordinary
+    step is at (``evaluate()`` called at its own line; an inline block; HF Trainer's ``_maybe_log_save_evaluate()``
+    call): near 0. A step whose own code only ran slower (the host busy with other processes: on a loaded 2-core
+    host a Lightning run had 17 such steps, every sample in ``_AutomaticOptimization.run()`` under the loop line
+    every ordinary step runs) is at their lines: near 1. The functions below that line are not compared: a thread
+    reads the main thread's stack when the main thread lets go of the GIL, so samples gather where it is let go (a
+    backward, a module call), differently in a slowed step and an ordinary one, and a slowed step's samples reach
+    functions no ordinary stack holds (``mse_loss`` under the loss line, ``zero_grad``'s wrapper: a record that
+    read 0 in one run of tests/launch/scripts/busy_host.py in three, when two functions were compared)."""
+    stacks = list(loop_stacks)
+    if len(stacks) < ORDINARY_MIN_STACKS or not samples or depth < 1:
+        return None
+    seen = {(s[depth - 1][0], s[depth - 1][2]) for s in stacks if len(s) >= depth}
+    at_seen = sum(len(s) >= depth and (s[depth - 1][0], s[depth - 1][2]) in seen for s in samples)
+    return at_seen / len(samples)
+
+
 class LongStepCode:
     """Samples the main thread's Python while a step of ``steps`` (runtime.steps.Steps) runs long; one work record
-    per long step through ``write`` (``write(step, t_ns, ms, location, name, caller, library, share, samples)``)."""
+    per long step through ``write`` (``write(step, t_ns, ms, location, name, caller, library, share, samples,
+    ordinary_share)``)."""
 
     def __init__(self, steps, write, main_thread_id: int | None = None, on_error=None):
         self._steps = steps
@@ -120,7 +170,9 @@ class LongStepCode:
         self._running.set()
         self._thread: threading.Thread | None = None
         self._seen = collections.deque(maxlen=TYPICAL_POLLS)  # (perf_ns, step) at each poll
-        self._loop_stacks = collections.deque(maxlen=LOOP_SAMPLES)  # ordinary steps' stacks
+        self._loop_stacks = collections.deque(maxlen=LOOP_SAMPLES)  # ordinary steps' stacks, the last few
+        self._ordinary_stacks = collections.deque(maxlen=ORDINARY_STACKS)  # and more of them
+        self._pending = None  # (step, its start, stack): read in a step not yet known to have stayed short
         self._polls = 0
         self.records = 0
 
@@ -184,15 +236,28 @@ class LongStepCode:
             self._seen.append((now, step))
             if typical is None or now - started_ns < long_after_ns(typical):
                 self._polls += 1
-                if len(self._loop_stacks) < LOOP_SAMPLES or self._polls % LOOP_REFRESH == 0:
+                self._keep_pending(step, started_ns)
+                if self._pending is None and (
+                    len(self._ordinary_stacks) < ORDINARY_STACKS or self._polls % LOOP_REFRESH == 0
+                ):
                     stack = self._main_stack()
                     if stack:
-                        self._loop_stacks.append(stack)
+                        self._pending = (step, started_ns, stack)
                 wait = wait_s(started_ns, now, typical)
                 continue
+            self._keep_pending(step, started_ns)
+            self._pending = None  # read in this very step, which turned long: not an ordinary step's
             self._sample_step(step, started_ns)
             if self.records >= MAX_RECORDS:
                 return
+
+    def _keep_pending(self, step: int, started_ns: int) -> None:
+        """The stack read in an earlier step is an ordinary step's once the step in progress is another one."""
+        pending = self._pending
+        if pending is not None and (pending[0], pending[1]) != (step, started_ns):
+            self._loop_stacks.append(pending[2])
+            self._ordinary_stacks.append(pending[2])
+            self._pending = None
 
     def _sample_step(self, step: int, started_ns: int) -> None:
         """Sample until the step ends (or sampling stops), then write what the samples saw."""
@@ -215,8 +280,8 @@ class LongStepCode:
         if not stacks:
             return
         # the loop's frames, from ordinary steps; where too few were seen (long steps most of the time), the frames
-        # every sample of this step shares but the last: the deepest shared function is what runs
-        depth = loop_depth(self._loop_stacks) if len(self._loop_stacks) >= 2 else max(0, loop_depth(stacks) - 1)
+        # most samples of this step share but the last: the deepest shared function is what runs
+        depth = loop_depth(self._loop_stacks) if len(self._loop_stacks) >= 2 else max(0, shared_depth(stacks) - 1)
         counts: collections.Counter = collections.Counter()  # (file, function) -> samples
         lines: dict = collections.defaultdict(collections.Counter)  # (file, function) -> line -> samples
         callers: dict = collections.defaultdict(collections.Counter)  # (file, function) -> loop line
@@ -234,6 +299,7 @@ class LongStepCode:
         share = n / len(stacks)
         file, function = key
         where = f"{os.path.abspath(file)}:{lines[key].most_common(1)[0][0]}"
+        ordinary = ordinary_share(self._ordinary_stacks, depth, stacks)
         caller = callers[key].most_common(1)[0][0] if callers[key] else None
         user = users[key].most_common(1)[0][0] if users[key] else None
         library = None
@@ -250,4 +316,5 @@ class LongStepCode:
             library=library,
             share=round(share, 4),
             samples=len(stacks),
+            ordinary_share=None if ordinary is None else round(ordinary, 4),
         )

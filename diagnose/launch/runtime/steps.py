@@ -203,8 +203,10 @@ class Steps:
 
         runtime = self._runtime
 
-        def write(step, t_ns, ms, location, name, caller, library, share, samples):
+        def write(step, t_ns, ms, location, name, caller, library, share, samples, ordinary_share):
             extra = {"library_location": library} if library else {}
+            if ordinary_share is not None:
+                extra["ordinary_share"] = ordinary_share
             write_work(
                 runtime,
                 WORK_HOST_CODE,
