@@ -19,7 +19,7 @@ import pandas as pd
 from diagnose.derive import capture_advice, jax_dispatch
 from diagnose.derive.derived import Derived
 from diagnose.derive.jit_dispatch_samples import sentence as jit_sentence
-from diagnose.derive.step_own_code import extra_work
+from diagnose.derive.step_own_code import extra_work, own_code_records
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human, n_things
 from diagnose.ingest.profile_data import Profile, run_marks_of
@@ -136,7 +136,8 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
     if len(measured) >= th.steps.min_steps:
         host_bound = _host_bound(measured, th) or _jit_host_bound(profile, derived, th)
         extra = {rank: extra_work(records, th) for rank, records in profile.work_records.items()}
-        unstable = _unstable(steps, measured, th, extra)
+        own = {rank: own_code_records(records, th) for rank, records in profile.work_records.items()}
+        unstable = _unstable(steps, measured, th, extra, own)
         found = [f for f in (host_bound, unstable, _own_overhead(result.summary, th)) if f]
         if len(sources) and set(sources) == {"time"}:  # never let a slice read as an iteration
             found = [dataclasses.replace(f, title=f"{f.title} ({TIME_SLICE_WORDS})") for f in found]
@@ -349,7 +350,11 @@ def _jit_host_bound(profile: Profile, derived: Derived, th: Thresholds) -> Findi
 
 
 def _unstable(
-    steps: pd.DataFrame, measured: pd.DataFrame, th: Thresholds, work: dict[int, pd.DataFrame] | None = None
+    steps: pd.DataFrame,
+    measured: pd.DataFrame,
+    th: Thresholds,
+    work: dict[int, pd.DataFrame] | None = None,
+    own_code: dict[int, pd.DataFrame | None] | None = None,
 ) -> Finding | None:
     step_ms = measured["step_ms"].dropna()
     median = float(step_ms.median())
@@ -373,8 +378,10 @@ def _unstable(
         )
         for r in outliers.sort_values("step_ms", ascending=False).head(MAX_OUTLIER_SUBJECTS).itertuples()
     )
+    slowed, slowed_words = own_code_words(own_code, measured[measured["step_ms"] > median])
     evidence = (
         Evidence("step_time_spread_pct", spread_pct, "%", th.steps.unstable_spread_pct),
+        *((Evidence("steps_slowed_in_own_code", float(slowed), "steps"),) if slowed else ()),
         Evidence("step_time_median_ms", median, "ms"),
         Evidence("step_time_p10_ms", p10, "ms"),
         Evidence("step_time_p90_ms", p90, "ms"),
@@ -391,7 +398,8 @@ def _unstable(
             subjects=subjects,
             evidence=evidence,
             cost_share=cost,
-            recommendation="Steady training steps take the same time. Look for varying input shapes (pad or bucket "
+            recommendation=slowed_words
+            + "Steady training steps take the same time. Look for varying input shapes (pad or bucket "
             "sequence lengths; with torch.compile, mark dynamic dims), periodic work inside the loop "
             "(evaluation, checkpointing, logging), a data loader that cannot keep up, or other jobs "
             "on the GPU.",
@@ -408,12 +416,36 @@ def _unstable(
             subjects=subjects,
             evidence=evidence,
             cost_share=float((outliers["step_ms"] - median).clip(lower=0).sum()) / float(step_ms.sum()),
-            recommendation=(f"{ran} " if ran else "")
+            recommendation=slowed_words
+            + (f"{ran} " if ran else "")
             + "Occasional slow steps are usually periodic work (evaluation, checkpointing, logging) or "
             "a data-loader stall; move it out of the timed loop or make it asynchronous.",
             section=SECTION,
         )
     return None
+
+
+def own_code_words(own_code: dict[int, pd.DataFrame | None] | None, slow: pd.DataFrame) -> tuple[int, str]:
+    """(how many of the ``slow`` steps light mode sampled in the loop's ordinary code, the words that say so): no
+    work of their own ran in them (diagnose/derive/step_own_code.py), so the host made them slower. A Lightning
+    loop on a busy 2-core host read "the host runs _AutomaticOptimization.run()" for them as if it were extra work."""
+    said = []
+    for rank, records in (own_code or {}).items():
+        if records is None or not len(records):
+            continue
+        steps = set(slow.loc[slow["rank"] == rank, "step"].astype(int))
+        said += [(int(rank), int(s)) for s in sorted(set(records["step"].astype(int)) & steps)]
+    if not said:
+        return 0, ""
+    ranks = {rank for rank, _ in said}
+    named = ", ".join(f"{step}" if len(ranks) == 1 else f"{step} (rank {rank})" for rank, step in said[:6])
+    more = ", …" if len(said) > 6 else ""
+    return len(said), (
+        f"Light mode sampled {n_things(len(said), 'slow step')} (step{'s' if len(said) > 1 else ''} {named}{more}) at "
+        "the loop lines every step runs: no work of their own ran in them, the step's own code ran slower. That is "
+        "most often the host's CPUs shared with other processes (other jobs, data-loader workers, a busy CI "
+        "machine): check the host's load while it trains. "
+    )
 
 
 # light mode's work records as the outliers' words say them

@@ -32,3 +32,12 @@ def extra_work(work: pd.DataFrame | None, th: Thresholds) -> pd.DataFrame | None
         return work
     own = step_own_code(work, th)
     return work[~own] if own.any() else work
+
+
+def own_code_records(work: pd.DataFrame | None, th: Thresholds) -> pd.DataFrame | None:
+    """The host-code records of a step's own code (None when there are none): the steps that ran slower with no
+    work of their own, which the steps analyzer puts down to the host, not the script."""
+    if work is None or not len(work):
+        return None
+    own = step_own_code(work, th)
+    return work[own] if own.any() else None

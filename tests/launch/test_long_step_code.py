@@ -236,3 +236,9 @@ def test_steps_slowed_by_a_busy_host_are_not_named_as_work(tmp_path):
     analysis = diagnose.analyze(diagnose.load(out, quiet=True))
     titles = [f.title for f in analysis.findings if f.id in ("step_budget.periodic", "run_budget.host_code")]
     assert not any("busy_host.py:4" in t or "module.py" in t or "train_step" in t for t in titles), titles
+    steps = [f for f in analysis.findings if f.id in ("steps.unstable", "steps.outliers")]
+    assert len(steps) == 1 and "at the loop lines every step runs: no work of their own ran in them" in (
+        steps[0].recommendation
+    ), [(f.id, f.recommendation) for f in steps]
+    slowed = {e.metric: e.value for e in steps[0].evidence}["steps_slowed_in_own_code"]
+    assert slowed >= len(sampled)
