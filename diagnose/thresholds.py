@@ -267,7 +267,8 @@ class StepBudget:
     save or an evaluation (light mode's work records) explains it when ``period_min_hit_share`` of the period's
     slow steps hold one and it takes ``period_work_share`` of their excess (its median time in them). The Python
     sampled in a long step is the step's own code run slower, not extra work, where ``own_code_min_share`` of its
-    samples were at lines of the loop ordinary steps are at (diagnose.derive.step_own_code).
+    samples were at lines of the loop ordinary steps are at, or, sampled before the loop was known, when a record of
+    the same line was (diagnose.derive.step_own_code).
     Steps after warm-up that compiled (light mode's compilation records) are kept out of the figures, and are a
     finding when their compilation holds ``compile_min_share`` of the run's time after warm-up (its severity by the
     cause shares above). Steps after warm-up that met a new input shape (light mode's new-shape records: cuDNN

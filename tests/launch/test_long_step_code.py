@@ -242,3 +242,28 @@ def test_steps_slowed_by_a_busy_host_are_not_named_as_work(tmp_path):
     ), [(f.id, f.recommendation) for f in steps]
     slowed = {e.metric: e.value for e in steps[0].evidence}["steps_slowed_in_own_code"]
     assert slowed >= len(sampled)
+
+
+def test_a_record_before_the_loop_was_known_follows_its_lines_later_records():
+    """The flax loop of examples/flax_eval_outside_jit.py on the busy CPU host: its first slow steps were sampled at
+    the jitted step's call line before 5 ordinary steps had been (no ordinary_share); two later ones at that line
+    read 1.0, the evaluations 0.0. The early ones go with their line's later records; the evaluations stay work."""
+    import pandas as pd
+
+    from diagnose.derive.step_own_code import extra_work, step_own_code
+    from diagnose.thresholds import Thresholds
+
+    loop, evaluate = "/u/flax_eval_outside_jit.py:69", "/u/flax_eval_outside_jit.py:51"
+    rows = [(25, loop, "<module>", None), (26, loop, "<module>", None), (92, evaluate, "evaluate", 0.0)]
+    rows += [(158, loop, "<module>", 1.0), (192, evaluate, "evaluate", 0.0), (200, "/u/other.py:3", "log", None)]
+    work = pd.DataFrame(
+        [
+            {"rank": 0, "step": s, "what": "host-code", "ms": 100.0, "location": at, "name": n, "ordinary_share": o}
+            for s, at, n, o in rows
+        ]
+        + [{"rank": 0, "step": 3, "what": "checkpoint", "ms": 9.0, "location": loop, "name": None}]
+    )
+    work["library_location"] = None
+    own = step_own_code(work, Thresholds())
+    assert list(work.loc[own, "step"]) == [25, 26, 158]
+    assert list(extra_work(work, Thresholds())["step"]) == [92, 192, 200, 3]
