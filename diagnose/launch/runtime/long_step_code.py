@@ -31,11 +31,11 @@ sampling the Python stack; this does the same, only while a step runs long:
 The steps gpudiag's profiler window instruments are left alone: the profiler, not the script, makes them long.
 Between long steps the thread compares two numbers per poll, and reads a stack at the first ``ORDINARY_STACKS``
 polls (about 7 s of a loop of short steps) and then every ``LOOP_REFRESH``th. What a poll costs the loop is its
-wake-up: the thread takes the GIL from a busy main thread (on the 2-core CPU host about 80 µs of the main
-thread's time a wake-up, 0.3 % of it at 40 a second, the same for a thread that only sleeps). Waking when the step in progress would turn long, a loop of short steps
-pays for one wake-up per ``LONG_MIN_MS`` (30 a second measured there, against 40 when it polled every
-``POLL_S``), one of 20 ms steps for about 12, and a long step is caught at its threshold, not up to a poll later.
-A step shorter than ``LONG_MIN_MS`` is never sampled.
+wake-up: the thread takes the GIL from a busy main thread (on the 2-core CPU host about 80 µs of the main thread's
+time a wake-up, 0.3 % of it at 40 a second, the same for a thread that only sleeps). Waking when the step in
+progress would turn long, a loop of short steps pays for one wake-up per ``LONG_MIN_MS`` (30 a second measured
+there, against 40 when it polled every ``POLL_S``), one of 20 ms steps for about 12, and a long step is caught at
+its threshold, not up to a poll later. A step shorter than ``LONG_MIN_MS`` is never sampled.
 """
 
 from __future__ import annotations
