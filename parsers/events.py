@@ -160,6 +160,8 @@ WORK_SCHEMA = Schema(
         "share": F64,
         "samples": F64,
         "ordinary_share": F64,
+        "sampled_ms": F64,
+        "run_queue_ms": F64,
     },
     docs={
         "step": "the step in progress when the work began (its time is in that step's host_ms); -1 before the first "
@@ -185,6 +187,9 @@ WORK_SCHEMA = Schema(
         "samples": "host-code: how many samples the long step took; NaN otherwise",
         "ordinary_share": "host-code: the share of the long step's samples at a line of the loop where ordinary "
         "steps were; NaN where too few ordinary steps were sampled, or otherwise",
+        "sampled_ms": "host-code: how long the long step was sampled (from its first sample to its end); NaN otherwise",
+        "run_queue_ms": "host-code: of that, the main thread's time runnable but given no CPU (Linux schedstat: a "
+        "busy host); NaN where unread, or otherwise",
     },
 )
 
@@ -552,6 +557,8 @@ def _work_record(r: dict) -> dict:
         "share": share,
         "samples": _duration(r, "samples"),
         "ordinary_share": ordinary_share,
+        "sampled_ms": _duration(r, "sampled_ms"),
+        "run_queue_ms": _duration(r, "run_queue_ms"),
     }
 
 

@@ -210,6 +210,8 @@ WORK = RecordKind(
         "share",
         "samples",
         "ordinary_share",
+        "sampled_ms",
+        "run_queue_ms",
     ),
 )
 # the first line; install_ns: when the runtime was installed (just after interpreter start and the sitecustomize)

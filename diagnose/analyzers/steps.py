@@ -378,10 +378,11 @@ def _unstable(
         )
         for r in outliers.sort_values("step_ms", ascending=False).head(MAX_OUTLIER_SUBJECTS).itertuples()
     )
-    slowed, slowed_words = own_code_words(own_code, measured[measured["step_ms"] > median])
+    slowed, queued_share, slowed_words = own_code_words(own_code, measured[measured["step_ms"] > median])
     evidence = (
         Evidence("step_time_spread_pct", spread_pct, "%", th.steps.unstable_spread_pct),
         *((Evidence("steps_slowed_in_own_code", float(slowed), "steps"),) if slowed else ()),
+        *((Evidence("slowed_steps_run_queue_pct", 100.0 * queued_share, "%"),) if queued_share is not None else ()),
         Evidence("step_time_median_ms", median, "ms"),
         Evidence("step_time_p10_ms", p10, "ms"),
         Evidence("step_time_p90_ms", p90, "ms"),
@@ -425,27 +426,57 @@ def _unstable(
     return None
 
 
-def own_code_words(own_code: dict[int, pd.DataFrame | None] | None, slow: pd.DataFrame) -> tuple[int, str]:
-    """(how many of the ``slow`` steps light mode sampled in the loop's ordinary code, the words that say so): no
-    work of their own ran in them (diagnose/derive/step_own_code.py), so the host made them slower. A Lightning
-    loop on a busy 2-core host read "the host runs _AutomaticOptimization.run()" for them as if it were extra work."""
-    said = []
+RUN_QUEUE_BUSY_SHARE = 0.25  # of a slowed step's sampled time waiting for a CPU: other processes held the CPUs
+
+
+def own_code_words(
+    own_code: dict[int, pd.DataFrame | None] | None, slow: pd.DataFrame
+) -> tuple[int, float | None, str]:
+    """(how many of the ``slow`` steps light mode sampled in the loop's ordinary code, the share of their sampled time
+    the main thread waited for a CPU (None where unread), the words that say so): no work of their own ran in them
+    (diagnose/derive/step_own_code.py). A Lightning loop on a busy 2-core host read "the host runs
+    _AutomaticOptimization.run()" for them as if it were extra work; its main thread had waited on the run queue."""
+    said, queued_ms, sampled_ms = [], 0.0, 0.0
     for rank, records in (own_code or {}).items():
         if records is None or not len(records):
             continue
         steps = set(slow.loc[slow["rank"] == rank, "step"].astype(int))
-        said += [(int(rank), int(s)) for s in sorted(set(records["step"].astype(int)) & steps)]
+        mine = records[records["step"].astype(int).isin(steps)]
+        said += [(int(rank), int(s)) for s in sorted(set(mine["step"].astype(int)))]
+        if "run_queue_ms" in mine and "sampled_ms" in mine:
+            read = mine.dropna(subset=["run_queue_ms", "sampled_ms"])
+            # the kernel adds a wait when the thread next runs, so a wait begun before the first sample can make a
+            # step's reading exceed its sampled time: at most all of it
+            queued_ms += float(read["run_queue_ms"].clip(upper=read["sampled_ms"]).sum())
+            sampled_ms += float(read["sampled_ms"].sum())
     if not said:
-        return 0, ""
+        return 0, None, ""
     ranks = {rank for rank, _ in said}
     named = ", ".join(f"{step}" if len(ranks) == 1 else f"{step} (rank {rank})" for rank, step in said[:6])
     more = ", …" if len(said) > 6 else ""
-    return len(said), (
+    words = (
         f"Light mode sampled {n_things(len(said), 'slow step')} (step{'s' if len(said) > 1 else ''} {named}{more}) at "
-        "the loop lines every step runs: no work of their own ran in them, the step's own code ran slower. That is "
-        "most often the host's CPUs shared with other processes (other jobs, data-loader workers, a busy CI "
-        "machine): check the host's load while it trains. "
+        "the loop lines every step runs: no work of their own ran in them, the step's own code ran slower. "
     )
+    share = queued_ms / sampled_ms if sampled_ms > 0 else None
+    if share is None:
+        words += (
+            "That is most often the host's CPUs shared with other processes (other jobs, data-loader workers, a busy "
+            "CI machine): check the host's load while it trains. "
+        )
+    elif share >= RUN_QUEUE_BUSY_SHARE:
+        words += (
+            f"Their main thread waited for a CPU {100 * share:.0f} % of the {ms_human(sampled_ms)} sampled in them "
+            "(Linux's run queue): other processes held the host's CPUs (other jobs, data-loader workers, a busy CI "
+            "machine). Check the host's load while it trains, or give the job its own cores. "
+        )
+    else:
+        words += (
+            f"Their main thread waited for a CPU only {100 * share:.0f} % of the {ms_human(sampled_ms)} sampled in "
+            "them (Linux's run queue), so no other process held it off: the time went to the step's own work running "
+            "slower (a larger batch, device work queued earlier draining, memory paging). "
+        )
+    return len(said), share, words
 
 
 # light mode's work records as the outliers' words say them

@@ -116,6 +116,8 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
         share=0.975,
         samples=40,
         ordinary_share=0.05,
+        sampled_ms=215.9,
+        run_queue_ms=3.25,
     )
     runtime.write_record(rr.JIT_STEP, name="update", location="/abs/train.py:40", t_ns=T_NS + 9)
     loaders = LoaderConfigs(runtime)

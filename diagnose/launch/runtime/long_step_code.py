@@ -26,7 +26,9 @@ sampling the Python stack; this does the same, only while a step runs long:
   (``ordinary_share``, see :func:`ordinary_share`): extra work runs from lines they are not at; a step whose own
   code only ran slower (a loaded host) runs from theirs, and the analysis does not name it as work
   (diagnose/derive/step_own_code.py). An ordinary step's stack is kept only once that step has ended without
-  turning long: a poll in the first milliseconds of an evaluation step is not an ordinary step's.
+  turning long: a poll in the first milliseconds of an evaluation step is not an ordinary step's. And it says how
+  long the sampling ran (``sampled_ms``) and how much of that the main thread spent runnable but off every CPU
+  (``run_queue_ms``, Linux's schedstat): a host busy with other processes shows there, as measured time.
 
 The steps gpudiag's profiler window instruments are left alone: the profiler, not the script, makes them long.
 Between long steps the thread compares two numbers per poll, and reads a stack at the first ``ORDINARY_STACKS``
@@ -133,6 +135,19 @@ def what_runs(stack: list[tuple[str, str, int]], depth: int) -> tuple[tuple[str,
     return inside, caller, user
 
 
+def run_queue_ns(native_id: int | None) -> int | None:
+    """The ns thread ``native_id`` of this process has waited on a run queue, runnable but given no CPU (Linux's
+    /proc/self/task/<tid>/schedstat, its second field); None where it cannot be read. Read at a long step's first
+    and last sample: the difference is how much of the step the host kept that thread off every CPU."""
+    if native_id is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def ordinary_share(loop_stacks, depth: int, samples) -> float | None:
     """The share of a long step's ``samples`` whose loop frame (the ``depth``-th, the innermost every ordinary step
     shares) is at a line where the ordinary steps' stacks (``loop_stacks``) were: what the loop runs in every step.
@@ -158,13 +173,16 @@ def ordinary_share(loop_stacks, depth: int, samples) -> float | None:
 class LongStepCode:
     """Samples the main thread's Python while a step of ``steps`` (runtime.steps.Steps) runs long; one work record
     per long step through ``write`` (``write(step, t_ns, ms, location, name, caller, library, share, samples,
-    ordinary_share)``)."""
+    ordinary_share, sampled_ms, run_queue_ms)``)."""
 
     def __init__(self, steps, write, main_thread_id: int | None = None, on_error=None):
         self._steps = steps
         self._write = write
         self._on_error = on_error  # an error stops the sampling and is told here, never as a thread's traceback
         self._main = main_thread_id if main_thread_id is not None else threading.main_thread().ident
+        self._main_native = next(
+            (t.native_id for t in threading.enumerate() if t.ident == self._main), None
+        )  # the kernel's id of that thread: its run-queue wait
         self._stop = threading.Event()
         self._running = threading.Event()  # cleared: paused, the thread waits without waking
         self._running.set()
@@ -265,6 +283,7 @@ class LongStepCode:
         stacks = []
         first_ns = time.perf_counter_ns()
         first_wall_ns = time.time_ns()
+        queued_ns = run_queue_ns(self._main_native)
         while (
             steps.current_step == step
             and steps._perf_ns == started_ns
@@ -277,6 +296,7 @@ class LongStepCode:
             if stop.wait(SAMPLE_S):
                 break
         sampled_ms = (time.perf_counter_ns() - first_ns) / 1e6
+        queued_end_ns = run_queue_ns(self._main_native)
         if not stacks:
             return
         # the loop's frames, from ordinary steps; where too few were seen (long steps most of the time), the frames
@@ -317,4 +337,8 @@ class LongStepCode:
             share=round(share, 4),
             samples=len(stacks),
             ordinary_share=None if ordinary is None else round(ordinary, 4),
+            sampled_ms=round(sampled_ms, 3),
+            run_queue_ms=(
+                None if queued_ns is None or queued_end_ns is None else round((queued_end_ns - queued_ns) / 1e6, 3)
+            ),
         )

@@ -203,10 +203,14 @@ class Steps:
 
         runtime = self._runtime
 
-        def write(step, t_ns, ms, location, name, caller, library, share, samples, ordinary_share):
+        def write(
+            step, t_ns, ms, location, name, caller, library, share, samples, ordinary_share, sampled_ms, run_queue_ms
+        ):
             extra = {"library_location": library} if library else {}
             if ordinary_share is not None:
                 extra["ordinary_share"] = ordinary_share
+            if run_queue_ms is not None:
+                extra["run_queue_ms"] = run_queue_ms
             write_work(
                 runtime,
                 WORK_HOST_CODE,
@@ -218,6 +222,7 @@ class Steps:
                 caller=caller,
                 share=share,
                 samples=samples,
+                sampled_ms=sampled_ms,
                 **extra,
             )
 
