@@ -378,7 +378,7 @@ def _unstable(
         )
         for r in outliers.sort_values("step_ms", ascending=False).head(MAX_OUTLIER_SUBJECTS).itertuples()
     )
-    slowed, queued_share, slowed_words = own_code_words(own_code, measured[measured["step_ms"] > median])
+    slowed, queued_share, slowed_words = own_code_words(own_code, measured[measured["step_ms"] > median], th)
     evidence = (
         Evidence("step_time_spread_pct", spread_pct, "%", th.steps.unstable_spread_pct),
         *((Evidence("steps_slowed_in_own_code", float(slowed), "steps"),) if slowed else ()),
@@ -426,11 +426,8 @@ def _unstable(
     return None
 
 
-RUN_QUEUE_BUSY_SHARE = 0.25  # of a slowed step's sampled time waiting for a CPU: other processes held the CPUs
-
-
 def own_code_words(
-    own_code: dict[int, pd.DataFrame | None] | None, slow: pd.DataFrame
+    own_code: dict[int, pd.DataFrame | None] | None, slow: pd.DataFrame, th: Thresholds
 ) -> tuple[int, float | None, str]:
     """(how many of the ``slow`` steps light mode sampled in the loop's ordinary code, the share of their sampled time
     the main thread waited for a CPU (None where unread), the words that say so): no work of their own ran in them
@@ -464,7 +461,7 @@ def own_code_words(
             "That is most often the host's CPUs shared with other processes (other jobs, data-loader workers, a busy "
             "CI machine): check the host's load while it trains. "
         )
-    elif share >= RUN_QUEUE_BUSY_SHARE:
+    elif 100 * share >= th.steps.busy_host_run_queue_pct:
         words += (
             f"Their main thread waited for a CPU {100 * share:.0f} % of the {ms_human(sampled_ms)} sampled in them "
             "(Linux's run queue): other processes held the host's CPUs (other jobs, data-loader workers, a busy CI "
