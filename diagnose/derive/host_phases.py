@@ -17,7 +17,9 @@ phases hold them all, and the text says how many.
 
 The phases are those of the median step: each phase's share of the host time in the steady steps nearest the
 median (a fifth of them, at least 3), applied to the median step's host time, so they add up to the median step the
-budget and the steps section show. Means of shares add up, and the slow and fast tails stay out, as in a median.
+budget and the steps section show. Means of shares add up, and the slow and fast tails stay out, as in a median. The
+input phase is the step budget's own figure (the median input wait over every steady step) where the budget gives
+one, and the other phases share what it leaves: the page says one input wait, not two.
 """
 
 from __future__ import annotations
@@ -43,10 +45,13 @@ NO_OPTIMIZER_LABELS = {  # no optimizer step() in any step: a hand-written updat
 }
 
 
-def host_phases(steady: pd.DataFrame) -> dict | None:
+def host_phases(steady: pd.DataFrame, median_input_ms: float | None = None) -> dict | None:
     """The median steady step's host ms by phase (see the module docstring), or None where the steps carry no
     backward/optimizer times. ``steady``: one rank's steady step rows (host_ms, input_ms, backward_ms,
-    optimizer_ms)."""
+    optimizer_ms). ``median_input_ms``: the median step's input wait as the step budget gives it (the median over
+    every steady step); the input phase is that figure and the other phases share the rest of the median step, so
+    one page never gives the input two values (a Lightning run's read 283 µs in step_budget.input and 331 µs, the
+    mean of the steps nearest the median, in the phases beside it)."""
     if not {"host_ms", "backward_ms", "optimizer_ms"} <= set(steady.columns):
         return None
     rows = steady[steady["host_ms"].notna() & steady["backward_ms"].notna() & steady["optimizer_ms"].notna()]
@@ -86,8 +91,19 @@ def host_phases(steady: pd.DataFrame) -> dict | None:
     }
     if with_forward:
         out["forward_steps"] = forward_steps  # the timed steps the forward's share is read from
+    budget_input = (
+        median_input_ms
+        if input_measured and median_input_ms is not None and 0.0 <= median_input_ms <= median_ms
+        else None
+    )
+    others_total = total - sums["input"]
     for p in phases:
-        share = sums[p] / total if total > 0 else np.nan
+        if budget_input is None or others_total <= 0:
+            share = sums[p] / total if total > 0 else np.nan
+        elif p == "input":
+            share = budget_input / median_ms if median_ms > 0 else np.nan
+        else:  # the others split what the budget's input leaves of the median step, in their own proportions
+            share = sums[p] / others_total * (1.0 - budget_input / median_ms) if median_ms > 0 else np.nan
         out[f"{p}_share"] = share
         out[f"{p}_ms"] = share * median_ms
     return out

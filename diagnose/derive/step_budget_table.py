@@ -195,7 +195,6 @@ def rank_budget(
     meta["median_step_ms"] = median_ms
     meta["steady_total_ms"] = float(step_ms.sum())
     meta["input_stalls"] = input_stalls(steady, getattr(profile, "loaders", None), rank, median_ms, th)
-    meta["host_phases"] = host_phases(steady)  # the host's typical step by phase (issue 31); None: not measured
     meta["jit_dispatch"] = jit_dispatch_samples(steady)  # JAX: sampled dispatch and readiness (issue 34); None: none
     # "perfetto": XLA's trace (JAX), whose host work is dispatch; read from the header a cluster read keeps light
     meta["trace_format"] = getattr(profile.trace_header(rank), "format", None) if rank in profile.traces else None
@@ -254,6 +253,8 @@ def rank_budget(
 
     median_input = float(steady_input.median()) if len(steady_input) else np.nan
     median_input_where = f"{len(steady_input)} steady steps" if len(steady_input) else None
+    # the host's typical step by phase (issue 31; None: not measured), its input the budget's median input
+    meta["host_phases"] = host_phases(steady, median_input if len(steady_input) else None)
     iterator = traced.attrs.get("input_iterator") if len(traced) else None
     from_loop = "input_from" in rows and bool((rows.loc[steady.index, "input_from"] == "loop").any())
     if from_loop:  # light mode timed the loop's for statement (Python 3.12+): no DataLoader
