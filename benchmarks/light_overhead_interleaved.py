@@ -19,6 +19,10 @@ three runs of ``--run-steps`` steps each, in a seeded random order per round:
               without gpudiag, so the step runs as in an uninstrumented process
     plain-b   plain under another name: the A/A control, whose interval should hold 0
 
+and, with ``--arms light,no-sampler,no-forward,plain,plain-b``, light with the long-step sampler paused or with the
+forward timer paused: what those parts cost, measured as light's is (their runs count among light's for the
+clock-kept intervals and the step records).
+
 Result per arm against plain: median of all its steps / median of all plain steps - 1 (the issue's
 "median step"), and the same with means; bootstrap 95 % intervals that resample whole rounds. Verdict:
 PASS when light's median interval tops out at or below the 3 % target, FAIL when its bottom is above.
@@ -61,6 +65,10 @@ from light_overhead_paired import TARGET_PCT, device_info, make_step, step_recor
 
 ARMS = ("light", "plain", "plain-b")
 LIGHT_SHARE = 1 / len(ARMS)  # of the wall time: the clock-kept intervals are divided by it
+# --arms may add these: light mode with one of its parts paused, to say what that part costs (the JAX benchmark's
+# no-sampler arm read 0.3-0.6 points of its cost on an H100, 2026-12-06; torch's forward timer's one step in eight
+# showed as peaks at positions 6 and 14 of its runs). The runtime attribute each pauses:
+EXTRA_ARMS = {"no-sampler": "long_step_code", "no-forward": "forward"}
 
 
 # while the plain arms run: id(steps) -> light mode's autograd.backward; the ids whose optimizer pre hook is off
@@ -111,6 +119,13 @@ class StepHook:
             raise SystemExit("light mode did not hook the optimizer: nothing to switch")
         self._register = register_optimizer_step_post_hook
         self._steps = runtime.steps
+
+    def set_arm(self, arm: str) -> None:
+        """light and the EXTRA_ARMS: the hook on (an extra arm with its part paused); the plain arms: off."""
+        self.set(arm == "light" or arm in EXTRA_ARMS)
+        part = getattr(self._steps, EXTRA_ARMS.get(arm, ""), None)
+        if part is not None:
+            part.pause()
 
     def set(self, on: bool) -> None:
         steps = self._steps
@@ -263,9 +278,20 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write the step times and the table here")
     p.add_argument(
+        "--arms",
+        default=",".join(ARMS),
+        help=f"the arms, light, plain and plain-b among them; extra ones: {', '.join(EXTRA_ARMS)}",
+    )
+    p.add_argument(
         "--trace-steps", type=int, default=None, help="light mode's --trace-steps (0: no trace window; issue 17)"
     )
     args = p.parse_args(argv)
+    arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
+    if not set(ARMS) <= set(arms) or not set(arms) <= set(ARMS) | set(EXTRA_ARMS) or len(set(arms)) != len(arms):
+        raise SystemExit(
+            f"--arms must hold {', '.join(ARMS)} once each, and only these besides: {', '.join(EXTRA_ARMS)}"
+        )
+    light_share = sum(a == "light" or a in EXTRA_ARMS for a in arms) / len(arms)
     from diagnose.launch.capture_mode import ProfileOptions
 
     window_done = ProfileOptions.trace_start + ProfileOptions.trace_steps + 1  # the first step after the snapshot
@@ -284,7 +310,7 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpudiag-interleaved-") as work:
         with (
-            light_share_intervals() as options,
+            light_share_intervals(light_share) as options,
             diagnose.profile(
                 out=Path(work) / "run",
                 quiet=True,
@@ -295,24 +321,24 @@ def main(argv=None) -> int:
         ):
             time_steps(step, args.first_steps)
             hook = StepHook(lifecycle.active())
-            times = run_rounds(step, hook, args.run_steps, args.seconds, args.max_rounds, args.seed)
+            times = run_rounds(step, hook, args.run_steps, args.seconds, args.max_rounds, args.seed, arms)
         own = own_time(run.path, args.first_steps)
     elapsed_s = time.monotonic() - t0
-    rows = summarize(times)
+    rows = summarize(times, arms=arms)
     outcome, text = verdict(rows, own)
-    light_steps = rows["light"]["steps"]
+    light_steps = sum(rows[a]["steps"] for a in arms if a == "light" or a in EXTRA_ARMS)  # every arm with the hook
     cuda, gpu = device_info(torch, args.device)
     print(
         f"torch {torch.__version__} cuda {cuda} on {gpu}; {args.width}x{args.depth} MLP, batch {args.batch}; "
-        f"{len(times)} rounds of {len(ARMS)} runs of {args.run_steps} steps after {args.first_steps} light steps, "
+        f"{len(times)} rounds of {len(arms)} runs of {args.run_steps} steps after {args.first_steps} light steps, "
         f"{elapsed_s:.0f} s"
     )
     print(
-        f"{'arm':<8} {'steps':>6} {'median ms':>10} {'mean ms':>8} {'median vs plain':>16} {'95% interval':>20} "
+        f"{'arm':<10} {'steps':>6} {'median ms':>10} {'mean ms':>8} {'median vs plain':>16} {'95% interval':>20} "
         f"{'mean vs plain':>14} {'95% interval':>20}"
     )
     for arm, row in rows.items():
-        line = f"{arm:<8} {row['steps']:>6} {row['median_ms']:>10.4f} {row['mean_ms']:>8.4f}"
+        line = f"{arm:<10} {row['steps']:>6} {row['median_ms']:>10.4f} {row['mean_ms']:>8.4f}"
         if "median_pct" in row:
             line += (
                 f" {row['median_pct']:>+15.2f}% {row['median_ci_low_pct']:>+8.2f}% .. "
@@ -320,7 +346,7 @@ def main(argv=None) -> int:
                 f"{row['mean_ci_low_pct']:>+8.2f}% .. {row['mean_ci_high_pct']:+.2f}%"
             )
         print(line)
-    print(position_shifts(rows, ARMS))
+    print(position_shifts(rows, arms))
     own_line = (
         f"light steps: {own['records']} step records for {light_steps} light steps timed; own "
         f"{own['own_us']:.1f} µs/step mean, {own['own_median_us']:.1f} median; "
@@ -339,7 +365,7 @@ def main(argv=None) -> int:
                     "cuda": cuda,
                     "gpu": gpu,
                     "elapsed_s": elapsed_s,
-                    "arms": ARMS,
+                    "arms": arms,
                     "times_ms": times.round(5).tolist(),
                     "rows": rows,
                     "own": own,
