@@ -221,7 +221,9 @@ class Steps:
     gpudiag's own step-boundary work above 3 % of the median step is said in the report
     (the step times read that much high; the light-mode target is at most 3 %).
     Slow steps sampled in the loop's own lines whose main thread waited for a CPU ``busy_host_run_queue_pct`` (25 %)
-    of their sampled time are put down to other processes holding the host's CPUs.
+    of their sampled time are put down to other processes holding the host's CPUs. The loop's thread waiting for a
+    CPU ``cpu_wait_min_pct`` (5 %) of the time from its first step to its end is a finding, a warning from
+    ``cpu_wait_warning_pct`` (10 %), critical from ``cpu_wait_critical_pct`` (30 %).
     """
 
     warmup_steps: int = 3
@@ -234,6 +236,9 @@ class Steps:
     max_chart_steps: int = 3000
     own_overhead_pct: float = 3.0
     busy_host_run_queue_pct: float = 25.0
+    cpu_wait_min_pct: float = 5.0  # the loop's thread waiting for a CPU, of the time from its first step to its end
+    cpu_wait_warning_pct: float = 10.0
+    cpu_wait_critical_pct: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -276,6 +276,11 @@ class RunMarks:
     end_ns: int | None
     jit_step_name: str | None = None  # JAX: the jitted function chosen as the step, and where the loop calls it
     jit_step_location: str | None = None
+    # the main thread's ms on a CPU and waiting for one (Linux's schedstat) at the first step and at the end
+    main_cpu_ms_at_start: float | None = None
+    main_run_queue_ms_at_start: float | None = None
+    main_cpu_ms_at_end: float | None = None
+    main_run_queue_ms_at_end: float | None = None
 
 
 INPUT_FROM_DATALOADER = "dataloader"  # input_from of a step whose input_ms is a DataLoader's __next__
@@ -352,11 +357,19 @@ class _RunRecords:
             except ValueError:
                 return
             marks = self._marks.setdefault(rank, {})
-            if RUN_START.is_kind_of(record):
-                marks["start_ns"] = _ns_or_none(record, "t_ns")
+            edge = "start" if RUN_START.is_kind_of(record) else "end"
+            marks[f"{edge}_ns"] = _ns_or_none(record, "t_ns")
+            if edge == "start":
                 marks["install_ns"] = _ns_or_none(record, "install_ns")
-            else:
-                marks["end_ns"] = _ns_or_none(record, "t_ns")
+            for key in ("main_cpu_ms", "main_run_queue_ms"):
+                value = record.get(key)
+                if (
+                    isinstance(value, (int, float))
+                    and not isinstance(value, bool)
+                    and math.isfinite(value)
+                    and value >= 0
+                ):
+                    marks[f"{key}_at_{edge}"] = float(value)
 
     def marks(self) -> tuple[RunMarks, ...]:
         return tuple(
@@ -367,6 +380,10 @@ class _RunRecords:
                 end_ns=m.get("end_ns"),
                 jit_step_name=m.get("jit_step_name"),
                 jit_step_location=m.get("jit_step_location"),
+                main_cpu_ms_at_start=m.get("main_cpu_ms_at_start"),
+                main_run_queue_ms_at_start=m.get("main_run_queue_ms_at_start"),
+                main_cpu_ms_at_end=m.get("main_cpu_ms_at_end"),
+                main_run_queue_ms_at_end=m.get("main_run_queue_ms_at_end"),
             )
             for rank, m in sorted(self._marks.items())
         )

@@ -214,18 +214,23 @@ WORK = RecordKind(
         "run_queue_ms",
     ),
 )
-# the first line; install_ns: when the runtime was installed (just after interpreter start and the sitecustomize)
+# the first line; install_ns: when the runtime was installed (just after interpreter start and the sitecustomize);
+# main_cpu_ms, main_run_queue_ms: the main thread's time on a CPU and waiting for one so far (Linux's schedstat,
+# diagnose/launch/runtime/cpu_wait.py; left out where unread)
 RUN_START = RecordKind(
     RUN,
     ("rank", "world_size", "pid", "framework", "mode", "cuda", "versions", "t_ns"),
-    optional=("install_ns",),
+    optional=("install_ns", "main_cpu_ms", "main_run_queue_ms"),
     event="start",
 )
 # this process flushes what it holds and ends when sent ``signal`` (a real-time one): how gpudiag's ncu stopper ends it,
 # since under ncu 2025.3 a script's own SIGTERM handler did not run (tools/ncu_signal_probe.py, H100 2026-12-06)
 RUN_STOP_SIGNAL = RecordKind(RUN, ("rank", "pid", "signal", "t_ns"), event="stop-signal")
 RUN_EXPECT = RecordKind(RUN, ("rank", "artifact", "t_ns"), event="expect")  # an artifact this rank will write
-RUN_END = RecordKind(RUN, ("rank", "reason", "steps", "written", "t_ns"), event="end")  # the last line of a rank
+# the last line of a rank; main_cpu_ms, main_run_queue_ms: as in the start record, at the end
+RUN_END = RecordKind(
+    RUN, ("rank", "reason", "steps", "written", "t_ns"), optional=("main_cpu_ms", "main_run_queue_ms"), event="end"
+)
 # from from_step on only one step in `every` is timed on the GPU, and why
 GPU_TIME_EVERY = RecordKind(
     RUN, ("rank", "from_step", "every", "event_us", "step_host_ms", "budget_pct", "t_ns"), event="gpu-time-every"

@@ -138,7 +138,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         extra = {rank: extra_work(records, th) for rank, records in profile.work_records.items()}
         own = {rank: own_code_records(records, th) for rank, records in profile.work_records.items()}
         unstable = _unstable(steps, measured, th, extra, own)
-        found = [f for f in (host_bound, unstable, _own_overhead(result.summary, th)) if f]
+        found = [f for f in (host_bound, unstable, _own_overhead(result.summary, th), _cpu_wait(profile, th)) if f]
         if len(sources) and set(sources) == {"time"}:  # never let a slice read as an iteration
             found = [dataclasses.replace(f, title=f"{f.title} ({TIME_SLICE_WORDS})") for f in found]
         result.findings.extend(found)
@@ -521,6 +521,62 @@ def outlier_work_words(work: dict[int, pd.DataFrame] | None, outliers: pd.DataFr
             f"for {ms_human(ms)}."
         )
     return " ".join(said) or None
+
+
+def cpu_wait_by_rank(profile: Profile) -> dict[int, tuple[float, float]]:
+    """Per rank: (ms its main thread waited for a CPU, ms of wall time) from its first step to its end, by the run
+    start and end records' schedstat readings (light mode on Linux); ranks without both are left out."""
+    out = {}
+    for rank in sorted(getattr(profile, "run_marks", None) or {}):
+        marks = run_marks_of(profile, rank)
+        start, end = marks.get("start_ns"), marks.get("end_ns")
+        before, after = marks.get("main_run_queue_ms_at_start"), marks.get("main_run_queue_ms_at_end")
+        if None in (start, end, before, after) or end <= start or after < before:
+            continue
+        out[rank] = (after - before, (end - start) / 1e6)
+    return out
+
+
+def _cpu_wait(profile: Profile, th: Thresholds) -> Finding | None:
+    """``steps.cpu_wait``: the training loop's thread, runnable, waited for a CPU ``cpu_wait_min_pct`` of the time
+    from its first step to its end (its rank's worst). No step clock shows it, only slower steps: a host whose CPUs
+    DataLoader workers, their intra-op threads or other jobs hold. tests/launch/scripts/busy_host.py (the loop at
+    nice 19, two spinners on its core a third of each second) is the real case its test runs."""
+    waits = cpu_wait_by_rank(profile)
+    if not waits:
+        return None
+    rank, (waited_ms, span_ms) = max(waits.items(), key=lambda kv: kv[1][0] / kv[1][1])
+    pct = 100.0 * waited_ms / span_ms
+    severity = Severity.of(
+        pct, warning=th.steps.cpu_wait_warning_pct, critical=th.steps.cpu_wait_critical_pct, otherwise=Severity.INFO
+    )
+    if pct < th.steps.cpu_wait_min_pct:
+        return None
+    on_rank = f" on rank {rank}" if len(waits) > 1 else ""
+    return Finding(
+        id="steps.cpu_wait",
+        analyzer=NAME,
+        severity=severity,
+        title=f"The training loop's thread{on_rank} waited for a CPU {pct:.1f} % of the time from its first step to "
+        f"its end ({ms_human(waited_ms)} of {ms_human(span_ms)}, Linux's run queue): the host's CPUs were busy "
+        "with other work",
+        subjects=tuple(
+            Subject("rank", f"rank {r}", figures={"cpu_wait_ms": w, "span_ms": t, "cpu_wait_pct": 100.0 * w / t})
+            for r, (w, t) in sorted(waits.items())
+        ),
+        evidence=(
+            Evidence("cpu_wait_pct", pct, "%", th.steps.cpu_wait_min_pct),
+            Evidence("cpu_wait_ms", waited_ms, "ms"),
+            Evidence("cpu_wait_span_ms", span_ms, "ms"),
+        ),
+        cost_share=waited_ms / span_ms,
+        recommendation="The loop was ready to run and no CPU was free: every step that waited was that much slower, "
+        "and the GPU waited with it. Count what shares the host's cores: DataLoader workers (each with torch's "
+        "intra-op threads unless torch.set_num_threads(1) runs in worker_init_fn), OMP_NUM_THREADS or MKL threads "
+        "set above the cores, other processes or jobs on the machine. Keep workers plus their threads at or below "
+        "the cores the job has, and give the training process its own cores (taskset, the scheduler's CPU request).",
+        section=SECTION,
+    )
 
 
 def _own_overhead(summary: dict, th: Thresholds) -> Finding | None:

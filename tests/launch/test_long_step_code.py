@@ -247,6 +247,11 @@ def test_steps_slowed_by_a_busy_host_are_not_named_as_work(tmp_path):
     assert evidence["slowed_steps_run_queue_pct"] > 50 and "(Linux's run queue): other processes held" in (
         steps[0].recommendation
     )
+    # over the whole loop: the spinners hold the core 0.35 s of each second for the last 4.5 s of about 7
+    cpu_wait = next(f for f in analysis.findings if f.id == "steps.cpu_wait")
+    waited = {e.metric: e.value for e in cpu_wait.evidence}
+    assert 10 <= waited["cpu_wait_pct"] <= 100 and waited["cpu_wait_ms"] <= waited["cpu_wait_span_ms"]
+    assert cpu_wait.title.startswith("The training loop's thread waited for a CPU ")
 
 
 def test_a_record_before_the_loop_was_known_follows_its_lines_later_records():

@@ -54,6 +54,8 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
             versions={"torch": "2.13.0"},
             t_ns=T_NS,
             install_ns=T_NS - 3_000_000_000,
+            main_cpu_ms=3137.823,
+            main_run_queue_ms=123.986,
         ),
         rr.format_record(rr.RUN_EXPECT, rank=2, artifact=rr.TRACE.path(2), t_ns=T_NS + 1),
         rr.step_line(
@@ -136,7 +138,16 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
     config = SimpleNamespace(mode="light", nvtx_always=False)
     open_for_steps(config, events, 2, lambda *a: None)
     events.append_line(
-        rr.format_record(rr.RUN_END, rank=2, reason="exit", steps=4, written=[rr.EVENTS.path(2)], t_ns=T_NS + 9)
+        rr.format_record(
+            rr.RUN_END,
+            rank=2,
+            reason="exit",
+            steps=4,
+            written=[rr.EVENTS.path(2)],
+            t_ns=T_NS + 9,
+            main_cpu_ms=6879.62,
+            main_run_queue_ms=1721.55,
+        )
     )
     events.close()
     return (folder / rr.EVENTS.path(2)).read_bytes().splitlines()

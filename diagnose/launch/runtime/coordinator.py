@@ -23,6 +23,7 @@ import time
 
 from diagnose.launch.child_config import rank_from_env, world_size_from_env
 from diagnose.launch.event_log import JsonlAppender
+from diagnose.launch.runtime.cpu_wait import main_thread_ms
 from diagnose.launch.runtime.faults import Faults
 from diagnose.launch.runtime.steps import Steps
 from parsers.run_records import (
@@ -245,6 +246,7 @@ class Runtime:
                     versions=_framework_versions(torch, jax),
                     t_ns=time.time_ns(),
                     install_ns=self.install_ns,
+                    **main_thread_ms(),
                 )
             )
         except FileExistsError:
@@ -345,6 +347,7 @@ class Runtime:
                         steps=steps.recorded,
                         written=sorted(self.written),
                         t_ns=time.time_ns(),
+                        **main_thread_ms(),
                     )
                 )
             except Exception as e:

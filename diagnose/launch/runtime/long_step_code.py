@@ -48,6 +48,7 @@ import sys
 import threading
 import time
 
+from diagnose.launch.runtime.cpu_wait import run_queue_ns
 from diagnose.launch.runtime.sync_capture import is_gpudiag_file, is_user_file
 
 POLL_S = 0.02  # the wait while the typical step is unknown (and while no step runs)
@@ -133,19 +134,6 @@ def what_runs(stack: list[tuple[str, str, int]], depth: int) -> tuple[tuple[str,
     caller = f"{stack[at - 1][0]}:{stack[at - 1][2]}" if at >= 1 else None
     user = next((f"{f[0]}:{f[2]}" for f in reversed(stack) if is_user_file(f[0])), None)
     return inside, caller, user
-
-
-def run_queue_ns(native_id: int | None) -> int | None:
-    """The ns thread ``native_id`` of this process has waited on a run queue, runnable but given no CPU (Linux's
-    /proc/self/task/<tid>/schedstat, its second field); None where it cannot be read. Read at a long step's first
-    and last sample: the difference is how much of the step the host kept that thread off every CPU."""
-    if native_id is None:
-        return None
-    try:
-        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as f:
-            return int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def ordinary_share(loop_stacks, depth: int, samples) -> float | None:
