@@ -47,6 +47,7 @@ COST_BASIS_BY_ID = {  # findings whose cost_share is a share of something else
     "steps.outliers": "the steady steps' time",
     "steps.host_bound": "the median step's host time",
     "steps.own_overhead": "the median step's host time",
+    "steps.cpu_wait": "the time from the first step to the end",
 }
 # the Thresholds groups it reads (diagnose/thresholds.py); step_budget and sync through the step budget, whose
 # steady steps hold a JAX run's sampled dispatch (_jit_host_bound)
@@ -68,6 +69,7 @@ SUMMARY_METRICS = (  # what _summary() writes into Result.summary (diagnose.metr
     Metric("gpudiag_overhead_pct", "gpudiag's own time, of the host step time", "%", LOWER, 0.01),
 )
 FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` validates against them
+    "steps.cpu_wait",
     "steps.host_bound",
     "steps.not_measured",
     "steps.outliers",
