@@ -235,6 +235,8 @@ def test_every_record_the_runtime_writes_is_read_back_field_for_field(tmp_path, 
         T_NS,
         written[-1]["t_ns"],
     )
+    assert (marks.main_cpu_ms_at_start, marks.main_run_queue_ms_at_start) == (3137.823, 123.986)
+    assert (marks.main_cpu_ms_at_end, marks.main_run_queue_ms_at_end) == (6879.62, 1721.55)
     assert vars(tables.steps.attrs["dataloaders"][0]) == {
         "rank": 2,
         "step": 1,
@@ -507,3 +509,46 @@ def test_the_jit_steady_step_lines_are_what_step_line_writes(host_ns, overhead_n
         batch = rr.jit_step_lines(3, T_NS - start_ns, [(12345, start_ns, start_ns + host_ns, overhead_ns)] * 2)
         assert batch == [general, general]
     json.loads(general)
+
+
+def test_a_schedstat_figure_that_is_no_duration_is_left_out_of_the_run_marks(tmp_path):
+    """Fake (bad input): start and end records whose main thread figures are text, negative, or run backwards; the
+    run is read, those figures are None, and the steps analyzer makes no CPU-wait finding of them."""
+    from diagnose.analyzers.steps import cpu_wait_by_rank
+    from parsers.events import read_event_tables
+
+    lines = [
+        {
+            "kind": "run",
+            "event": "start",
+            "rank": 0,
+            "world_size": 1,
+            "pid": 1,
+            "framework": "torch",
+            "mode": "light",
+            "cuda": False,
+            "versions": {},
+            "t_ns": T_NS,
+            "main_cpu_ms": "lots",
+            "main_run_queue_ms": 500.0,
+        },
+        {"kind": "step", "rank": 0, "step": 0, "t_start_ns": T_NS, "host_ms": 1.0, "gpu_ms": None},
+        {
+            "kind": "run",
+            "event": "end",
+            "rank": 0,
+            "reason": "exit",
+            "steps": 1,
+            "written": [],
+            "t_ns": T_NS + 10**9,
+            "main_cpu_ms": -4.0,
+            "main_run_queue_ms": 100.0,
+        },
+    ]
+    path = tmp_path / "fake_rank0.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (marks,) = read_event_tables(path).steps.attrs["run_marks"]
+    assert marks.main_cpu_ms_at_start is None and marks.main_cpu_ms_at_end is None
+    assert (marks.main_run_queue_ms_at_start, marks.main_run_queue_ms_at_end) == (500.0, 100.0)
+    profile = SimpleNamespace(run_marks={0: vars(marks)})
+    assert cpu_wait_by_rank(profile) == {}  # the wait ran backwards: no figure, no finding
