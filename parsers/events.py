@@ -362,14 +362,9 @@ class _RunRecords:
             if edge == "start":
                 marks["install_ns"] = _ns_or_none(record, "install_ns")
             for key in ("main_cpu_ms", "main_run_queue_ms"):
-                value = record.get(key)
-                if (
-                    isinstance(value, (int, float))
-                    and not isinstance(value, bool)
-                    and math.isfinite(value)
-                    and value >= 0
-                ):
-                    marks[f"{key}_at_{edge}"] = float(value)
+                value = _ms_or_none(record, key)
+                if value is not None:
+                    marks[f"{key}_at_{edge}"] = value
 
     def marks(self) -> tuple[RunMarks, ...]:
         return tuple(
@@ -749,6 +744,15 @@ def _ns_or_none(record: dict, key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return int(value) if value == int(value) else None
+
+
+def _ms_or_none(record: dict, key: str) -> float | None:
+    """A duration as written (a number ≥ 0), None when absent or not one: a run is read without it."""
+    try:
+        value = _duration(record, key)
+    except ValueError:
+        return None
+    return None if math.isnan(value) else value
 
 
 def _duration(record: dict, key: str) -> float:

@@ -19,7 +19,6 @@ import pandas as pd
 from diagnose.derive import capture_advice, jax_dispatch
 from diagnose.derive.derived import Derived
 from diagnose.derive.jit_dispatch_samples import sentence as jit_sentence
-from diagnose.derive.step_own_code import extra_work, own_code_records
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human, n_things
 from diagnose.ingest.profile_data import Profile, run_marks_of
@@ -137,8 +136,9 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         result.meta["step_source_sentence"] = source_sentence(list(dict.fromkeys(sources)))
     if len(measured) >= th.steps.min_steps:
         host_bound = _host_bound(measured, th) or _jit_host_bound(profile, derived, th)
-        extra = {rank: extra_work(records, th) for rank, records in profile.work_records.items()}
-        own = {rank: own_code_records(records, th) for rank, records in profile.work_records.items()}
+        split = {rank: derived.work_split(rank) for rank in profile.work_records}
+        extra = {rank: work for rank, (work, _) in split.items()}
+        own = {rank: own_code for rank, (_, own_code) in split.items()}
         unstable = _unstable(steps, measured, th, extra, own)
         found = [f for f in (host_bound, unstable, _own_overhead(result.summary, th), _cpu_wait(profile, th)) if f]
         if len(sources) and set(sources) == {"time"}:  # never let a slice read as an iteration

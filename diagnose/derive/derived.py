@@ -146,6 +146,13 @@ class Derived:
         )
         return calls.copy(), step_ns, n_steps
 
+    def work_split(self, rank: int) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+        """Rank ``rank``'s light-mode work records split by diagnose.derive.step_own_code: (those that can explain a
+        slow step, the host-code records of a step's own code). Do not change them."""
+        from diagnose.derive.step_own_code import split_work
+
+        return self.once(("work_split", rank), lambda: split_work(self.profile.work_records.get(rank), self.thresholds))
+
     def step_budget(self) -> StepBudget:
         """Every rank's step-time budget, its slow and traced steps (diagnose.derive.step_budget_table): a copy."""
         from diagnose.derive.step_budget_table import step_budget
@@ -159,5 +166,5 @@ class Derived:
 
         return self.once(
             "run_budget",
-            lambda: run_budget(self.profile, self.step_table(), self.trace_window(), self.thresholds),
+            lambda: run_budget(self.profile, self.step_table(), self.trace_window(), self.thresholds, self.work_split),
         )

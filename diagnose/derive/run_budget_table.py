@@ -20,12 +20,12 @@ run's wall clock, not the step budget's longer of host and GPU time. docs/run-bu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from diagnose.derive.step_own_code import extra_work
 from diagnose.ingest.profile_data import Profile, run_marks_of
 from diagnose.thresholds import Thresholds
 from parsers.run_records import (
@@ -106,10 +106,12 @@ def wall_span_ns(profile: Profile) -> tuple[int, int, str] | None:
     return None
 
 
-def run_budget(profile: Profile, steps: pd.DataFrame, window: range | None, th: Thresholds) -> dict:
+def run_budget(
+    profile: Profile, steps: pd.DataFrame, window: range | None, th: Thresholds, work_split: Callable
+) -> dict:
     """Every rank's RankRunBudget, by rank; {} when the run's wall time is unknown (a trace or a table read alone,
     no manifest) or the run ran under Nsight Compute (its steps are slowed by the profiler: no time of them holds).
-    ``steps``: the step table (diagnose.derive.step_table)."""
+    ``steps``: the step table (diagnose.derive.step_table); ``work_split``: ``Derived.work_split``."""
     span = wall_span_ns(profile)
     if span is None or (profile.manifest or {}).get("mode") == "ncu" or not len(steps):
         return {}
@@ -120,7 +122,7 @@ def run_budget(profile: Profile, steps: pd.DataFrame, window: range | None, th: 
         if not len(rows):
             continue
         marks = run_marks_of(profile, rank)
-        work = extra_work(profile.work_records.get(rank), th)  # a long step's own code is not work of its own
+        work = work_split(rank)[0]  # a long step's own code is not work of its own
         out[rank] = rank_run_budget(rank, rows, work, marks, span, window, th)
     return out
 

@@ -34,7 +34,6 @@ from diagnose.derive.input_stalls import input_stalls
 from diagnose.derive.jit_dispatch_samples import jit_dispatch_samples
 from diagnose.derive.kept_apart_steps import COMPILATION, NEW_SHAPE, add_compile_meta, add_new_shape_meta, work_of
 from diagnose.derive.periodic_work import slow_step_period
-from diagnose.derive.step_own_code import extra_work
 from diagnose.derive.trace_step_rows import trace_step_table
 from diagnose.derive.trace_view import TraceView
 from diagnose.derive.traced_step_parts import traced_steps
@@ -78,6 +77,8 @@ class SharedTables(Protocol):
     def source_dirs(self) -> list[str]: ...
 
     def rank_calls(self, rank: int) -> tuple[pd.DataFrame, float, int]: ...
+
+    def work_split(self, rank: int) -> tuple[pd.DataFrame | None, pd.DataFrame | None]: ...
 
 
 @dataclass(frozen=True)
@@ -332,7 +333,7 @@ def rank_budget(
     slow_rows["input_ms"] = input_ms[slow.index].to_numpy()
     slow_rows["segment_events"] = slow_rows["step"].map(seg_counts).fillna(0).astype(int) if seg_counts else 0
     period, slow_rows["on_period"] = slow_step_period(
-        extra_work(profile.work_records.get(rank), th),
+        derived.work_split(rank)[0],
         rank,
         steady,
         slow_mask,

@@ -40,18 +40,12 @@ def step_own_code(work: pd.DataFrame, th: Thresholds) -> pd.Series:
     return own
 
 
-def extra_work(work: pd.DataFrame | None, th: Thresholds) -> pd.DataFrame | None:
-    """``work`` less the host-code records of a step's own code: the work records that can explain a slow step."""
+def split_work(work: pd.DataFrame | None, th: Thresholds) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """(``work`` less the host-code records of a step's own code: the records that can explain a slow step; those
+    records, None when there are none: the steps that ran slower with no work of their own, which the steps analyzer
+    puts down to the host). ``Derived.work_split`` keeps it per rank: the step and run budgets and the steps
+    analyzer read it."""
     if work is None or not len(work):
-        return work
+        return work, None
     own = step_own_code(work, th)
-    return work[~own] if own.any() else work
-
-
-def own_code_records(work: pd.DataFrame | None, th: Thresholds) -> pd.DataFrame | None:
-    """The host-code records of a step's own code (None when there are none): the steps that ran slower with no
-    work of their own, which the steps analyzer puts down to the host, not the script."""
-    if work is None or not len(work):
-        return None
-    own = step_own_code(work, th)
-    return work[own] if own.any() else None
+    return (work[~own], work[own]) if own.any() else (work, None)

@@ -260,7 +260,7 @@ def test_a_record_before_the_loop_was_known_follows_its_lines_later_records():
     read 1.0, the evaluations 0.0. The early ones go with their line's later records; the evaluations stay work."""
     import pandas as pd
 
-    from diagnose.derive.step_own_code import extra_work, step_own_code
+    from diagnose.derive.step_own_code import split_work, step_own_code
     from diagnose.thresholds import Thresholds
 
     loop, evaluate = "/u/flax_eval_outside_jit.py:69", "/u/flax_eval_outside_jit.py:51"
@@ -276,4 +276,4 @@ def test_a_record_before_the_loop_was_known_follows_its_lines_later_records():
     work["library_location"] = None
     own = step_own_code(work, Thresholds())
     assert list(work.loc[own, "step"]) == [25, 26, 158]
-    assert list(extra_work(work, Thresholds())["step"]) == [92, 192, 200, 3]
+    assert list(split_work(work, Thresholds())[0]["step"]) == [92, 192, 200, 3]

@@ -150,11 +150,21 @@ class TorchTraceWindow:
         return raw_sync_events(results.events(), results.trace_start_ns(), self.started_wall_ns, names)
 
     def _sync_events_from_function_events(self, names: tuple[str, ...]) -> list[dict]:
-        out = []
-        for event in self._profiler.events():
+        out, events, last_runtime_us = [], self._profiler.events(), {}
+        for event in events:
+            if event.name.startswith("cuda"):  # as raw_sync_events: each thread's last CUDA runtime call
+                start = event.time_range.start
+                last_runtime_us[event.thread] = max(last_runtime_us.get(event.thread, start), start)
+        for event in events:
             if event.name not in names:
                 continue
             aten = _outermost_aten(event)
+            if (
+                aten is None
+                and event.name == PROFILER_STOP_SYNC
+                and event.time_range.start == last_runtime_us.get(event.thread)
+            ):
+                continue  # the window's stop (PROFILER_STOP_SYNC)
             stack_source = aten if aten is not None and getattr(aten, "stack", None) else event
             if profiler_internal(getattr(stack_source, "stack", None)):
                 continue
