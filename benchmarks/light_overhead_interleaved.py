@@ -19,9 +19,10 @@ three runs of ``--run-steps`` steps each, in a seeded random order per round:
               without gpudiag, so the step runs as in an uninstrumented process
     plain-b   plain under another name: the A/A control, whose interval should hold 0
 
-and, with ``--arms light,no-sampler,no-forward,plain,plain-b``, light with the long-step sampler paused or with the
-forward timer paused: what those parts cost, measured as light's is (their runs count among light's for the
-clock-kept intervals and the step records).
+and, with ``--arms light,no-sampler,no-forward,no-phases,no-events,plain,plain-b``, light with one part paused: the
+long-step sampler, the forward timer, the backward and optimizer phase timers, or the boundary's CUDA event: what
+those parts cost, measured as light's is (their runs count among light's for the clock-kept intervals and the step
+records).
 
 Result per arm against plain: median of all its steps / median of all plain steps - 1 (the issue's
 "median step"), and the same with means; bootstrap 95 % intervals that resample whole rounds. Verdict:
@@ -50,6 +51,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import random
 import statistics
 import sys
@@ -68,7 +70,9 @@ LIGHT_SHARE = 1 / len(ARMS)  # of the wall time: the clock-kept intervals are di
 # --arms may add these: light mode with one of its parts paused, to say what that part costs (the JAX benchmark's
 # no-sampler arm read 0.3-0.6 points of its cost on an H100, 2026-12-06; torch's forward timer's one step in eight
 # showed as peaks at positions 6 and 14 of its runs). The runtime attribute each pauses:
-EXTRA_ARMS = {"no-sampler": "long_step_code", "no-forward": "forward"}
+EXTRA_ARMS = {"no-sampler": "long_step_code", "no-forward": "forward", "no-phases": None, "no-events": None}
+# no-phases: the optimizer pre hook and the autograd.backward wrapper off (the backward and optimizer phases untimed),
+# the boundary on; no-events: the boundary records no CUDA event (its GPU time), the rest on.
 
 
 # while the plain arms run: id(steps) -> light mode's autograd.backward; the ids whose optimizer pre hook is off
@@ -84,6 +88,28 @@ def set_light_extras(steps, on: bool) -> None:
     for part in (getattr(steps, "long_step_code", None), getattr(steps, "forward", None)):
         if part is not None:
             part.resume() if on else part.pause()
+    set_phase_timers(steps, on)
+    set_gpu_events(steps, on)
+
+
+# id(steps) -> the gpu time's (every, next_check) while the no-events arm runs
+_GPU_EVERY_OFF: dict[int, tuple[int, float]] = {}
+
+
+def set_gpu_events(steps, on: bool) -> None:
+    """The boundary's CUDA event (one in gpu.every steps) and the choice of k on or off: off, no step is due one."""
+    gpu = getattr(steps, "gpu", None)
+    if gpu is None:
+        return
+    if not on and id(steps) not in _GPU_EVERY_OFF:
+        _GPU_EVERY_OFF[id(steps)] = (gpu.every, gpu.next_check)
+        gpu.every, gpu.next_check = 1 << 62, math.inf
+    elif on and id(steps) in _GPU_EVERY_OFF:
+        gpu.every, gpu.next_check = _GPU_EVERY_OFF.pop(id(steps))
+
+
+def set_phase_timers(steps, on: bool) -> None:
+    """The optimizer step pre hook and the autograd.backward wrapper (the optimizer and backward phases) on or off."""
     torch = sys.modules.get("torch")
     if torch is None:
         return
@@ -123,7 +149,11 @@ class StepHook:
     def set_arm(self, arm: str) -> None:
         """light and the EXTRA_ARMS: the hook on (an extra arm with its part paused); the plain arms: off."""
         self.set(arm == "light" or arm in EXTRA_ARMS)
-        part = getattr(self._steps, EXTRA_ARMS.get(arm, ""), None)
+        if arm == "no-phases":
+            set_phase_timers(self._steps, False)
+        elif arm == "no-events":
+            set_gpu_events(self._steps, False)
+        part = getattr(self._steps, EXTRA_ARMS.get(arm) or "", None)
         if part is not None:
             part.pause()
 

@@ -141,7 +141,7 @@ def test_the_jax_benchmark_runs_its_four_arms_in_one_process_and_only_two_make_b
 def test_extra_arms_pause_one_part_of_light_mode_each(tmp_path):
     """--arms adds light with the long-step sampler or the forward timer paused: the hook is on in those runs (their
     steps have records), and the paused part is back on in the light arm."""
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
     import diagnose
     from diagnose.launch.runtime import lifecycle
 
@@ -156,19 +156,26 @@ def test_extra_arms_pause_one_part_of_light_mode_each(tmp_path):
         assert steps.long_step_code._running.is_set()
         hook.set_arm("no-sampler")
         assert not steps.forward._paused and not steps.long_step_code._running.is_set()
+        hook.set_arm("no-phases")
+        assert steps.optimizer_hook_handle is not None and steps.optimizer_pre_hook_handle is None
+        assert torch.autograd.backward is steps._backward_original
+        hook.set_arm("no-events")
+        assert steps.optimizer_pre_hook_handle is not None and torch.autograd.backward is not steps._backward_original
+        assert steps.gpu is None or steps.gpu.every == 1 << 62
         hook.set_arm("plain")
         assert steps.optimizer_hook_handle is None
         hook.set_arm("light")
         assert steps.optimizer_hook_handle is not None and not steps.forward._paused
-        assert steps.long_step_code._running.is_set()
+        assert steps.long_step_code._running.is_set() and steps.optimizer_pre_hook_handle is not None
+        assert steps.gpu is None or steps.gpu.every < 1 << 62
     out = tmp_path / "arms.json"
     args = ["--device", "cpu", "--width", "16", "--depth", "2", "--batch", "4", "--warmup-steps", "5"]
     args += ["--first-steps", "16", "--run-steps", "3", "--seconds", "0", "--max-rounds", "4", "--json", str(out)]
-    interleaved.main([*args, "--arms", "light,no-sampler,no-forward,plain,plain-b"])
+    interleaved.main([*args, "--arms", "light,no-sampler,no-forward,no-phases,plain,plain-b"])
     data = json.loads(out.read_text())
-    assert np.asarray(data["times_ms"]).shape == (4, 5, 3)
-    assert data["arms"] == ["light", "no-sampler", "no-forward", "plain", "plain-b"]
-    assert data["own"]["records"] in (35, 36)  # one per step of the three arms with the hook: 3 x 4 x 3
+    assert np.asarray(data["times_ms"]).shape == (4, 6, 3)
+    assert data["arms"] == ["light", "no-sampler", "no-forward", "no-phases", "plain", "plain-b"]
+    assert data["own"]["records"] in (47, 48)  # one per step of the four arms with the hook: 4 x 4 x 3
     assert "median_pct" in data["rows"]["no-forward"] and "median_pct" in data["rows"]["no-sampler"]
     with pytest.raises(SystemExit):
         interleaved.main([*args, "--arms", "light,plain"])
