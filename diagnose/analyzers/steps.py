@@ -18,6 +18,7 @@ import pandas as pd
 
 from diagnose.derive import capture_advice, jax_dispatch
 from diagnose.derive.derived import Derived
+from diagnose.derive.host_cpu_wait import cpu_wait_by_rank
 from diagnose.derive.jit_dispatch_samples import sentence as jit_sentence
 from diagnose.findings import Evidence, Finding, Result, Severity, Subject, not_measured
 from diagnose.formatting import ms_human, n_things
@@ -140,7 +141,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         extra = {rank: work for rank, (work, _) in split.items()}
         own = {rank: own_code for rank, (_, own_code) in split.items()}
         unstable = _unstable(steps, measured, th, extra, own)
-        found = [f for f in (host_bound, unstable, _own_overhead(result.summary, th), _cpu_wait(profile, th)) if f]
+        found = [f for f in (host_bound, unstable, _own_overhead(result.summary, th), _cpu_wait(profile, th, used_gpu(profile, steps))) if f]
         if len(sources) and set(sources) == {"time"}:  # never let a slice read as an iteration
             found = [dataclasses.replace(f, title=f"{f.title} ({TIME_SLICE_WORDS})") for f in found]
         result.findings.extend(found)
@@ -525,21 +526,14 @@ def outlier_work_words(work: dict[int, pd.DataFrame] | None, outliers: pd.DataFr
     return " ".join(said) or None
 
 
-def cpu_wait_by_rank(profile: Profile) -> dict[int, tuple[float, float]]:
-    """Per rank: (ms its main thread waited for a CPU, ms of wall time) from its first step to its end, by the run
-    start and end records' schedstat readings (light mode on Linux); ranks without both are left out."""
-    out = {}
-    for rank in sorted(getattr(profile, "run_marks", None) or {}):
-        marks = run_marks_of(profile, rank)
-        start, end = marks.get("start_ns"), marks.get("end_ns")
-        before, after = marks.get("main_run_queue_ms_at_start"), marks.get("main_run_queue_ms_at_end")
-        if None in (start, end, before, after) or end <= start or after < before:
-            continue
-        out[rank] = (after - before, (end - start) / 1e6)
-    return out
+def used_gpu(profile: Profile, steps: pd.DataFrame) -> bool:
+    """Whether the run is seen using a GPU: a step with a GPU time (CUDA events), NVML samples or ncu's kernels. A
+    run on the CPU alone (``--device cpu``, a CPU test host) has none of them."""
+    timed = "gpu_ms" in steps and bool(pd.to_numeric(steps["gpu_ms"], errors="coerce").notna().any())
+    return timed or bool(len(profile.nvml)) or bool(len(profile.kernels))
 
 
-def _cpu_wait(profile: Profile, th: Thresholds) -> Finding | None:
+def _cpu_wait(profile: Profile, th: Thresholds, gpu: bool = True) -> Finding | None:
     """``steps.cpu_wait``: the training loop's thread, runnable, waited for a CPU ``cpu_wait_min_pct`` of the time
     from its first step to its end (its rank's worst). No step clock shows it, only slower steps: a host whose CPUs
     DataLoader workers, their intra-op threads or other jobs hold. tests/launch/scripts/busy_host.py (the loop at
@@ -572,8 +566,9 @@ def _cpu_wait(profile: Profile, th: Thresholds) -> Finding | None:
             Evidence("cpu_wait_span_ms", span_ms, "ms"),
         ),
         cost_share=waited_ms / span_ms,
-        recommendation="The loop was ready to run and no CPU was free: every step that waited was that much slower, "
-        "and the GPU waited with it. Count what shares the host's cores: DataLoader workers (each with torch's "
+        recommendation="The loop was ready to run and no CPU was free: every step that waited was that much slower"
+        + (", and the GPU waited with it" if gpu else "")
+        + ". Count what shares the host's cores: DataLoader workers (each with torch's "
         "intra-op threads unless torch.set_num_threads(1) runs in worker_init_fn), OMP_NUM_THREADS or MKL threads "
         "set above the cores, other processes or jobs on the machine. Keep workers plus their threads at or below "
         "the cores the job has, and give the training process its own cores (taskset, the scheduler's CPU request).",

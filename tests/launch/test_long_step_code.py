@@ -252,6 +252,11 @@ def test_steps_slowed_by_a_busy_host_are_not_named_as_work(tmp_path):
     waited = {e.metric: e.value for e in cpu_wait.evidence}
     assert 10 <= waited["cpu_wait_pct"] <= 100 and waited["cpu_wait_ms"] <= waited["cpu_wait_span_ms"]
     assert cpu_wait.title.startswith("The training loop's thread waited for a CPU ")
+    # a CPU-only loop: no GPU waited with it
+    assert "GPU" not in cpu_wait.recommendation and "DataLoader workers" in cpu_wait.recommendation
+    # the budget's remainder holds that wait and says so, with the same figure
+    unexplained = next(f for f in analysis.findings if f.id == "step_budget.unexplained")
+    assert f"waited for a CPU {waited['cpu_wait_pct']:.1f} % of the run" in unexplained.title, unexplained.title
 
 
 def test_a_record_before_the_loop_was_known_follows_its_lines_later_records():

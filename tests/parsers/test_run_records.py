@@ -514,7 +514,7 @@ def test_the_jit_steady_step_lines_are_what_step_line_writes(host_ns, overhead_n
 def test_a_schedstat_figure_that_is_no_duration_is_left_out_of_the_run_marks(tmp_path):
     """Fake (bad input): start and end records whose main thread figures are text, negative, or run backwards; the
     run is read, those figures are None, and the steps analyzer makes no CPU-wait finding of them."""
-    from diagnose.analyzers.steps import cpu_wait_by_rank
+    from diagnose.derive.host_cpu_wait import cpu_wait_by_rank
     from parsers.events import read_event_tables
 
     lines = [
