@@ -8,8 +8,11 @@ state (CHECKPOINT). With --compile the model goes through torch.compile: the fir
 evaluation call each compile a graph.
 
 --phase-clock-out FILE times each training step's phases by hand, as a user checking gpudiag would: the device
-synchronized and time.perf_counter read around the batch, the forward pass with the loss, zero_grad with the
-backward pass, and the optimizer step (a separate run: the synchronizations change the run's timing).
+synchronized and time.perf_counter read around the batch, the model's forward call, the loss, zero_grad, the
+backward pass and the optimizer step (a separate run: the synchronizations change the run's timing). The forward is
+the model's call alone and zero_grad its own phase, as gpudiag's phases are (its rest holds the batch, the loss and
+zero_grad); until 2026-12-06 the loss was in the forward and zero_grad in the backward, so no hand phase matched
+gpudiag's rest.
 
 --clock-out FILE writes the script's own stopwatch (what a user would time by hand, time.time_ns()): when the
 script started, when its imports ended, each evaluation and checkpoint span, the first compiled calls, the first
@@ -113,7 +116,7 @@ if args.compile:
     model = torch.compile(model)
 checkpoint = os.path.join(tempfile.mkdtemp(prefix="char_gpt_"), "ckpt.pt")
 first_eval_call = first_train_call = True
-phase_ms = {"batch": [], "forward": [], "backward": [], "optimizer": []}
+phase_ms = {"batch": [], "forward": [], "loss": [], "zero_grad": [], "backward": [], "optimizer": []}
 phase_at = [0.0]
 
 
@@ -167,9 +170,12 @@ for it in range(args.iters):
     mark("batch")
     if first_train_call:
         call_started = time.time_ns()
-    loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    logits = model(x)
     mark("forward")
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    mark("loss")
     optimizer.zero_grad(set_to_none=True)
+    mark("zero_grad")
     loss.backward()
     mark("backward")
     if first_train_call:
