@@ -167,11 +167,74 @@ class StepHook:
             steps.optimizer_hook_handle = None
 
 
+SEGMENTS = ("batch", "forward", "backward", "optimizer", "item")  # --split: where a step's time goes
+
+
+def make_split_step(device: str, width: int, depth: int, batch: int):
+    """make_step's step with a perf_counter_ns read after each of its SEGMENTS (the batch and its copy, the model's
+    call with the loss, zero_grad with backward(), optimizer.step() with light mode's hooks and boundary, loss.item()
+    waiting for the GPU): (step, log), log a list that gets one tuple of segment ns per call. Which segment light
+    mode lengthens says where its cost lands: on the host's own calls, or as a later GPU (item)."""
+    import torch
+    from torch import nn
+
+    sys.path[:0] = [p for p in (str(REPO), str(REPO / "examples")) if p not in sys.path]
+    from mlp_model import make_batch, make_model
+
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    model = make_model(width, depth).to(device)
+    loss_fn = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    log: list[tuple[int, ...]] = []
+    clock = time.perf_counter_ns
+
+    def step() -> float:
+        t0 = clock()
+        x, y = make_batch(generator, batch, width, device)
+        t1 = clock()
+        loss = loss_fn(model(x), y)
+        t2 = clock()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        t3 = clock()
+        optimizer.step()
+        t4 = clock()
+        value = loss.item()
+        t5 = clock()
+        log.append((t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4))
+        return value
+
+    return step, log
+
+
+def split_table(split: dict[str, list], arms: tuple[str, ...]) -> str:
+    """Per arm, the median µs of each segment and its shift from plain's, as printed lines."""
+    medians = {arm: np.median(np.asarray(split[arm], dtype=float), axis=0) / 1000 for arm in arms if split.get(arm)}
+    plain = medians.get("plain")
+    lines = [f"{'segment µs':<10} " + " ".join(f"{seg:>16}" for seg in SEGMENTS)]
+    for arm, row in medians.items():
+        cells = [
+            f"{v:9.1f}" + ("" if plain is None or arm == "plain" else f" {v - plain[i]:+6.1f}")
+            for i, v in enumerate(row)
+        ]
+        lines.append(f"{arm:<10} " + " ".join(f"{c:>16}" for c in cells))
+    return "\n".join(lines)
+
+
 def run_rounds(
-    step, hook, run_steps: int, seconds: float, max_rounds: int, seed: int, arms: tuple[str, ...] = ARMS
+    step,
+    hook,
+    run_steps: int,
+    seconds: float,
+    max_rounds: int,
+    seed: int,
+    arms: tuple[str, ...] = ARMS,
+    log: list | None = None,
+    split: dict | None = None,
 ) -> np.ndarray:
     """Step times (ms), shaped (rounds, arms in ``arms`` order, run_steps). A hook with ``set_arm`` is given each arm's
-    name; else ``set(arm == "light")``."""
+    name; else ``set(arm == "light")``. With a split step's ``log``, each arm's segment tuples go to ``split[arm]``."""
     rng = random.Random(seed)
     rounds = []
     t0 = time.monotonic()
@@ -182,7 +245,10 @@ def run_rounds(
         times = {}
         for arm in order:
             set_arm(arm)
+            start = len(log) if log is not None else 0
             times[arm] = time_steps(step, run_steps)
+            if log is not None and split is not None:
+                split.setdefault(arm, []).extend(log[start:])
         rounds.append([times[arm] for arm in arms])
     set_arm("light")
     return np.asarray(rounds, dtype=float)
@@ -308,6 +374,11 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write the step times and the table here")
     p.add_argument(
+        "--split",
+        action="store_true",
+        help="time each step's segments (batch, forward, backward, optimizer, item) and print their shifts per arm",
+    )
+    p.add_argument(
         "--arms",
         default=",".join(ARMS),
         help=f"the arms, light, plain and plain-b among them; extra ones: {', '.join(EXTRA_ARMS)}",
@@ -335,7 +406,11 @@ def main(argv=None) -> int:
     import diagnose
     from diagnose.launch.runtime import lifecycle
 
-    step = make_step(args.device, args.width, args.depth, args.batch)
+    log, split = None, {}
+    if args.split:
+        step, log = make_split_step(args.device, args.width, args.depth, args.batch)
+    else:
+        step = make_step(args.device, args.width, args.depth, args.batch)
     time_steps(step, args.warmup_steps)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpudiag-interleaved-") as work:
@@ -351,7 +426,7 @@ def main(argv=None) -> int:
         ):
             time_steps(step, args.first_steps)
             hook = StepHook(lifecycle.active())
-            times = run_rounds(step, hook, args.run_steps, args.seconds, args.max_rounds, args.seed, arms)
+            times = run_rounds(step, hook, args.run_steps, args.seconds, args.max_rounds, args.seed, arms, log, split)
         own = own_time(run.path, args.first_steps)
     elapsed_s = time.monotonic() - t0
     rows = summarize(times, arms=arms)
@@ -385,6 +460,8 @@ def main(argv=None) -> int:
         else "no step records"
     )
     print(own_line)
+    if split:
+        print(split_table(split, arms))
     print(f"{outcome}: {text}")
     if args.json:
         Path(args.json).write_text(
@@ -399,6 +476,10 @@ def main(argv=None) -> int:
                     "times_ms": times.round(5).tolist(),
                     "rows": rows,
                     "own": own,
+                    "split_median_us": {
+                        arm: (np.median(np.asarray(v, dtype=float), axis=0) / 1000).round(2).tolist()
+                        for arm, v in split.items()
+                    },
                     "verdict": outcome,
                     "text": text,
                 }

@@ -179,3 +179,21 @@ def test_extra_arms_pause_one_part_of_light_mode_each(tmp_path):
     assert "median_pct" in data["rows"]["no-forward"] and "median_pct" in data["rows"]["no-sampler"]
     with pytest.raises(SystemExit):
         interleaved.main([*args, "--arms", "light,plain"])
+
+
+def test_split_times_each_segment_of_every_arm(tmp_path, capsys):
+    """--split: each step's batch, forward, backward, optimizer and item segments, per arm; they add up to about the
+    step (the step's own clock reads around them) and plain's shift from itself is 0."""
+    pytest.importorskip("torch")
+    out = tmp_path / "split.json"
+    args = ["--device", "cpu", "--width", "16", "--depth", "2", "--batch", "4", "--warmup-steps", "5", "--split"]
+    args += ["--first-steps", "16", "--run-steps", "3", "--seconds", "0", "--max-rounds", "4", "--json", str(out)]
+    interleaved.main([*args, "--arms", "light,no-phases,plain,plain-b"])
+    data = json.loads(out.read_text())
+    split = data["split_median_us"]
+    assert set(split) == {"light", "no-phases", "plain", "plain-b"}
+    assert all(len(v) == len(interleaved.SEGMENTS) and min(v) > 0 for v in split.values()), split
+    step_us = 1000 * data["rows"]["plain"]["median_ms"]
+    assert 0.5 * step_us < sum(split["plain"]) <= 1.5 * step_us
+    text = capsys.readouterr().out
+    assert "segment µs" in text and all(seg in text for seg in interleaved.SEGMENTS)
