@@ -8,11 +8,8 @@ state (CHECKPOINT). With --compile the model goes through torch.compile: the fir
 evaluation call each compile a graph.
 
 --phase-clock-out FILE times each training step's phases by hand, as a user checking gpudiag would: the device
-synchronized and time.perf_counter read around the batch, the model's forward call, the loss, zero_grad, the
-backward pass and the optimizer step (a separate run: the synchronizations change the run's timing). The forward is
-the model's call alone and zero_grad its own phase, as gpudiag's phases are (its rest holds the batch, the loss and
-zero_grad); until 2026-12-06 the loss was in the forward and zero_grad in the backward, so no hand phase matched
-gpudiag's rest.
+synchronized and time.perf_counter read around the batch, the model's call, the loss, zero_grad, the backward
+pass and the optimizer step (a separate run: its syncs change the timing; the loss and zero_grad apart since 12-06).
 
 --clock-out FILE writes the script's own stopwatch (what a user would time by hand, time.time_ns()): when the
 script started, when its imports ended, each evaluation and checkpoint span, the first compiled calls, the first

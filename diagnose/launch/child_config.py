@@ -42,7 +42,7 @@ class ChildConfig:
     snapshot_at: str = "window"
     history_max_entries: int = 100_000
     memory_stats_interval_ms: float = 500.0
-    gpu_time_every: int = 0  # 0: every step unless the events cost more than 0.5 % of a step (runtime/gpu_time.py)
+    gpu_time_every: int = 0  # 0: every step unless the events cost more than 0.2 % of a step (runtime/gpu_time.py)
     sync_debug: bool = True
     nvtx: bool = True
     nvtx_always: bool = False  # ranges even when no NVTX tool is in the environment (ncu mode pushes them anyway)

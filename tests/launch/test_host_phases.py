@@ -52,7 +52,7 @@ def test_the_step_budget_names_the_phases_of_the_median_step(run):
     a = diagnose.analyze(diagnose.load(run))
     phases = Derived(diagnose.load(run)).step_budget().ranks[0]["host_phases"]
     median = phases["host_ms"]
-    assert phases["phases"] == ["input", "forward", "backward", "optimizer", "rest"]
+    assert phases["phases"] == ["input", "forward", "backward", "optimizer", "rest", "gpudiag"]
     parts = [phases[f"{p}_ms"] for p in phases["phases"]]
     assert sum(parts) == pytest.approx(median)  # they add up to the median step the budget shows
     assert phases["backward_ms"] >= 20.0 * 0.9 and phases["optimizer_ms"] >= 30.0 * 0.9
@@ -84,7 +84,7 @@ def test_a_hand_written_update_is_said_to_be_in_the_rest(tmp_path):
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     phases = Derived(diagnose.load(run)).step_budget().ranks[0]["host_phases"]
-    assert phases["phases"] == ["input", "forward", "backward", "rest"] and not phases["optimizer_seen"]
+    assert phases["phases"] == ["input", "forward", "backward", "rest", "gpudiag"] and not phases["optimizer_seen"]
     assert sum(phases[f"{p}_ms"] for p in phases["phases"]) == pytest.approx(phases["host_ms"])
     assert phases["rest_ms"] >= 30.0 * 0.9 and phases["backward_ms"] >= 20.0 * 0.9
     (f,) = [f for f in diagnose.analyze(diagnose.load(run)).findings if f.id == "step_budget.unexplained"]
