@@ -141,7 +141,16 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         extra = {rank: work for rank, (work, _) in split.items()}
         own = {rank: own_code for rank, (_, own_code) in split.items()}
         unstable = _unstable(steps, measured, th, extra, own)
-        found = [f for f in (host_bound, unstable, _own_overhead(result.summary, th), _cpu_wait(profile, th, used_gpu(profile, steps))) if f]
+        found = [
+            f
+            for f in (
+                host_bound,
+                unstable,
+                _own_overhead(result.summary, th),
+                _cpu_wait(profile, th, used_gpu(profile, steps)),
+            )
+            if f
+        ]
         if len(sources) and set(sources) == {"time"}:  # never let a slice read as an iteration
             found = [dataclasses.replace(f, title=f"{f.title} ({TIME_SLICE_WORDS})") for f in found]
         result.findings.extend(found)
