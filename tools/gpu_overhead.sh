@@ -10,8 +10,9 @@
 #                    (e.g. LIGHT_ARGS="--ablation --repeats 2", or "--kinds plain,light-notrace --steps 1500")
 #   interleaved      benchmarks/light_overhead_interleaved.py $INTERLEAVED_ARGS: light mode on and off every few
 #                    steps in one process (e.g. "--run-steps 12", "--width 256"; "--arms
-#                    light,no-sampler,no-forward,plain,plain-b" also times light with the long-step sampler or the
-#                    forward timer paused)
+#                    light,no-sampler,no-forward,no-phases,no-events,plain,plain-b" also times light with one part
+#                    paused: the long-step sampler, the forward timer, the backward/optimizer phase timers, the CUDA
+#                    events; "--split" prints each arm's batch/forward/backward/optimizer/item segments)
 #   paired           benchmarks/light_overhead_paired.py $PAIRED_ARGS: light vs plain vs torch.profiler in blocks
 #   probes           tools/event_cost_probe.py and tools/boundary_breakdown.py: what an event record costs, where
 #                    the step boundary's own time goes
