@@ -281,6 +281,9 @@ class RunMarks:
     main_run_queue_ms_at_start: float | None = None
     main_cpu_ms_at_end: float | None = None
     main_run_queue_ms_at_end: float | None = None
+    cpus_allowed: int | None = None  # the CPUs the process could run on (its affinity), and the host's
+    cpus: int | None = None
+    threads_at_end: int | None = None  # the process's threads at its end
 
 
 INPUT_FROM_DATALOADER = "dataloader"  # input_from of a step whose input_ms is a DataLoader's __next__
@@ -361,6 +364,10 @@ class _RunRecords:
             marks[f"{edge}_ns"] = _ns_or_none(record, "t_ns")
             if edge == "start":
                 marks["install_ns"] = _ns_or_none(record, "install_ns")
+                marks["cpus_allowed"] = _positive_int_or_none(record, "cpus_allowed")
+                marks["cpus"] = _positive_int_or_none(record, "cpus")
+            else:
+                marks["threads_at_end"] = _positive_int_or_none(record, "threads")
             for key in ("main_cpu_ms", "main_run_queue_ms"):
                 value = _ms_or_none(record, key)
                 if value is not None:
@@ -379,6 +386,9 @@ class _RunRecords:
                 main_run_queue_ms_at_start=m.get("main_run_queue_ms_at_start"),
                 main_cpu_ms_at_end=m.get("main_cpu_ms_at_end"),
                 main_run_queue_ms_at_end=m.get("main_run_queue_ms_at_end"),
+                cpus_allowed=m.get("cpus_allowed"),
+                cpus=m.get("cpus"),
+                threads_at_end=m.get("threads_at_end"),
             )
             for rank, m in sorted(self._marks.items())
         )
@@ -744,6 +754,14 @@ def _ns_or_none(record: dict, key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return int(value) if value == int(value) else None
+
+
+def _positive_int_or_none(record: dict, key: str) -> int | None:
+    """A count ≥ 1 as written (a whole number), None when absent or not one: a run is read without it."""
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31:
+        return None
+    return value
 
 
 def _ms_or_none(record: dict, key: str) -> float | None:

@@ -216,20 +216,24 @@ WORK = RecordKind(
 )
 # the first line; install_ns: when the runtime was installed (just after interpreter start and the sitecustomize);
 # main_cpu_ms, main_run_queue_ms: the main thread's time on a CPU and waiting for one so far (Linux's schedstat,
-# diagnose/launch/runtime/cpu_wait.py; left out where unread)
+# diagnose/launch/runtime/cpu_wait.py; left out where unread); cpus_allowed, cpus: the CPUs the process may run on
+# (its affinity) and the host's
 RUN_START = RecordKind(
     RUN,
     ("rank", "world_size", "pid", "framework", "mode", "cuda", "versions", "t_ns"),
-    optional=("install_ns", "main_cpu_ms", "main_run_queue_ms"),
+    optional=("install_ns", "main_cpu_ms", "main_run_queue_ms", "cpus_allowed", "cpus"),
     event="start",
 )
 # this process flushes what it holds and ends when sent ``signal`` (a real-time one): how gpudiag's ncu stopper ends it,
 # since under ncu 2025.3 a script's own SIGTERM handler did not run (tools/ncu_signal_probe.py, H100 2026-12-06)
 RUN_STOP_SIGNAL = RecordKind(RUN, ("rank", "pid", "signal", "t_ns"), event="stop-signal")
 RUN_EXPECT = RecordKind(RUN, ("rank", "artifact", "t_ns"), event="expect")  # an artifact this rank will write
-# the last line of a rank; main_cpu_ms, main_run_queue_ms: as in the start record, at the end
+# the last line of a rank; main_cpu_ms, main_run_queue_ms: as in the start record, at the end; threads: the process's
 RUN_END = RecordKind(
-    RUN, ("rank", "reason", "steps", "written", "t_ns"), optional=("main_cpu_ms", "main_run_queue_ms"), event="end"
+    RUN,
+    ("rank", "reason", "steps", "written", "t_ns"),
+    optional=("main_cpu_ms", "main_run_queue_ms", "threads"),
+    event="end",
 )
 # from from_step on only one step in `every` is timed on the GPU, and why
 GPU_TIME_EVERY = RecordKind(

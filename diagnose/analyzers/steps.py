@@ -79,6 +79,8 @@ FINDING_IDS = (  # every id this analyzer can produce: `gpudiag check --ignore` 
 STEP_COLUMNS = ["rank", "step", "host_ms", "gpu_ms", "step_ms", "warmup", "instrumented", "outlier"]  # its table
 # what the step time looks like, not why: ranks after a cause of the same severity (diagnose.findings.rank_findings)
 SYMPTOM_FINDING_IDS = ("steps.unstable",)
+# a cause the user can act on: a loop that waits for a CPU makes its steps vary (the symptom ranks after it)
+CAUSE_FINDING_IDS = ("steps.cpu_wait",)
 MAX_OUTLIER_SUBJECTS = 20
 
 
@@ -558,13 +560,31 @@ def _cpu_wait(profile: Profile, th: Thresholds, gpu: bool = True) -> Finding | N
     if pct < th.steps.cpu_wait_min_pct:
         return None
     on_rank = f" on rank {rank}" if len(waits) > 1 else ""
+    marks = run_marks_of(profile, rank)
+    allowed, cpus, threads = marks.get("cpus_allowed"), marks.get("cpus"), marks.get("threads_at_end")
+    pinned = allowed is not None and cpus is not None and allowed < cpus
+    if pinned:  # the host had CPUs to spare: the process's own threads took turns on the few it was given
+        why = (
+            f"the process could run on only {n_things(allowed, 'CPU')} of the host's {cpus} (its CPU affinity: "
+            "taskset, a container's cpuset, the job scheduler's CPU request), where its own threads"
+            f"{f' ({threads} at its end)' if threads else ''} and the child processes that inherit it (DataLoader "
+            "workers) took turns with the loop"
+        )
+    else:
+        why = "the host's CPUs were busy with other work"
+    advice = (
+        "Give the process more CPUs (taskset -c over more cores, a larger cpuset or CPU request), or run fewer "
+        "threads on the ones it has: torch.set_num_threads() and OMP_NUM_THREADS at or below them, DataLoader "
+        "workers with torch.set_num_threads(1) in worker_init_fn. "
+        if pinned
+        else ""
+    )
     return Finding(
         id="steps.cpu_wait",
         analyzer=NAME,
         severity=severity,
         title=f"The training loop's thread{on_rank} waited for a CPU {pct:.1f} % of the time from its first step to "
-        f"its end ({ms_human(waited_ms)} of {ms_human(span_ms)}, Linux's run queue): the host's CPUs were busy "
-        "with other work",
+        f"its end ({ms_human(waited_ms)} of {ms_human(span_ms)}, Linux's run queue): {why}",
         subjects=tuple(
             Subject("rank", f"rank {r}", figures={"cpu_wait_ms": w, "span_ms": t, "cpu_wait_pct": 100.0 * w / t})
             for r, (w, t) in sorted(waits.items())
@@ -573,11 +593,16 @@ def _cpu_wait(profile: Profile, th: Thresholds, gpu: bool = True) -> Finding | N
             Evidence("cpu_wait_pct", pct, "%", th.steps.cpu_wait_min_pct),
             Evidence("cpu_wait_ms", waited_ms, "ms"),
             Evidence("cpu_wait_span_ms", span_ms, "ms"),
+            *((Evidence("cpus_allowed", allowed, "count"), Evidence("cpus", cpus, "count")) if pinned else ()),
         ),
         cost_share=waited_ms / span_ms,
         recommendation="The loop was ready to run and no CPU was free: every step that waited was that much slower"
         + (", and the GPU waited with it" if gpu else "")
-        + ". Count what shares the host's cores: DataLoader workers (each with torch's "
+        + ". "
+        + advice
+        + "Count what shares the "
+        + ("process's" if pinned else "host's")
+        + " cores: DataLoader workers (each with torch's "
         "intra-op threads unless torch.set_num_threads(1) runs in worker_init_fn), OMP_NUM_THREADS or MKL threads "
         "set above the cores, other processes or jobs on the machine. Keep workers plus their threads at or below "
         "the cores the job has, and give the training process its own cores (taskset, the scheduler's CPU request).",

@@ -33,7 +33,8 @@ class Profile:
     run_marks: dict[int, dict] = field(
         default_factory=dict
     )  # rank → install_ns, start_ns, end_ns (unix ns; None: unknown), jit_step_name, jit_step_location (JAX), the
-    # main thread's main_cpu_ms_at_start/_at_end and main_run_queue_ms_at_start/_at_end (Linux's schedstat)
+    # main thread's main_cpu_ms_at_start/_at_end and main_run_queue_ms_at_start/_at_end (Linux's schedstat), the CPUs
+    # it could run on (cpus_allowed) of the host's (cpus), its threads at the end (threads_at_end)
     nvml: pd.DataFrame | None = None  # NVML samples
     launch_starts: pd.DataFrame | None = None  # under --ncu: when each launch's profiling began (unix ns)
     warnings: list[str] = field(default_factory=list)  # what could not be read, said in the report
@@ -133,6 +134,9 @@ class Profile:
                 "main_run_queue_ms_at_start": marks.main_run_queue_ms_at_start,
                 "main_cpu_ms_at_end": marks.main_cpu_ms_at_end,
                 "main_run_queue_ms_at_end": marks.main_run_queue_ms_at_end,
+                "cpus_allowed": marks.cpus_allowed,
+                "cpus": marks.cpus,
+                "threads_at_end": marks.threads_at_end,
             }
 
     def trace_header(self, rank: int):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -282,3 +283,30 @@ def test_a_record_before_the_loop_was_known_follows_its_lines_later_records():
     own = step_own_code(work, Thresholds())
     assert list(work.loc[own, "step"]) == [25, 26, 158]
     assert list(split_work(work, Thresholds())[0]["step"]) == [92, 192, 200, 3]
+
+
+PINNED = SCRIPTS / "pinned_threads.py"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a CPU to spare besides the one it pins to")
+def test_a_loop_pinned_to_one_cpu_is_told_its_affinity_not_a_busy_host(tmp_path):
+    """The script pins itself to one CPU (as `taskset -c 0` would) while a thread of its own multiplies matrices:
+    the loop waits on the run queue for its own thread, with CPUs to spare on the host. The start record says how
+    many CPUs it could use, and steps.cpu_wait names the affinity instead of "the host's CPUs were busy with other
+    work" (char_gpt under taskset on the H100 read 19.8 % so), and ranks above the unstable steps it causes."""
+    out = tmp_path / "run"
+    r = gpudiag("profile", "-q", "-o", out, "--trace-steps", "0", "--", "python", PINNED, timeout=300)
+    assert r.returncode == 0, r.stderr
+    start = next(r for r in records(out) if r["kind"] == "run" and r["event"] == "start")
+    end = next(r for r in records(out) if r["kind"] == "run" and r["event"] == "end")
+    assert start["cpus_allowed"] == 1 and start["cpus"] == os.cpu_count() and end["threads"] >= 2
+    analysis = diagnose.analyze(diagnose.load(out, quiet=True))
+    ids = [f.id for f in analysis.findings]
+    cpu_wait = next(f for f in analysis.findings if f.id == "steps.cpu_wait")
+    waited = {e.metric: e.value for e in cpu_wait.evidence}
+    # two runnable threads on one CPU: the loop waits about half the time (10 % is far below that)
+    assert waited["cpu_wait_pct"] >= 10 and waited["cpus_allowed"] == 1
+    assert f"could run on only 1 CPU of the host's {os.cpu_count()} (its CPU affinity" in cpu_wait.title
+    assert "busy with other work" not in cpu_wait.title and "Give the process more CPUs" in cpu_wait.recommendation
+    if "steps.unstable" in ids:
+        assert ids.index("steps.cpu_wait") < ids.index("steps.unstable"), ids

@@ -56,6 +56,8 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
             install_ns=T_NS - 3_000_000_000,
             main_cpu_ms=3137.823,
             main_run_queue_ms=123.986,
+            cpus_allowed=1,
+            cpus=16,
         ),
         rr.format_record(rr.RUN_EXPECT, rank=2, artifact=rr.TRACE.path(2), t_ns=T_NS + 1),
         rr.step_line(
@@ -130,7 +132,7 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
     loaders.on_iterator(iterator, loader)
     loaders.on_first_batch(iterator, T_NS + 8, sys._getframe())
     gpu = GpuTime(0, events, 2)
-    gpu.event_ns.extend([100_000] * 16)  # 100 µs an event against 2 ms steps: one step in 20 is timed
+    gpu.event_ns.extend([100_000] * 16)  # 100 µs an event against 2 ms steps: one step in 50 is timed (0.2 %)
     gpu.host_ns.extend([2_000_000] * 32)
     gpu.choose(8)
     for name in TOOL_ENV:
@@ -147,6 +149,7 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
             t_ns=T_NS + 9,
             main_cpu_ms=6879.62,
             main_run_queue_ms=1721.55,
+            threads=23,
         )
     )
     events.close()
@@ -237,6 +240,7 @@ def test_every_record_the_runtime_writes_is_read_back_field_for_field(tmp_path, 
     )
     assert (marks.main_cpu_ms_at_start, marks.main_run_queue_ms_at_start) == (3137.823, 123.986)
     assert (marks.main_cpu_ms_at_end, marks.main_run_queue_ms_at_end) == (6879.62, 1721.55)
+    assert (marks.cpus_allowed, marks.cpus, marks.threads_at_end) == (1, 16, 23)
     assert vars(tables.steps.attrs["dataloaders"][0]) == {
         "rank": 2,
         "step": 1,
@@ -251,10 +255,10 @@ def test_every_record_the_runtime_writes_is_read_back_field_for_field(tmp_path, 
     assert vars(tables.steps.attrs["gpu_time_choices"][0]) == {
         "rank": 2,
         "from_step": 9,
-        "every": 20,
+        "every": 50,
         "event_us": 100.0,
         "step_host_ms": 2.0,
-        "budget_pct": 0.5,
+        "budget_pct": 0.2,
         "t_ns": pytest.approx(written[-2]["t_ns"]),
     }
 
@@ -531,6 +535,8 @@ def test_a_schedstat_figure_that_is_no_duration_is_left_out_of_the_run_marks(tmp
             "t_ns": T_NS,
             "main_cpu_ms": "lots",
             "main_run_queue_ms": 500.0,
+            "cpus_allowed": 0,
+            "cpus": "sixteen",
         },
         {"kind": "step", "rank": 0, "step": 0, "t_start_ns": T_NS, "host_ms": 1.0, "gpu_ms": None},
         {
@@ -543,6 +549,7 @@ def test_a_schedstat_figure_that_is_no_duration_is_left_out_of_the_run_marks(tmp
             "t_ns": T_NS + 10**9,
             "main_cpu_ms": -4.0,
             "main_run_queue_ms": 100.0,
+            "threads": 2.5,
         },
     ]
     path = tmp_path / "fake_rank0.jsonl"
@@ -550,5 +557,6 @@ def test_a_schedstat_figure_that_is_no_duration_is_left_out_of_the_run_marks(tmp
     (marks,) = read_event_tables(path).steps.attrs["run_marks"]
     assert marks.main_cpu_ms_at_start is None and marks.main_cpu_ms_at_end is None
     assert (marks.main_run_queue_ms_at_start, marks.main_run_queue_ms_at_end) == (500.0, 100.0)
+    assert (marks.cpus_allowed, marks.cpus, marks.threads_at_end) == (None, None, None)  # not counts: left out
     profile = SimpleNamespace(run_marks={0: vars(marks)})
     assert cpu_wait_by_rank(profile) == {}  # the wait ran backwards: no figure, no finding

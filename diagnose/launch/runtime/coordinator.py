@@ -23,7 +23,7 @@ import time
 
 from diagnose.launch.child_config import rank_from_env, world_size_from_env
 from diagnose.launch.event_log import JsonlAppender
-from diagnose.launch.runtime.cpu_wait import main_thread_ms
+from diagnose.launch.runtime.cpu_wait import cpus_allowed, main_thread_ms, thread_count
 from diagnose.launch.runtime.faults import Faults
 from diagnose.launch.runtime.steps import Steps
 from parsers.run_records import (
@@ -247,6 +247,7 @@ class Runtime:
                     t_ns=time.time_ns(),
                     install_ns=self.install_ns,
                     **main_thread_ms(),
+                    **cpus_allowed(),
                 )
             )
         except FileExistsError:
@@ -348,6 +349,7 @@ class Runtime:
                         written=sorted(self.written),
                         t_ns=time.time_ns(),
                         **main_thread_ms(),
+                        **thread_count(),
                     )
                 )
             except Exception as e:
