@@ -283,7 +283,7 @@ class RunMarks:
     main_run_queue_ms_at_end: float | None = None
     cpus_allowed: int | None = None  # the CPUs the process could run on (its affinity), and the host's
     cpus: int | None = None
-    threads_at_end: int | None = None  # the process's threads at its end
+    threads: int | None = None  # the most threads the process had, at its first step or its end
 
 
 INPUT_FROM_DATALOADER = "dataloader"  # input_from of a step whose input_ms is a DataLoader's __next__
@@ -366,8 +366,9 @@ class _RunRecords:
                 marks["install_ns"] = _ns_or_none(record, "install_ns")
                 marks["cpus_allowed"] = _positive_int_or_none(record, "cpus_allowed")
                 marks["cpus"] = _positive_int_or_none(record, "cpus")
-            else:
-                marks["threads_at_end"] = _positive_int_or_none(record, "threads")
+            threads = _positive_int_or_none(record, "threads")
+            if threads is not None:
+                marks["threads"] = max(threads, marks.get("threads") or 0)
             for key in ("main_cpu_ms", "main_run_queue_ms"):
                 value = _ms_or_none(record, key)
                 if value is not None:
@@ -388,7 +389,7 @@ class _RunRecords:
                 main_run_queue_ms_at_end=m.get("main_run_queue_ms_at_end"),
                 cpus_allowed=m.get("cpus_allowed"),
                 cpus=m.get("cpus"),
-                threads_at_end=m.get("threads_at_end"),
+                threads=m.get("threads"),
             )
             for rank, m in sorted(self._marks.items())
         )

@@ -217,11 +217,11 @@ WORK = RecordKind(
 # the first line; install_ns: when the runtime was installed (just after interpreter start and the sitecustomize);
 # main_cpu_ms, main_run_queue_ms: the main thread's time on a CPU and waiting for one so far (Linux's schedstat,
 # diagnose/launch/runtime/cpu_wait.py; left out where unread); cpus_allowed, cpus: the CPUs the process may run on
-# (its affinity) and the host's
+# (its affinity) and the host's; threads: the process's threads then
 RUN_START = RecordKind(
     RUN,
     ("rank", "world_size", "pid", "framework", "mode", "cuda", "versions", "t_ns"),
-    optional=("install_ns", "main_cpu_ms", "main_run_queue_ms", "cpus_allowed", "cpus"),
+    optional=("install_ns", "main_cpu_ms", "main_run_queue_ms", "cpus_allowed", "cpus", "threads"),
     event="start",
 )
 # this process flushes what it holds and ends when sent ``signal`` (a real-time one): how gpudiag's ncu stopper ends it,

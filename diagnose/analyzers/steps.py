@@ -561,13 +561,13 @@ def _cpu_wait(profile: Profile, th: Thresholds, gpu: bool = True) -> Finding | N
         return None
     on_rank = f" on rank {rank}" if len(waits) > 1 else ""
     marks = run_marks_of(profile, rank)
-    allowed, cpus, threads = marks.get("cpus_allowed"), marks.get("cpus"), marks.get("threads_at_end")
+    allowed, cpus, threads = marks.get("cpus_allowed"), marks.get("cpus"), marks.get("threads")
     pinned = allowed is not None and cpus is not None and allowed < cpus
     if pinned:  # the host had CPUs to spare: the process's own threads took turns on the few it was given
         why = (
             f"the process could run on only {n_things(allowed, 'CPU')} of the host's {cpus} (its CPU affinity: "
             "taskset, a container's cpuset, the job scheduler's CPU request), where its own threads"
-            f"{f' ({threads} at its end)' if threads else ''} and the child processes that inherit it (DataLoader "
+            f"{f' (up to {threads})' if threads else ''} and the child processes that inherit it (DataLoader "
             "workers) took turns with the loop"
         )
     else:

@@ -34,7 +34,7 @@ class Profile:
         default_factory=dict
     )  # rank → install_ns, start_ns, end_ns (unix ns; None: unknown), jit_step_name, jit_step_location (JAX), the
     # main thread's main_cpu_ms_at_start/_at_end and main_run_queue_ms_at_start/_at_end (Linux's schedstat), the CPUs
-    # it could run on (cpus_allowed) of the host's (cpus), its threads at the end (threads_at_end)
+    # it could run on (cpus_allowed) of the host's (cpus), the most threads it had (threads: at its first step or its end)
     nvml: pd.DataFrame | None = None  # NVML samples
     launch_starts: pd.DataFrame | None = None  # under --ncu: when each launch's profiling began (unix ns)
     warnings: list[str] = field(default_factory=list)  # what could not be read, said in the report
@@ -136,7 +136,7 @@ class Profile:
                 "main_run_queue_ms_at_end": marks.main_run_queue_ms_at_end,
                 "cpus_allowed": marks.cpus_allowed,
                 "cpus": marks.cpus,
-                "threads_at_end": marks.threads_at_end,
+                "threads": marks.threads,
             }
 
     def trace_header(self, rank: int):

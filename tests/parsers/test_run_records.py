@@ -58,6 +58,7 @@ def _write_every_kind(folder, monkeypatch) -> list[bytes]:
             main_run_queue_ms=123.986,
             cpus_allowed=1,
             cpus=16,
+            threads=9,
         ),
         rr.format_record(rr.RUN_EXPECT, rank=2, artifact=rr.TRACE.path(2), t_ns=T_NS + 1),
         rr.step_line(
@@ -240,7 +241,7 @@ def test_every_record_the_runtime_writes_is_read_back_field_for_field(tmp_path, 
     )
     assert (marks.main_cpu_ms_at_start, marks.main_run_queue_ms_at_start) == (3137.823, 123.986)
     assert (marks.main_cpu_ms_at_end, marks.main_run_queue_ms_at_end) == (6879.62, 1721.55)
-    assert (marks.cpus_allowed, marks.cpus, marks.threads_at_end) == (1, 16, 23)
+    assert (marks.cpus_allowed, marks.cpus, marks.threads) == (1, 16, 23)  # the more of 9 at the start, 23 at the end
     assert vars(tables.steps.attrs["dataloaders"][0]) == {
         "rank": 2,
         "step": 1,
@@ -557,6 +558,6 @@ def test_a_schedstat_figure_that_is_no_duration_is_left_out_of_the_run_marks(tmp
     (marks,) = read_event_tables(path).steps.attrs["run_marks"]
     assert marks.main_cpu_ms_at_start is None and marks.main_cpu_ms_at_end is None
     assert (marks.main_run_queue_ms_at_start, marks.main_run_queue_ms_at_end) == (500.0, 100.0)
-    assert (marks.cpus_allowed, marks.cpus, marks.threads_at_end) == (None, None, None)  # not counts: left out
+    assert (marks.cpus_allowed, marks.cpus, marks.threads) == (None, None, None)  # not counts: left out
     profile = SimpleNamespace(run_marks={0: vars(marks)})
     assert cpu_wait_by_rank(profile) == {}  # the wait ran backwards: no figure, no finding

@@ -168,7 +168,7 @@ def cause_findings(
             title = f"{what[0].upper()}{what[1:]}{rank_words} is not explained by any measured cause"
             if missing:
                 title += " (" + "; ".join(n.split(":")[0] for n in missing) + ")"
-            waited = cpu_wait_words(profile, rank, th)
+            waited, waited_evidence = cpu_wait_words(profile, rank, th)
             if waited:
                 title += f"; {waited}"
             findings.append(
@@ -176,23 +176,31 @@ def cause_findings(
                     id="step_budget.unexplained",
                     title=title,
                     severity=Severity.INFO,
+                    evidence=(*evidence, *waited_evidence),
                     recommendation=with_phases(recommendation, meta.get(rank, {}).get("host_phases")),
                 )
             )
     return findings
 
 
-def cpu_wait_words(profile: Profile, rank: int, th: Thresholds) -> str | None:
+def cpu_wait_words(profile: Profile, rank: int, th: Thresholds) -> tuple[str | None, tuple[Evidence, ...]]:
     """What the unexplained part holds that no step clock measures: the loop's thread waiting for a CPU, when it
-    waited ``steps.cpu_wait_min_pct`` of the run (steps.cpu_wait's figure). None below it or unread. Without it the
-    page said "100 % of the median step is not explained" beside a 39.8 % CPU wait (HF Trainer on a busy host)."""
+    waited ``steps.cpu_wait_min_pct`` of the run (steps.cpu_wait's figure), and the evidence of its numbers; (None,
+    ()) below it or unread. Without it the page said "100 % of the median step is not explained" beside a 39.8 %
+    CPU wait (HF Trainer on a busy host)."""
     wait = cpu_wait_by_rank(profile).get(rank)
     if wait is None or wait[1] <= 0:
-        return None
+        return None, ()
     pct = 100.0 * wait[0] / wait[1]
     if pct < th.steps.cpu_wait_min_pct:
-        return None
-    return (
+        return None, ()
+    words = (
         f"the loop's thread waited for a CPU {pct:.1f} % of the run ({ms_human(wait[0])} of {ms_human(wait[1])}, "
         "Linux's run queue), a cause no step clock measures, and part of this remainder"
     )
+    evidence = (
+        Evidence("cpu_wait_pct", pct, "%", th.steps.cpu_wait_min_pct),
+        Evidence("cpu_wait_ms", wait[0], "ms"),
+        Evidence("cpu_wait_span_ms", wait[1], "ms"),
+    )
+    return words, evidence

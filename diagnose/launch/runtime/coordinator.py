@@ -248,6 +248,7 @@ class Runtime:
                     install_ns=self.install_ns,
                     **main_thread_ms(),
                     **cpus_allowed(),
+                    **thread_count(),
                 )
             )
         except FileExistsError:
