@@ -538,10 +538,12 @@ def outlier_work_words(work: dict[int, pd.DataFrame] | None, outliers: pd.DataFr
 
 
 def used_gpu(profile: Profile, steps: pd.DataFrame) -> bool:
-    """Whether the run is seen using a GPU: a step with a GPU time (CUDA events), NVML samples or ncu's kernels. A
-    run on the CPU alone (``--device cpu``, a CPU test host) has none of them."""
+    """Whether the run is seen using a GPU: a step with a GPU time (CUDA events), GPU work in a trace (JAX's, which
+    has no step GPU time) or ncu's kernels. NVML samples do not say it: light mode samples a GPU host's GPUs while a
+    script runs on its CPU alone (``--device cpu``)."""
     timed = "gpu_ms" in steps and bool(pd.to_numeric(steps["gpu_ms"], errors="coerce").notna().any())
-    return timed or bool(len(profile.nvml)) or bool(len(profile.kernels))
+    traced = any(len(getattr(trace, "gpu", ())) for trace in profile.traces.values())
+    return timed or traced or bool(len(profile.kernels))
 
 
 def _cpu_wait(profile: Profile, th: Thresholds, gpu: bool = True) -> Finding | None:
