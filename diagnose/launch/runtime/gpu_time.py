@@ -19,9 +19,9 @@ import time
 
 from parsers.run_records import GPU_TIME_EVERY, format_record
 
-# 0.5 until 2026-12-06: on the H100 host an event record costs what a CUDA command does there (58 µs in char_gpt's
-# loop, about 100 µs in the overhead benchmark's), and the events took their whole 0.5 % of each step
-# (benchmarks/light_overhead_interleaved.py's no-events arm, -0.49 points of light's +2.60 %)
+# 0.5 until 2026-12-06: on the H100 host an event record took 58 µs in char_gpt's loop (its gpu-time-every record's
+# event_us), and the events took their whole 0.5 % of each step (benchmarks/light_overhead_interleaved.py's
+# no-events arm read -0.49 points of light's +2.60 %, within that benchmark's noise)
 GPU_TIME_BUDGET_PCT = 0.2
 GPU_TIME_FIRST_CHECK_STEP = 8  # the first choice of k, from the steps before (step 0 and window steps excluded)
 GPU_TIME_MIN_STEPS = 6  # uninstrumented steps needed for a choice; until then every step is timed
