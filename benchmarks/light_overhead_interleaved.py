@@ -63,7 +63,14 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [p for p in (str(REPO), str(REPO / "benchmarks")) if p not in sys.path]
-from light_overhead_paired import TARGET_PCT, device_info, make_step, step_records, time_steps  # noqa: E402
+from light_overhead_paired import (  # noqa: E402
+    TARGET_PCT,
+    device_info,
+    make_step,
+    mlp_parts,
+    step_records,
+    time_steps,
+)
 
 ARMS = ("light", "plain", "plain-b")
 LIGHT_SHARE = 1 / len(ARMS)  # of the wall time: the clock-kept intervals are divided by it
@@ -175,17 +182,7 @@ def make_split_step(device: str, width: int, depth: int, batch: int):
     call with the loss, zero_grad with backward(), optimizer.step() with light mode's hooks and boundary, loss.item()
     waiting for the GPU): (step, log), log a list that gets one tuple of segment ns per call. Which segment light
     mode lengthens says where its cost lands: on the host's own calls, or as a later GPU (item)."""
-    import torch
-    from torch import nn
-
-    sys.path[:0] = [p for p in (str(REPO), str(REPO / "examples")) if p not in sys.path]
-    from mlp_model import make_batch, make_model
-
-    torch.manual_seed(0)
-    generator = torch.Generator().manual_seed(0)
-    model = make_model(width, depth).to(device)
-    loss_fn = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    make_batch, generator, model, loss_fn, optimizer = mlp_parts(device, width, depth, batch)
     log: list[tuple[int, ...]] = []
     clock = time.perf_counter_ns
 

@@ -84,8 +84,10 @@ LATE_FIRST_STEP = 150
 WINDOW_CLOSE_S: list[float] = []  # how long each light block's window took to close (its step 8's overhead_us)
 
 
-def make_step(device: str, width: int, depth: int, batch: int):
-    """One training step of examples/train_mlp.py as a function (same model, loss, optimizer, sync)."""
+def mlp_parts(device: str, width: int, depth: int, batch: int):
+    """examples/train_mlp.py's model, loss and optimizer, seeded, and its batch maker: (make_batch, generator, model,
+    loss_fn, optimizer); ``make_batch(generator, batch, width, device)`` is the next (x, y), called in the step as
+    train_mlp.py calls it."""
     import torch
     from torch import nn
 
@@ -97,6 +99,12 @@ def make_step(device: str, width: int, depth: int, batch: int):
     model = make_model(width, depth).to(device)
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return make_batch, generator, model, loss_fn, optimizer
+
+
+def make_step(device: str, width: int, depth: int, batch: int):
+    """One training step of examples/train_mlp.py as a function (same model, loss, optimizer, sync)."""
+    make_batch, generator, model, loss_fn, optimizer = mlp_parts(device, width, depth, batch)
 
     def step() -> float:
         x, y = make_batch(generator, batch, width, device)

@@ -30,7 +30,7 @@ import json
 import math
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 import pandas as pd
@@ -375,24 +375,9 @@ class _RunRecords:
                     marks[f"{key}_at_{edge}"] = value
 
     def marks(self) -> tuple[RunMarks, ...]:
-        return tuple(
-            RunMarks(
-                rank=rank,
-                install_ns=m.get("install_ns"),
-                start_ns=m.get("start_ns"),
-                end_ns=m.get("end_ns"),
-                jit_step_name=m.get("jit_step_name"),
-                jit_step_location=m.get("jit_step_location"),
-                main_cpu_ms_at_start=m.get("main_cpu_ms_at_start"),
-                main_run_queue_ms_at_start=m.get("main_run_queue_ms_at_start"),
-                main_cpu_ms_at_end=m.get("main_cpu_ms_at_end"),
-                main_run_queue_ms_at_end=m.get("main_run_queue_ms_at_end"),
-                cpus_allowed=m.get("cpus_allowed"),
-                cpus=m.get("cpus"),
-                threads=m.get("threads"),
-            )
-            for rank, m in sorted(self._marks.items())
-        )
+        """One RunMarks per rank; a mark no record gave is None (every key of a rank's dict is a RunMarks field)."""
+        names = [f.name for f in fields(RunMarks) if f.name != "rank"]
+        return tuple(RunMarks(rank=rank, **{n: m.get(n) for n in names}) for rank, m in sorted(self._marks.items()))
 
 
 # --- gpudiag's own JSONL -------------------------------------------------------------------------

@@ -124,20 +124,7 @@ class Profile:
             frame = loaders_frame(loaders)
             self.loaders = frame if not len(self.loaders) else pd.concat([self.loaders, frame], ignore_index=True)
         for marks in attrs.get("run_marks") or ():
-            self.run_marks[marks.rank] = {
-                "install_ns": marks.install_ns,
-                "start_ns": marks.start_ns,
-                "end_ns": marks.end_ns,
-                "jit_step_name": marks.jit_step_name,
-                "jit_step_location": marks.jit_step_location,
-                "main_cpu_ms_at_start": marks.main_cpu_ms_at_start,
-                "main_run_queue_ms_at_start": marks.main_run_queue_ms_at_start,
-                "main_cpu_ms_at_end": marks.main_cpu_ms_at_end,
-                "main_run_queue_ms_at_end": marks.main_run_queue_ms_at_end,
-                "cpus_allowed": marks.cpus_allowed,
-                "cpus": marks.cpus,
-                "threads": marks.threads,
-            }
+            self.run_marks[marks.rank] = {k: v for k, v in vars(marks).items() if k != "rank"}
 
     def trace_header(self, rank: int):
         """Rank ``rank``'s trace for what it says it ran on (metadata, device properties): a cluster read's

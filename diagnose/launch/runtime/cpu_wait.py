@@ -5,7 +5,7 @@ queue: runnable, given no CPU. A training loop whose host is shared with other p
 intra-op threads of their own, other jobs, a busy CI machine) waits there, and no clock of the loop's own shows it:
 its steps are only slower. Read at the run's first step and its end (the run start and end records), and at a long
 step's first and last sample (long_step_code). Elsewhere than Linux the file is not there and nothing is read.
-The start record also says how many CPUs the process may run on, the end record how many threads it had: a loop
+The start record also says how many CPUs the process may run on, both records how many threads it had: a loop
 that waits for a CPU on a host with CPUs to spare waits for its own threads."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def cpus_allowed() -> dict:
 
 
 def thread_count() -> dict:
-    """This process's threads now (Linux's /proc/self/task), for the run end record; {} where unread."""
+    """This process's threads now (Linux's /proc/self/task), for the run start and end records; {} where unread."""
     try:
         return {"threads": len(os.listdir("/proc/self/task"))}
     except OSError:
