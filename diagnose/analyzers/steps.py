@@ -142,7 +142,7 @@ def analyze(profile: Profile, derived: Derived, th: Thresholds = Thresholds()) -
         split = {rank: derived.work_split(rank) for rank in profile.work_records}
         extra = {rank: work for rank, (work, _) in split.items()}
         own = {rank: own_code for rank, (_, own_code) in split.items()}
-        unstable = _unstable(steps, measured, th, extra, own)
+        unstable = _unstable(steps, measured, th, extra, own, cpu_wait_sentence(profile, th))
         found = [
             f
             for f in (
@@ -369,6 +369,7 @@ def _unstable(
     th: Thresholds,
     work: dict[int, pd.DataFrame] | None = None,
     own_code: dict[int, pd.DataFrame | None] | None = None,
+    waited_words: str = "",
 ) -> Finding | None:
     step_ms = measured["step_ms"].dropna()
     median = float(step_ms.median())
@@ -393,6 +394,7 @@ def _unstable(
         for r in outliers.sort_values("step_ms", ascending=False).head(MAX_OUTLIER_SUBJECTS).itertuples()
     )
     slowed, queued_share, slowed_words = own_code_words(own_code, measured[measured["step_ms"] > median], th)
+    slowed_words += waited_words
     evidence = (
         Evidence("step_time_spread_pct", spread_pct, "%", th.steps.unstable_spread_pct),
         *((Evidence("steps_slowed_in_own_code", float(slowed), "steps"),) if slowed else ()),
@@ -535,6 +537,23 @@ def outlier_work_words(work: dict[int, pd.DataFrame] | None, outliers: pd.DataFr
             f"for {ms_human(ms)}."
         )
     return " ".join(said) or None
+
+
+def cpu_wait_sentence(profile: Profile, th: Thresholds) -> str:
+    """What steps.unstable and steps.outliers say of the loop's CPU wait where steps.cpu_wait is made: a step that
+    waits runs slower. Without it a DataLoader-fed CPU loop on two busy cores (examples/loader_workers.py) read only
+    the generic advice (input shapes, periodic work) above a 9.3 % CPU wait."""
+    waits = cpu_wait_by_rank(profile)
+    if not waits:
+        return ""
+    waited_ms, span_ms = max(waits.values(), key=lambda wait: wait[0] / wait[1])
+    pct = 100.0 * waited_ms / span_ms
+    if pct < th.steps.cpu_wait_min_pct:
+        return ""
+    return (
+        f"The loop's thread waited for a CPU {pct:.1f} % of the run (steps.cpu_wait): a step that waits runs that much "
+        "slower, so part of this is other work on the CPUs, not the step's own. "
+    )
 
 
 def used_gpu(profile: Profile, steps: pd.DataFrame) -> bool:

@@ -253,6 +253,8 @@ def test_steps_slowed_by_a_busy_host_are_not_named_as_work(tmp_path):
     waited = {e.metric: e.value for e in cpu_wait.evidence}
     assert 10 <= waited["cpu_wait_pct"] <= 100 and waited["cpu_wait_ms"] <= waited["cpu_wait_span_ms"]
     assert cpu_wait.title.startswith("The training loop's thread waited for a CPU ")
+    # the slow steps' finding says so too, with the same figure
+    assert f"waited for a CPU {waited['cpu_wait_pct']:.1f} % of the run (steps.cpu_wait)" in steps[0].recommendation
     # a CPU-only loop: no GPU waited with it
     assert "GPU" not in cpu_wait.recommendation and "DataLoader workers" in cpu_wait.recommendation
     # the budget's remainder holds that wait and says so, with the same figure
@@ -312,3 +314,5 @@ def test_a_loop_pinned_to_one_cpu_is_told_its_affinity_not_a_busy_host(tmp_path)
     assert "busy with other work" not in cpu_wait.title and "Give the process more CPUs" in cpu_wait.recommendation
     if "steps.unstable" in ids:
         assert ids.index("steps.cpu_wait") < ids.index("steps.unstable"), ids
+        unstable = analysis.findings[ids.index("steps.unstable")]
+        assert f"waited for a CPU {waited['cpu_wait_pct']:.1f} % of the run" in unstable.recommendation
