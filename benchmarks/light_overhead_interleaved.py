@@ -77,14 +77,17 @@ LIGHT_SHARE = 1 / len(ARMS)  # of the wall time: the clock-kept intervals are di
 # --arms may add these: light mode with one of its parts paused, to say what that part costs (the JAX benchmark's
 # no-sampler arm read 0.3-0.6 points of its cost on an H100, 2026-12-06; torch's forward timer's one step in eight
 # showed as peaks at positions 6 and 14 of its runs). The runtime attribute each pauses:
-EXTRA_ARMS = {"no-sampler": "long_step_code", "no-forward": "forward", "no-phases": None, "no-events": None}
+EXTRA_ARMS = {
+    "no-sampler": "long_step_code",
+    "no-forward": "forward",
+    "no-phases": None,
+    "no-events": None,
+    "phases-every-step": None,
+}
 # no-phases: the optimizer pre hook and the autograd.backward wrapper off (the backward and optimizer phases untimed),
-# the boundary on; no-events: the boundary records no CUDA event (its GPU time), the rest on.
-
-
-# while the plain arms run: id(steps) -> light mode's autograd.backward; the ids whose optimizer pre hook is off
-_BACKWARD_WRAPPERS: dict[int, object] = {}
-_PRE_HOOKS_OFF: set[int] = set()
+# the boundary on; no-events: the boundary records no CUDA event (its GPU time), the rest on; phases-every-step: the
+# pre hook and the wrapper on in every step, as light mode ran them until 2026-12-06 (now in the forward's timed steps
+# only: what the sampling saves). no-forward pauses the forward's schedule, and with it the phases' sampled steps.
 
 
 def set_light_extras(steps, on: bool) -> None:
@@ -97,6 +100,14 @@ def set_light_extras(steps, on: bool) -> None:
             part.resume() if on else part.pause()
     set_phase_timers(steps, on)
     set_gpu_events(steps, on)
+    if on:
+        set_phase_sampling(steps, True)
+
+
+def set_phase_sampling(steps, on: bool) -> None:
+    """The phase timers in the forward's timed steps only (the runtime's way) or, off, in every step."""
+    if hasattr(steps, "set_phase_sampling"):
+        steps.set_phase_sampling(on)
 
 
 # id(steps) -> the gpu time's (every, next_check) while the no-events arm runs
@@ -116,28 +127,12 @@ def set_gpu_events(steps, on: bool) -> None:
 
 
 def set_phase_timers(steps, on: bool) -> None:
-    """The optimizer step pre hook and the autograd.backward wrapper (the optimizer and backward phases) on or off."""
-    torch = sys.modules.get("torch")
-    if torch is None:
+    """The optimizer step pre hook and the autograd.backward wrapper (the optimizer and backward phases) on or off:
+    the runtime's own pause (steps.pause_phase_timers), which its sampling of the phases (one step in 16, with the
+    forward's) respects; on again, they are as the sampling left them."""
+    if not hasattr(steps, "pause_phase_timers"):
         return
-    handle = getattr(steps, "optimizer_pre_hook_handle", None)
-    if on and id(steps) in _PRE_HOOKS_OFF:
-        from torch.optim.optimizer import register_optimizer_step_pre_hook
-
-        _PRE_HOOKS_OFF.discard(id(steps))
-        steps.optimizer_pre_hook_handle = register_optimizer_step_pre_hook(steps.on_optimizer_start)
-    elif not on and handle is not None:
-        handle.remove()
-        steps.optimizer_pre_hook_handle = None
-        _PRE_HOOKS_OFF.add(id(steps))
-    original = getattr(steps, "_backward_original", None)
-    if original is None:
-        return
-    if not on and torch.autograd.backward is not original:
-        _BACKWARD_WRAPPERS[id(steps)] = torch.autograd.backward
-        torch.autograd.backward = original
-    elif on and torch.autograd.backward is original and id(steps) in _BACKWARD_WRAPPERS:
-        torch.autograd.backward = _BACKWARD_WRAPPERS.pop(id(steps))
+    steps.resume_phase_timers() if on else steps.pause_phase_timers()
 
 
 class StepHook:
@@ -160,6 +155,8 @@ class StepHook:
             set_phase_timers(self._steps, False)
         elif arm == "no-events":
             set_gpu_events(self._steps, False)
+        elif arm == "phases-every-step":
+            set_phase_sampling(self._steps, False)
         part = getattr(self._steps, EXTRA_ARMS.get(arm) or "", None)
         if part is not None:
             part.pause()

@@ -33,7 +33,10 @@ backward +1.9 / +1.8 → +1.6 / +1.5; pre hook +0.9 / +0.7 → +0.9 / +1.2; the 
 With a DataLoader (90 s): all +31.5 → +23.3, its ``__next__`` wrapper +6.8 → +4.6. Then the forward timer's hooks
 went on in one step of eight only (forward_time.TIMED_EVERY), put back as dict entries: all +17.6 → +12.2 (mean
 +21.6 → +15.3), the forward piece +9.2 → +2.8 (100 s). Here each arm's first step after a switch is not counted, so
-the timed step and the one whose boundary takes the hooks off weigh a little more than one in eight.
+the timed step and the one whose boundary takes the hooks off weigh a little more than one in eight. Since
+2026-12-06 light mode runs the pre hook and the backward wrapper in the forward's timed steps only (one in sixteen
+since then); here they run in every step (``Steps.set_phase_sampling(False)``), so their pieces read what each call
+costs where it runs.
 
     PYTHONPATH=$PWD python3 benchmarks/light_step_pieces.py --seconds 60 [--loader] [--mlp --width 64 --depth 2]
 """
@@ -130,6 +133,7 @@ class Pieces:
         steps = runtime.steps
         if steps.optimizer_hook_handle is None or steps._backward_original is None or steps.forward is None:
             raise SystemExit("light mode did not hook the optimizer, backward and forward: nothing to switch")
+        steps.set_phase_sampling(False)  # the pre hook and the backward wrapper in every step: each piece in place
         self._steps, self._torch = steps, torch
         self._register_pre, self._register_post = register_optimizer_step_pre_hook, register_optimizer_step_post_hook
         self._backward_wrapper, self._backward_original = torch.autograd.backward, steps._backward_original
@@ -152,6 +156,7 @@ class Pieces:
                 hook = steps.on_optimizer_step if piece == "post-hook" else steps.on_optimizer_start
                 register = self._register_post if piece == "post-hook" else self._register_pre
                 setattr(steps, handle_name, register(hook))
+                steps._pre_hook_reused = None  # a new handle: the runtime's switch is made from it when needed
         self._torch.autograd.backward = self._backward_original if "backward" in off else self._backward_wrapper
         if "forward" in off:
             self._forward.pause()

@@ -98,11 +98,13 @@ STEPS_SCHEMA = Schema(
         "source": "what ended the step in light mode: marker | optimizer | backward | jit | time (fixed time "
         "slices, not iterations); empty for step timings from elsewhere",
         "backward_ms": "host time inside the step's outermost torch.autograd.backward calls (issuing the backward "
-        "pass; part of host_ms; NaN when not measured: not a torch training loop, or records before they had it)",
+        "pass; part of host_ms; NaN when not measured: not a torch training loop, records before they had it, or, "
+        "once an optimizer or diagnose.step() defines the steps, a step light mode did not time: it times the "
+        "phases with the forward, one step in 16, since 2026-12-06)",
         "optimizer_ms": "host time inside the step's optimizer step() calls, every optimizer, less the closure a "
-        "step() runs (part of host_ms; NaN when not measured)",
+        "step() runs (part of host_ms; NaN when not measured: as backward_ms)",
         "forward_ms": "host time inside the step's outermost nn.Module calls on the main thread: the forward pass "
-        "(part of host_ms; NaN when not measured: light mode times it in one step of eight)",
+        "(part of host_ms; NaN when not measured: light mode times it in one step of 16, 8 before 2026-12-06)",
         "backward_passes": "outermost backward calls in the step where more than one (gradient accumulation's "
         "micro-batches: backward_ms and forward_ms hold them all); NaN for one, or where not measured",
         "dispatch_ms": "JAX: host time inside jax's call of the step function (part of host_ms; NaN except in the "

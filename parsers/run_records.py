@@ -154,8 +154,10 @@ _STEP_WRITTEN_AS = {
 }
 # a step: the work between two step boundaries. input_ms (and input_from "loop") where the input wait was measured;
 # name only from other writers (a region a user timed: docs/step-timings.md); backward_ms / optimizer_ms: the host
-# time inside the step's outermost torch.autograd.backward calls / optimizer step() calls, where torch was hooked;
-# forward_ms: the host time in its outermost nn.Module calls (forward_time), with them in the steps it timed (1 in 8);
+# time inside the step's outermost torch.autograd.backward calls / optimizer step() calls, where torch was hooked
+# (every step while backward passes may end steps; once an optimizer or a marker defines them, the forward's timed
+# steps only); forward_ms: the host time in its outermost nn.Module calls (forward_time), with them in the steps it
+# timed (1 in 16; 1 in 8 before 2026-12-06);
 # dispatch_ms, ready_ms, queued_ms: a JAX step's host time inside jax's call of the step function, the time from that
 # call's start until its outputs were ready (the device's earlier work waited for first), and that wait for the
 # previous step's outputs, in the steps jit_dispatch sampled (1 in 128); backward_passes: the outermost backward

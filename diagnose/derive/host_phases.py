@@ -6,8 +6,11 @@ inside the step's outermost ``nn.Module`` calls (``forward_ms``: the forward pas
 (``optimizer_ms``); what is left of the step's host time is the rest (the loss, batch preparation, gradient
 clipping, the grad scaler, logging, and a hand-written parameter update: a loop that calls no optimizer's
 ``step()`` gets no optimizer phase, and the rest's label says the update is in it). Light mode times the forward in
-one step of eight (forward_time's ``TIMED_EVERY``: hooks on a module slow its every call), so the forward's share is
-read from the timed steps nearest the median, and the rest is what the other phases leave. Records without any ``forward_ms`` (older runs, or
+one step of 16 (forward_time's ``TIMED_EVERY``, 8 until 2026-12-06: hooks on a module slow its every call), so the forward's share is
+read from the timed steps nearest the median, and the rest is what the other phases leave. Once an optimizer or
+``diagnose.step()`` defines the steps, the backward and optimizer timers run in those steps only too (runtime/steps.py,
+``_open_phases``): every phase is then read from the timed steps nearest the median of all steady steps, and the
+text says so. Records without any ``forward_ms`` (older runs, or
 a model inside a compiled function) give "forward, loss and the rest" as one phase. These are untraced steps: the
 profiler's window slows the host several-fold (a char-level GPT's traced steps took 49 ms against a 19.85 ms
 median step, issue 31), so no share of a step is read from traced durations here.
@@ -57,11 +60,14 @@ def host_phases(steady: pd.DataFrame, median_input_ms: float | None = None) -> d
     mean of the steps nearest the median, in the phases beside it)."""
     if not {"host_ms", "backward_ms", "optimizer_ms"} <= set(steady.columns):
         return None
-    rows = steady[steady["host_ms"].notna() & steady["backward_ms"].notna() & steady["optimizer_ms"].notna()]
+    timed = steady[steady["host_ms"].notna()]
+    rows = timed[timed["backward_ms"].notna() & timed["optimizer_ms"].notna()]
     if not len(rows):
         return None
+    # the median of every steady step: where light mode timed the phases in some steps only (one in 16, with the
+    # forward), those steps are not the typical step, only the ones nearest it
+    median_ms = float(timed["host_ms"].astype(float).median())
     host = rows["host_ms"].astype(float)
-    median_ms = float(host.median())
     nearest = max(3, len(rows) // 5)
     middle = rows.loc[(host - median_ms).abs().sort_values(kind="stable").index[:nearest]]
     input_ms = pd.to_numeric(middle["input_ms"], errors="coerce") if "input_ms" in middle else None
@@ -94,14 +100,18 @@ def host_phases(steady: pd.DataFrame, median_input_ms: float | None = None) -> d
     backward_passes = int(passes.fillna(1).median()) if passes is not None else 1
     out = {
         "steps": int(len(middle)),
+        "sampled": len(rows) < len(timed),  # the phases were timed in some steps only (see phases_text)
         "host_ms": median_ms,
         "input_measured": input_measured,
         "optimizer_seen": optimizer_seen,
         "backward_passes": backward_passes,
         "phases": phases,
     }
+    if out["sampled"]:
+        out["sampled_every"] = _timed_every(rows)
     if with_forward:
         out["forward_steps"] = forward_steps  # the timed steps the forward's share is read from
+        out["forward_every"] = _timed_every(rows[pd.to_numeric(rows["forward_ms"], errors="coerce").notna()])
     budget_input = (
         median_input_ms
         if input_measured and median_input_ms is not None and 0.0 <= median_input_ms <= median_ms
@@ -121,6 +131,21 @@ def host_phases(steady: pd.DataFrame, median_input_ms: float | None = None) -> d
 
 
 FORWARD_MIN_STEPS = 5  # timed steps the forward's share is read from, where that many were timed
+
+
+def _timed_every(timed: pd.DataFrame) -> int | None:
+    """One step in how many light mode timed: the commonest gap between the step numbers of ``timed`` past the
+    consecutive ones (the forward timer's learning steps, the phases' steps before an optimizer took over): 8 for
+    the forward until 2026-12-06, 16 since, with the backward and optimizer phases. Read from the records, so that
+    older runs say theirs; None where no such gap is seen."""
+    if "step" not in timed or len(timed) < 2:
+        return None
+    gaps = np.diff(np.sort(pd.to_numeric(timed["step"], errors="coerce").dropna().to_numpy()))
+    gaps = gaps[gaps > 1]
+    if not len(gaps):
+        return None
+    values, counts = np.unique(gaps, return_counts=True)
+    return int(values[np.argmax(counts)])
 
 
 def _forward_share(rows: pd.DataFrame, median_ms: float, nearest: int) -> tuple[float | None, int]:
@@ -167,13 +192,22 @@ def phases_text(phases: dict) -> str:
     forward_steps = phases.get("forward_steps")
     if forward_steps is not None and forward_steps < phases["steps"]:
         note += (
-            f"; the forward's share from the {n_things(forward_steps, 'step')} nearest it that light mode timed "
-            "(one in eight)"
+            f"; the forward's share from {forward_steps} of them"
+            if phases.get("sampled")
+            else f"; the forward's share from the {n_things(forward_steps, 'step')} nearest it that light mode timed"
+            + _one_in(phases.get("forward_every"), " (one in {})")
         )
+    which = ""
+    if phases.get("sampled"):
+        which = " among those light mode timed" + _one_in(phases.get("sampled_every"), ", one in {}")
     return (
         f"of the median step's {ms_human(phases['host_ms'])} on the host (phases of the "
-        f"{n_things(phases['steps'], 'untraced step')} nearest it): {', '.join(parts)}{note}"
+        f"{n_things(phases['steps'], 'untraced step')} nearest it{which}): {', '.join(parts)}{note}"
     )
+
+
+def _one_in(every: int | None, form: str) -> str:
+    return form.format(every) if every and every > 1 else ""
 
 
 OPTIMIZER_DOMINANT_SHARE = 0.2  # an optimizer step holding this share of the host's step is worth fusing

@@ -138,6 +138,16 @@ def test_the_jax_benchmark_runs_its_four_arms_in_one_process_and_only_two_make_b
     assert 2 * 12 * 5 - 8 - 2 <= records <= 2 * 12 * 5, line
 
 
+def _phase_timers_in(torch, steps) -> bool:
+    """The optimizer pre hook in torch's table and the backward wrapper in torch.autograd.backward (both or none)."""
+    from torch.optim.optimizer import _global_optimizer_pre_hooks
+
+    pre = steps.optimizer_pre_hook_handle.id in _global_optimizer_pre_hooks
+    wrapper = torch.autograd.backward is steps._backward_wrapper
+    assert pre == wrapper, (pre, wrapper)
+    return pre
+
+
 def test_extra_arms_pause_one_part_of_light_mode_each(tmp_path):
     """--arms adds light with the long-step sampler or the forward timer paused: the hook is on in those runs (their
     steps have records), and the paused part is back on in the light arm."""
@@ -157,10 +167,13 @@ def test_extra_arms_pause_one_part_of_light_mode_each(tmp_path):
         hook.set_arm("no-sampler")
         assert not steps.forward._paused and not steps.long_step_code._running.is_set()
         hook.set_arm("no-phases")
-        assert steps.optimizer_hook_handle is not None and steps.optimizer_pre_hook_handle is None
-        assert torch.autograd.backward is steps._backward_original
+        assert steps.optimizer_hook_handle is not None and not _phase_timers_in(torch, steps)
+        hook.set_arm("phases-every-step")  # as light mode ran before it sampled the phases: in every step
+        assert _phase_timers_in(torch, steps)
+        interleaved.time_steps(step, 20)
+        assert _phase_timers_in(torch, steps)
         hook.set_arm("no-events")
-        assert steps.optimizer_pre_hook_handle is not None and torch.autograd.backward is not steps._backward_original
+        assert steps._phase_sampling and steps._step_phased == _phase_timers_in(torch, steps)
         assert steps.gpu is None or steps.gpu.every == 1 << 62
         hook.set_arm("plain")
         assert steps.optimizer_hook_handle is None
@@ -168,6 +181,8 @@ def test_extra_arms_pause_one_part_of_light_mode_each(tmp_path):
         assert steps.optimizer_hook_handle is not None and not steps.forward._paused
         assert steps.long_step_code._running.is_set() and steps.optimizer_pre_hook_handle is not None
         assert steps.gpu is None or steps.gpu.every < 1 << 62
+        # the phases sampled again, as light mode runs: their timers on in a timed step only
+        assert steps._phase_sampling and steps._step_phased == _phase_timers_in(torch, steps)
     out = tmp_path / "arms.json"
     args = ["--device", "cpu", "--width", "16", "--depth", "2", "--batch", "4", "--warmup-steps", "5"]
     args += ["--first-steps", "16", "--run-steps", "3", "--seconds", "0", "--max-rounds", "4", "--json", str(out)]

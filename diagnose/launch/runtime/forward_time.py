@@ -10,9 +10,10 @@ call, hundreds a step: they are used from the first step boundary for ``LEARN_ST
 which modules are called at depth 0 (the roots). Then hooks on those modules alone time one step in
 ``TIMED_EVERY``: they go on at the boundary that starts a timed step and off at the one that ends it. A module with
 hooks of its own takes torch's slow call path (about 9 µs a step on the 2-core CPU host, half of light mode's cost
-on a 160 µs step, benchmarks/light_step_pieces.py); one step in eight pays it, and the others pay a comparison at
-their boundary. The phases of the median step read the forward's share from the timed steps
-(diagnose/derive/host_phases.py). A loop whose roots change every step (more than ``MAX_ROOTS`` seen) keeps no
+on a 160 µs step, benchmarks/light_step_pieces.py); one step in ``TIMED_EVERY`` pays it, and the others pay a
+comparison at their boundary. The step boundary times the backward and optimizer phases in these same steps once an
+optimizer or a marker defines the steps (runtime/steps.py, ``_open_phases``): the slow step is one step, not three.
+The phases of the median step read the forward's share from the timed steps (diagnose/derive/host_phases.py). A loop whose roots change every step (more than ``MAX_ROOTS`` seen) keeps no
 hooks at all: its forward is not measured.
 Post hooks are registered with ``always_call``, so a forward that raises still closes its span. Inside a
 torch.compile region the hooks return at once on ``torch.compiler.is_dynamo_compiling()``, which dynamo folds to a
@@ -27,7 +28,11 @@ from threading import get_ident
 from time import perf_counter_ns
 
 LEARN_STEPS = 3  # boundaries with the global hooks on, learning the root modules
-TIMED_EVERY = 8  # once learned, the roots' hooks time one step in this many
+# once learned, the roots' hooks time one step in this many. 8 until 2026-12-06: each timed step is a slow one among
+# those the median step is read from; with the phases in the same steps, light mode's median cost on
+# examples/train_mlp.py's model (0.71 ms steps, 2-core CPU host, benchmarks/light_overhead_interleaved.py, two runs
+# back to back) read +2.18 % at 8 and +1.97 % at 16
+TIMED_EVERY = 16
 
 
 def _not_compiling() -> bool:
@@ -175,14 +180,14 @@ class ForwardTime:
 
     def start_timing(self, step: int) -> None:
         """The boundary that starts step ``step`` (a timed one): the roots' hooks on, and the next timed step set.
-        The first timed step registers them; later ones put the same entries back (_ReusedHook)."""
+        The first timed step registers them; later ones put the same entries back (ReusedHook)."""
         self.next_timed = step + TIMED_EVERY
         if not self._hooked_roots or self.timing:
             return
         self.ns = 0
         if self._reused is None:
             self._hook_roots()
-            self._reused = [_ReusedHook(handle) for handle in self._handles]
+            self._reused = [ReusedHook(handle) for handle in self._handles]
             return
         for hook in self._reused:
             hook.on()
@@ -212,7 +217,7 @@ class ForwardTime:
             self.next_timed = self._next_timed_paused
 
 
-class _ReusedHook:
+class ReusedHook:
     """A registered module hook that goes off and back on without torch's register call (a new RemovableHandle and
     its weak references, several µs a root on the 2-core CPU host, at every timed step): off is the handle's
     ``remove()``; on puts its entries back into the dicts the handle names (torch ≥ 2.1: the hook dict, and for a

@@ -81,6 +81,16 @@ class Steps:
         self._closure_ns = 0  # host ns inside optimizer step closures so far (left out of the optimizer phase)
         self._phases_hooked = False
         self._phases_seen = False  # a backward or an optimizer step ran: a torch training loop, whose steps have phases
+        # the phase timers (the backward wrapper in torch.autograd.backward, the optimizer pre hook) run in every step
+        # until an optimizer or diagnose.step() defines the steps and the forward timer has learned its roots; from
+        # then on in the forward's timed steps only (one in forward_time.TIMED_EVERY), see _open_phases
+        self._phase_sampling = False
+        self._step_phased = True  # the phase timers are on throughout the step in progress
+        self._sample_open = False  # the step in progress is a sampled one: its boundary turns the timers off
+        self._phase_timers_paused = False  # the overhead benchmarks' arms without them
+        self._phases_every_step = False  # the benchmarks: timers in every step (set_phase_sampling)
+        self._backward_wrapper = None
+        self._pre_hook_reused = None  # forward_time.ReusedHook of optimizer_pre_hook_handle, once turned off
         self.optimizer_pre_hook_handle = None
         self._main_thread = threading.get_ident()
         self.jit = None  # jit_steps.JitStepFinder once jax is imported
@@ -161,6 +171,7 @@ class Steps:
         if self.optimizer_pre_hook_handle is not None:
             self.optimizer_pre_hook_handle.remove()
             self.optimizer_pre_hook_handle = None
+        self._pre_hook_reused = None
         self._phases_hooked = False
         if self._optimizer_init_original is not None:
             optimizer_class, original, ours = self._optimizer_init_original
@@ -398,11 +409,14 @@ class Steps:
             return result
 
         self._backward_original = original
+        self._backward_wrapper = backward
         autograd.backward = backward
         self._phases_hooked = self.optimizer_pre_hook_handle is not None
 
     def unhook_backward(self) -> None:
         self._phases_hooked = False
+        self._phase_sampling = False
+        self._backward_wrapper = None
         original, self._backward_original = self._backward_original, None
         torch = sys.modules.get("torch")
         if original is not None and torch is not None and getattr(torch.autograd, "backward", None) is not original:
@@ -532,21 +546,25 @@ class Steps:
         # every boundary starts the next step's forward time, the first one too
         forward = self.forward
         forward_ns = None
+        step_phased = self._step_phased  # the phase timers were on throughout the step that ended
         if forward is not None:
             if forward.settled:  # one step in TIMED_EVERY has the roots' hooks on: its forward ns are all there is
+                if self._sample_open:
+                    self._close_phases()
                 if forward.timing:
                     forward_ns = forward.ns
                     forward.ns = 0
                     forward.stop_timing()
                 elif step >= forward.next_timed:
                     forward.start_timing(step)
+                    self._open_phases()
             else:
                 forward_ns = forward.on_boundary()
         heavy = False
         if finished is not None:
             if gpu is not None and finished > 0 and not self._instrumented:
                 gpu.host_ns.append(perf_ns - self._perf_ns)
-            phased = self._phases_hooked and self._phases_seen
+            phased = self._phases_hooked and self._phases_seen and step_phased
             self._pending.append(
                 (
                     finished,
@@ -611,6 +629,85 @@ class Steps:
         elif self._steady:
             self._steady = False
         self._usual = self.nvtx is None and self.window is None and source != "jit"
+
+    # ---- the phase timers, sampled
+    def _open_phases(self) -> None:
+        """A step the forward timer times starts: the phase timers time it too. The first such step after an
+        optimizer or diagnose.step() has taken over the steps starts the sampling (until then backward passes may
+        end steps, or wait for the optimizer's first step, and the wrapper must see each one).
+
+        Why sampled: the wrapper and the pre hook cost 5 µs of each 0.71 ms step of examples/train_mlp.py's model
+        on the 2-core CPU host (benchmarks/light_overhead_interleaved.py's no-phases arm, 0.76 points of light's
+        +2.72 %, 2026-12-06), about as much as the boundary itself; in the forward's timed step, already the slow
+        one, they move the median step no further (the same benchmark's phases-every-step arm: +2.72 % against
+        light's +2.18 % in one run). The phases of the median step are read from these steps
+        (diagnose/derive/host_phases.py), as the forward's were."""
+        if not self._phase_sampling:
+            if self._phases_every_step or not self._phases_may_sample():
+                return  # every step keeps its timers
+            self._phase_sampling = True  # on now: this step is the first sampled one
+        else:
+            self._set_phase_timers(True)
+        self._step_phased = True
+        self._sample_open = True
+
+    def _phases_may_sample(self) -> bool:
+        """Both timers are in and no backward pass can end a step: an optimizer or diagnose.step() defines them."""
+        return self._phases_hooked and (self._optimizer_id is not None or self._marker_seen)
+
+    def set_phase_sampling(self, on: bool) -> None:
+        """The phase timers in the sampled steps only (on: light mode's way) or in every step (off: as light mode ran
+        before 2026-12-06; the overhead benchmarks' arm that says what the sampling saves, and light_step_pieces,
+        which times each hook where it runs)."""
+        self._phases_every_step = not on
+        if not on:
+            self._phase_sampling = False
+            self._step_phased = True
+            self._set_phase_timers(True)
+        elif self._phases_may_sample() and not self._phase_sampling:
+            self._phase_sampling = True
+            if not self._sample_open:  # not in a sampled step: off until the next one (this step goes unphased)
+                self._set_phase_timers(False)
+                self._step_phased = False
+
+    def _close_phases(self) -> None:
+        """The sampled step has ended: the phase timers off until the next one."""
+        self._sample_open = False
+        if self._phase_sampling:
+            self._set_phase_timers(False)
+            self._step_phased = False
+
+    def _set_phase_timers(self, on: bool) -> None:
+        """The backward wrapper in ``torch.autograd.backward`` (where nobody replaced it since) and the optimizer
+        pre hook (its entry back in torch's table, as forward_time.ReusedHook puts a module's back) on or off."""
+        if on and self._phase_timers_paused:
+            return
+        torch = sys.modules.get("torch")
+        autograd = getattr(torch, "autograd", None)
+        wrapper, original = self._backward_wrapper, self._backward_original
+        if wrapper is not None and autograd is not None:
+            current = getattr(autograd, "backward", None)
+            if on and current is original:
+                autograd.backward = wrapper
+            elif not on and current is wrapper:
+                autograd.backward = original
+        reused = self._pre_hook_reused
+        if reused is None and self.optimizer_pre_hook_handle is not None:
+            from diagnose.launch.runtime.forward_time import ReusedHook
+
+            reused = self._pre_hook_reused = ReusedHook(self.optimizer_pre_hook_handle)
+        if reused is not None:
+            reused.on() if on else reused.off()
+
+    def pause_phase_timers(self) -> None:
+        """The phase timers off until resume_phase_timers (the overhead benchmarks' arms without them)."""
+        self._phase_timers_paused = True
+        self._set_phase_timers(False)
+
+    def resume_phase_timers(self) -> None:
+        self._phase_timers_paused = False
+        if self._step_phased:
+            self._set_phase_timers(True)
 
     def _due(self, step: int, perf_ns: int, heavy: bool, gpu) -> None:
         """What a boundary does now and then: write the held step records (every STEP_RECORD_INTERVAL_NS, and
