@@ -98,6 +98,7 @@ def set_light_extras(steps, on: bool) -> None:
     for part in (getattr(steps, "long_step_code", None), getattr(steps, "forward", None)):
         if part is not None:
             part.resume() if on else part.pause()
+    steps._sampling_step = 0  # the forward timer's schedule is read again at the next boundary
     set_phase_timers(steps, on)
     set_gpu_events(steps, on)
     if on:
@@ -160,6 +161,7 @@ class StepHook:
         part = getattr(self._steps, EXTRA_ARMS.get(arm) or "", None)
         if part is not None:
             part.pause()
+            self._steps._sampling_step = 0
 
     def set(self, on: bool) -> None:
         steps = self._steps

@@ -162,6 +162,7 @@ class Pieces:
             self._forward.pause()
         else:
             self._forward.resume()
+        steps._sampling_step = 0  # the forward timer's schedule is read again at the next boundary
         loop = steps.loop_input
         if loop is not None and loop.armed and ("loop" in off) != ("loop" in self._off):
             # the loop's monitoring events off, or back on (as LoopInputWait.rearm sets them)

@@ -111,6 +111,51 @@ def test_gradient_accumulation_is_one_step_per_optimizer_update_from_step_0(tmp_
     assert "backward (issuing 4 passes)" in text and "each step makes 4 backward passes (gradient accumulation)" in text
 
 
+def test_past_the_first_steps_the_phases_and_the_micro_batches_are_in_the_timed_steps_only(tmp_path):
+    """40 updates of 4 micro-batches: once the optimizer defines the steps and the forward timer has learned its root,
+    the backward and optimizer phases (and with them backward_passes) are in the steps the forward timer times, one
+    in TIMED_EVERY; the phases of the median step still say 4 passes."""
+    from diagnose.launch.runtime.forward_time import LEARN_STEPS, TIMED_EVERY
+
+    with diagnose.profile(out=tmp_path / "r", trace_steps=0, nvml=False, quiet=True) as run:
+        accumulate(updates=41, micro_batches=4)
+    steps = _steps(run.path)
+    assert len(steps) == 40
+    phased = [s["step"] for s in steps if "backward_ms" in s]
+    later = [n for n in phased if n > LEARN_STEPS]
+    assert phased[: LEARN_STEPS + 1] == list(range(LEARN_STEPS + 1))
+    assert len(later) >= 2 and all(b - a == TIMED_EVERY for a, b in zip(later, later[1:])), phased
+    assert all(s["backward_passes"] == 4 and "optimizer_ms" in s for s in steps if "backward_ms" in s)
+    assert not any("backward_passes" in s for s in steps if "backward_ms" not in s)
+    from diagnose.derive.derived import Derived
+
+    assert Derived(diagnose.load(run.path)).step_budget().ranks[0]["host_phases"]["backward_passes"] == 4
+
+
+def test_marker_steps_sample_the_phases_too(tmp_path):
+    """Steps ended by diagnose.step() (an optimizer stepping too): the phase timers follow the forward timer's steps,
+    as under an optimizer; a loop whose backward passes end the steps keeps them in every step (see above)."""
+    from diagnose.launch.runtime.forward_time import TIMED_EVERY
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with diagnose.profile(out=tmp_path / "r", trace_steps=0, nvml=False, quiet=True) as run:
+        for _ in range(41):
+            model(torch.randn(4, 16)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            diagnose.step()
+    steps = _steps(run.path)
+    assert {s["source"] for s in steps[1:]} == {"marker"}
+    phased = [s["step"] for s in steps if "backward_ms" in s]
+    timed = [s["step"] for s in steps if "forward_ms" in s]
+    assert len(steps) - len(phased) >= 30 and phased[-2:] == timed[-2:] and timed[-1] - timed[-2] == TIMED_EVERY
+    with diagnose.profile(out=tmp_path / "h", trace_steps=0, nvml=False, quiet=True) as run:
+        _sgd_by_hand(40)
+    assert all("backward_ms" in s for s in _steps(run.path))
+
+
 def test_an_optimizer_made_after_backward_steps_takes_over(tmp_path):
     with diagnose.profile(out=tmp_path / "r", trace_steps=0, nvml=False, quiet=True) as run:
         accumulate(updates=6, micro_batches=4, optimizer_after=4)
