@@ -43,6 +43,8 @@ from parsers.run_records import (
     GPU_TIME_EVERY,
     INPUT_FROM_LOOP,
     JIT_STEP,
+    PHASE_SITE,
+    PHASE_SITE_PHASES,
     RUN,
     RUN_END,
     RUN_START,
@@ -286,6 +288,9 @@ class RunMarks:
     cpus_allowed: int | None = None  # the CPUs the process could run on (its affinity), and the host's
     cpus: int | None = None
     threads: int | None = None  # the most threads the process had, at its first step or its end
+    # torch: where the user's code calls each timed phase, (phase, "file:line", function, library "file:line" or
+    # None), in the order first seen (PHASE_SITE records)
+    phase_sites: tuple[tuple[str, str, str, str | None], ...] | None = None
 
 
 INPUT_FROM_DATALOADER = "dataloader"  # input_from of a step whose input_ms is a DataLoader's __next__
@@ -334,15 +339,15 @@ def loaders_frame(configs) -> pd.DataFrame:
 
 class _RunRecords:
     """What the run records of one events file say besides the GPU-time choices: the loaders and the run marks
-    (with the JAX step function chosen, where there is one)."""
+    (with the JAX step function chosen, where there is one, and the lines that call torch's timed phases)."""
 
     def __init__(self):
         self.loaders: list[DataLoaderConfig] = []
         self._marks: dict[int, dict] = {}
 
     def add(self, record: dict) -> None:
-        """Take ``record`` when it is a dataloader, start or end record (other run records are skipped). A malformed
-        dataloader record raises ValueError; a start or end record's time that is not a whole number is None (a run
+        """Take ``record`` when it is a dataloader, jit-step, phase-site, start or end record (other run records are
+        skipped). A malformed dataloader, jit-step or phase-site record raises ValueError; a start or end record's time that is not a whole number is None (a run
         is read without them)."""
         if DATALOADER.is_kind_of(record):
             self.loaders.append(_loader_config(record))
@@ -356,6 +361,14 @@ class _RunRecords:
                 return
             marks = self._marks.setdefault(rank, {})
             marks["jit_step_name"], marks["jit_step_location"] = name, location
+        elif PHASE_SITE.is_kind_of(record):
+            site = _phase_site(record)
+            try:
+                rank = _index(record, "rank", default=0)
+            except ValueError:
+                return
+            marks = self._marks.setdefault(rank, {})
+            marks["phase_sites"] = (*(marks.get("phase_sites") or ()), site)
         elif RUN_START.is_kind_of(record) or RUN_END.is_kind_of(record):
             try:
                 rank = _index(record, "rank", default=0)
@@ -380,6 +393,19 @@ class _RunRecords:
         """One RunMarks per rank; a mark no record gave is None (every key of a rank's dict is a RunMarks field)."""
         names = [f.name for f in fields(RunMarks) if f.name != "rank"]
         return tuple(RunMarks(rank=rank, **{n: m.get(n) for n in names}) for rank, m in sorted(self._marks.items()))
+
+
+def _phase_site(record: dict) -> tuple[str, str, str, str | None]:
+    """A phase-site record's (phase, location, function, library_location); ValueError when one is not as written."""
+    phase, location, function = record.get("phase"), record.get("location"), record.get("function")
+    library = record.get("library_location")
+    if phase not in PHASE_SITE_PHASES:
+        raise ValueError(f"needs a phase of {', '.join(PHASE_SITE_PHASES)}, found {str(phase)[:40]!r}")
+    if not (isinstance(location, str) and location.rpartition(":")[2].isdigit() and isinstance(function, str)):
+        raise ValueError(f"needs a 'file:line' location and a function, found {str(location)[:60]!r}")
+    if library is not None and not isinstance(library, str):
+        raise ValueError(f"needs a library 'file:line' or null, found {str(library)[:40]!r}")
+    return phase, location, function, library
 
 
 # --- gpudiag's own JSONL -------------------------------------------------------------------------
@@ -426,7 +452,7 @@ def _jsonl(
             continue
         if kind == RUN and not GPU_TIME_EVERY.is_kind_of(record):
             try:
-                run.add(record)  # dataloader, start, end; other run records are skipped
+                run.add(record)  # dataloader, jit-step, phase-site, start, end; others are skipped
             except ValueError as e:
                 dropped.append(
                     f"{os.fspath(path)}: line {number}: {record.get('event')} record not read ({e}); ignored"

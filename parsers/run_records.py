@@ -244,6 +244,10 @@ GPU_TIME_EVERY = RecordKind(
 NVTX = RecordKind(RUN, ("rank", "ranges", "backend", "why_not", "t_ns"), event="nvtx")  # whether steps carry ranges
 # JAX without a marker: the jitted function chosen as the step (jit_steps) and the user's line that calls it, once
 JIT_STEP = RecordKind(RUN, ("rank", "name", "location", "t_ns"), event="jit-step")
+# torch: the user's line that calls a timed phase (backward, optimizer), once per site, from the phase's first calls
+# (diagnose/launch/runtime/phase_sites.py): a trace names a module-level loop's frame by its file alone
+PHASE_SITE = RecordKind(RUN, ("rank", "phase", "location", "function", "library_location", "t_ns"), event="phase-site")
+PHASE_SITE_PHASES = ("backward", "optimizer")
 # a torch DataLoader's configuration, once per loader, at the first batch the loop takes from it
 DATALOADER = RecordKind(
     RUN,
@@ -266,6 +270,7 @@ RECORD_KINDS = (
     GPU_TIME_EVERY,
     NVTX,
     JIT_STEP,
+    PHASE_SITE,
     DATALOADER,
     MEMORY_STATS_RECORD,
 )

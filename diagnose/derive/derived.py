@@ -26,7 +26,7 @@ import pandas as pd
 
 from diagnose.derive.table_values import TableValues
 from diagnose.derive.trace_view import TraceView, TraceViews
-from diagnose.ingest.profile_data import Profile
+from diagnose.ingest.profile_data import Profile, run_marks_of
 from diagnose.thresholds import Thresholds
 
 if TYPE_CHECKING:
@@ -129,7 +129,9 @@ class Derived:
         def compute() -> pd.DataFrame:
             trace = self.analysed(rank)
             gaps = tl.gaps(trace, self.thresholds.sync.kernel_gap_us * 1e3, self.thresholds.sync.sync_slack_us * 1e3)
-            return host_sites(trace, gaps, user_files=self.once("user_files", lambda: user_files_of(self.profile)))
+            user_files = self.once("user_files", lambda: user_files_of(self.profile))
+            phase_sites = run_marks_of(self.profile, rank).get("phase_sites") or ()
+            return host_sites(trace, gaps, user_files=user_files, phase_sites=phase_sites)
 
         table = self.once(("host_sites", rank), compute)
         out = table.copy()

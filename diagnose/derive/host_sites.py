@@ -50,6 +50,8 @@ OWN_WORK_FRAME = re.compile(
     r"\): (?:on_jit_step|boundary|_boundary|_due|_after_step|on_optimizer_step|on_backward|marker|drain|open|close"
     r"|start|stop|stop_and_export|take_snapshot|maybe_stats)$"
 )
+# the optimizer step's frames in torch.optim: the profiling wrapper around every step(), or step() itself
+OPTIMIZER_STEP_FUNCTIONS = ("wrapper", "step", "_use_grad")
 BUILTIN_METHOD = re.compile(r"^<built-in method (\w+) of (\w+) object at 0x[0-9a-fA-F]+>$")
 BUILTIN_FUNCTION = re.compile(r"^<built-in function (\w+)>$")
 
@@ -70,12 +72,18 @@ def user_files_of(profile) -> frozenset[str]:
 
 
 def host_sites(
-    trace, gaps: pd.DataFrame, causes: tuple[str, ...] = ("host",), user_files: frozenset[str] = frozenset()
+    trace,
+    gaps: pd.DataFrame,
+    causes: tuple[str, ...] = ("host",),
+    user_files: frozenset[str] = frozenset(),
+    phase_sites: tuple = (),
 ) -> pd.DataFrame:
     """Per (user site, library site), the host-caused GPU idle the host spent there, largest first; ``share`` is of
     the idle read, on the Python thread that launches the most GPU work. ``attrs["read_share"]``: the share of the
     causes' idle in the gaps read. Empty without Python frames on the launching thread. ``user_files``: base names
-    of the run's own files, which mark the user's frames in a JAX trace (user_files_of)."""
+    of the run's own files, which mark the user's frames in a JAX trace (user_files_of). ``phase_sites``: light
+    mode's records of the lines that call backward() and the optimizer's step() (parsers.events.RunMarks), which
+    put the line into a site under one of them (called_at)."""
     py = getattr(trace, "python", None)
     empty = pd.DataFrame(columns=COLUMNS)
     if py is None or not len(py) or not len(gaps) or not len(trace.runtime):
@@ -147,10 +155,17 @@ def host_sites(
                 time_of[frame] = time_of.get(frame, 0.0) + float(b - a)
     if not time_of:
         return empty
-    rows = {}
+    rows, raw = {}, {}
     for frame, ns in time_of.items():
-        key = _site(frame, parents, is_user, ours, names, work)
+        key, user_frame, library_frame = _site(frame, parents, is_user, ours, names, work)
         rows[key] = rows.get(key, 0.0) + ns
+        raw.setdefault(key, (user_frame, library_frame))
+    if phase_sites:  # a site under backward() or step(): the user's line that calls it, where light mode read it
+        lines = {}
+        for (user, library), ns in rows.items():
+            key = (called_at(user, *raw[(user, library)], phase_sites), library)
+            lines[key] = lines.get(key, 0.0) + ns
+        rows = lines
     # gpudiag's own work (the window's start and export, its sync capture) is not the script's: left out, and how
     # much of the idle read it held said apart (a JAX step of 0.6 ms beside a 15 ms profiler start held 99 %)
     own_ns = sum(ns for (_, lib), ns in rows.items() if lib == OWN_WORK)
@@ -183,10 +198,11 @@ def _depths(parents: np.ndarray) -> np.ndarray:
 
 def _site(
     frame: int, parents: np.ndarray, is_user: np.ndarray, ours: np.ndarray, names: np.ndarray, work: np.ndarray
-) -> tuple[str, str | None]:
-    """(the innermost user frame over ``frame``, the library frame the user's frame called on the way to it, not
-    gpudiag's own and not a frame without a name); the library part is OWN_WORK when a frame on the way is the
-    boundary's own work (``work``) or the innermost frame that is not a built-in is gpudiag's."""
+) -> tuple[tuple[str, str | None], str | None, str | None]:
+    """((the innermost user frame over ``frame``, the library frame the user's frame called on the way to it, not
+    gpudiag's own and not a frame without a name), in words; and the two frames' names as the trace gives them); the
+    library part is OWN_WORK when a frame on the way is the boundary's own work (``work``) or the innermost frame that
+    is not a built-in is gpudiag's."""
     child, j, decided, own = None, frame, False, False
     while j >= 0 and not is_user[j]:
         if not decided and (ours[j] or not str(names[j]).startswith("<built-in")):
@@ -195,11 +211,52 @@ def _site(
         if not ours[j] and isinstance(names[j], str):
             child = j
         j = parents[j] if 0 <= parents[j] < len(parents) else -1
-    user = _words(names[j], with_line=True) if j >= 0 and isinstance(names[j], str) else NO_USER_FRAME
+    user_frame = names[j] if j >= 0 and isinstance(names[j], str) else None
+    user = _words(user_frame, with_line=True) if user_frame is not None else NO_USER_FRAME
     if own:  # gpudiag's own work inside the trace window (its sync capture's warning handler, say)
-        return user, OWN_WORK
-    library = _words(names[child]) if child is not None else None
-    return user, library
+        return (user, OWN_WORK), user_frame, None
+    library_frame = names[child] if child is not None else None
+    return (user, _words(library_frame) if library_frame is not None else None), user_frame, library_frame
+
+
+def phase_of_library_frame(name: str | None) -> str | None:
+    """The timed phase a library frame is the call of: ``torch/_tensor.py(625): backward`` → "backward", the
+    optimizer's step (``torch/optim/optimizer.py(…): wrapper``, a GradScaler's step) → "optimizer"; else None."""
+    if not isinstance(name, str):
+        return None
+    head, sep, function = name.partition("): ")
+    file = head.rpartition("(")[0].replace("\\", "/") if sep else ""
+    if function == "backward" and file.endswith(("torch/_tensor.py", "torch/autograd/__init__.py")):
+        return "backward"
+    if (function in OPTIMIZER_STEP_FUNCTIONS and "torch/optim/" in file) or (
+        function == "step" and file.endswith("grad_scaler.py")
+    ):
+        return "optimizer"
+    return None
+
+
+def called_at(user: str, user_frame: str | None, library_frame: str | None, phase_sites: tuple) -> str:
+    """``user`` (a site's user part in words) with the line that makes the call ``library_frame`` is, where light
+    mode recorded it for the same file and function (``phase_sites``): "train.py:88 (module-level code)" for
+    "the module-level code of train.py", "train.py:57 in train()" for "train() in train.py:40" (its first line).
+    Several lines of one function that call it are all named; ``user`` unchanged where none is recorded."""
+    phase = phase_of_library_frame(library_frame)
+    if phase is None or not isinstance(user_frame, str):
+        return user
+    head, sep, function = user_frame.partition("): ")
+    if not sep:
+        return user
+    file = os.path.basename(head.rpartition("(")[0])
+    lines = []
+    for site_phase, location, site_function, _ in phase_sites:
+        site_file, _, line = str(location).rpartition(":")
+        if site_phase == phase and site_function == function and os.path.basename(site_file) == file:
+            if line not in lines:
+                lines.append(line)
+    if not lines:
+        return user
+    where = f"{file}:{', '.join(lines)}"
+    return f"{where} (module-level code)" if function == "<module>" else f"{where} in {function}()"
 
 
 def _words(name: str, with_line: bool = False) -> str:

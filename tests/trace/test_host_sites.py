@@ -55,3 +55,27 @@ def test_the_idle_finding_names_them():
     locations = [s for s in f.subjects if s.kind == "location"]
     assert locations[0].name == "train() in train_mlp.py:75, inside backward() in torch/_tensor.py"
     assert round(locations[0].figures["host_idle_share"], 2) == 0.67
+
+
+def test_a_site_under_backward_or_step_takes_the_line_light_mode_recorded():
+    """called_at: light mode's phase-site records (the user's lines that call backward() and step()) put the line
+    into a site's user part where the trace names only a function, or a module-level loop's file alone."""
+    from diagnose.derive.host_sites import called_at
+
+    sites = (
+        ("backward", "/home/u/train.py:88", "<module>", None),
+        ("optimizer", "/home/u/train.py:57", "train", None),
+        ("optimizer", "/home/u/train.py:63", "train", None),
+    )
+    module, backward = "train.py(120): <module>", "torch/_tensor.py(576): backward"
+    assert called_at("the module-level code of train.py", module, backward, sites) == "train.py:88 (module-level code)"
+    wrapper = "torch/optim/optimizer.py(512): wrapper"
+    assert called_at("train() in train.py:40", "train.py(40): train", wrapper, sites) == "train.py:57, 63 in train()"
+    # a call light mode does not time, another file, another function: the trace's words unchanged
+    zero_grad = "torch/optim/optimizer.py(1027): zero_grad"
+    assert called_at("train() in train.py:40", "train.py(40): train", zero_grad, sites) == "train() in train.py:40"
+    assert called_at("the module-level code of eval.py", "eval.py(9): <module>", backward, sites) == (
+        "the module-level code of eval.py"
+    )
+    assert called_at("step() in train.py:30", "train.py(30): step", backward, sites) == "step() in train.py:30"
+    assert called_at("train() in train.py:40", "train.py(40): train", None, sites) == "train() in train.py:40"

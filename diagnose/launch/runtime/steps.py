@@ -32,6 +32,7 @@ from threading import get_ident
 from time import perf_counter_ns
 
 from diagnose.launch.child_config import nvtx_range_name
+from diagnose.launch.runtime.phase_sites import BACKWARD, OPTIMIZER, PhaseSites
 from parsers.run_records import INPUT_FROM_LOOP, jit_step_line, jit_step_lines, step_line  # the step record's formats
 
 # Step records are written at most this often (and before anything heavy, and at every exit through
@@ -89,6 +90,7 @@ class Steps:
         self._sample_open = False  # the step in progress is a sampled one: its boundary turns the timers off
         self._sampling_step = 0  # the next boundary _sampling is called at (see there)
         self._phase_timers_paused = False  # the overhead benchmarks' arms without them
+        self.phase_sites = PhaseSites(runtime)  # the user's lines that call backward() and step(), from the first calls
         self._phases_every_step = False  # the benchmarks: timers in every step (set_phase_sampling)
         self._backward_wrapper = None
         self._pre_hook_reused = None  # forward_time.ReusedHook of optimizer_pre_hook_handle, once turned off
@@ -398,6 +400,8 @@ class Steps:
             if steps._backward_depth or get_ident() != main_thread:
                 return _inner_backward(steps, original, args, kwargs)
             steps._backward_depth = 1
+            if steps.phase_sites.backward_left:
+                steps.phase_sites.look(BACKWARD, sys._getframe(1))
             started_ns = perf_counter_ns()
             try:
                 result = original(*args, **kwargs)
@@ -444,6 +448,8 @@ class Steps:
         too (counted twice) and the step's forward, and read 74 % of a CPU step."""
         if get_ident() != self._main_thread:
             return None
+        if self.phase_sites.optimizer_left:
+            self.phase_sites.look(OPTIMIZER, sys._getframe(1))
         closure = kwargs.get("closure") if kwargs else None
         in_kwargs = closure is not None
         if not in_kwargs and args:
