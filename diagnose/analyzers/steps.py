@@ -615,6 +615,7 @@ def _cpu_wait(profile: Profile, th: Thresholds, gpu: bool = True) -> Finding | N
             Evidence("cpu_wait_ms", waited_ms, "ms"),
             Evidence("cpu_wait_span_ms", span_ms, "ms"),
             *((Evidence("cpus_allowed", allowed, "count"), Evidence("cpus", cpus, "count")) if pinned else ()),
+            *((Evidence("threads", threads, "count"),) if pinned and threads else ()),
         ),
         cost_share=waited_ms / span_ms,
         recommendation="The loop was ready to run and no CPU was free: every step that waited was that much slower"

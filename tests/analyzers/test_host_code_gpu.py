@@ -108,6 +108,9 @@ def test_a_sampled_phases_against_four_pairs_agree_as_medians_and_as_shares_pair
         assert phases["steps"] == 5 and phases["backward_passes"] == 1
         cpu_wait = next(f for f in analysis.findings if f.id == "steps.cpu_wait")
         assert "could run on only 1 CPU of the host's 16" in cpu_wait.title
+        # every number of the title is in its evidence: the threads too (the report invariants found it missing)
+        threads = {e.metric: e.value for e in cpu_wait.evidence}["threads"]
+        assert f"its own threads (up to {threads})" in cpu_wait.title
 
     def hand_rest(h):
         return h["batch"] + h["loss"] + h["zero_grad"]
