@@ -262,7 +262,9 @@ def called_at(user: str, user_frame: str | None, library_frame: str | None, phas
 def _words(name: str, with_line: bool = False) -> str:
     """``train.py(42): get_batch`` as ``get_batch() in train.py`` (``with_line``: ``get_batch() in train.py:42``, the
     function's first line, where the user's own code is named); ``<built-in method cpu of Tensor object at 0x…>``
-    as ``Tensor.cpu()``; ``nn.Module: Sequential_0`` as ``the forward of Sequential_0``."""
+    as ``Tensor.cpu()``; ``nn.Module: Sequential_0`` as ``the forward of Sequential_0``; torch's wrapper around
+    every optimizer's step() (``torch/optim/optimizer.py(512): wrapper``) as ``the optimizer's step() in
+    torch/optim/optimizer.py``: "wrapper()" names nothing the user wrote or called."""
     if m := BUILTIN_METHOD.match(name):
         return f"{m.group(2)}.{m.group(1)}()"
     if m := BUILTIN_FUNCTION.match(name):
@@ -273,6 +275,8 @@ def _words(name: str, with_line: bool = False) -> str:
     file, _, line = head.rpartition("(") if sep else (name, "", "")
     if sep and function == "<module>":
         return f"the module-level code of {file}"
+    if sep and function == "wrapper" and file.replace("\\", "/").endswith("torch/optim/optimizer.py"):
+        return f"the optimizer's step() in {file}"  # torch's wrapper around every optimizer's step()
     at = f"{file}:{line}" if with_line and line.isdigit() and int(line) > 0 else file
     return f"{function}() in {at}" if sep else name
 
@@ -283,7 +287,7 @@ def site_words(user_site: str, library_site) -> str:
 
 
 def sites_text(sites: pd.DataFrame, limit: int = 4) -> str:
-    """``main() in train.py, inside torch/optim/optimizer.py's wrapper() (31 %); …``, the largest first; where gpudiag's
+    """``main() in train.py, inside the optimizer's step() in torch/optim/optimizer.py (31 %); …``, the largest first; where gpudiag's
     own work held part of the idle read, that part is named after them (left out of the shares)."""
     text = "; ".join(
         f"{site_words(r.user_site, r.library_site)} ({share_human(r.share, 0)})" for r in sites.head(limit).itertuples()
