@@ -347,8 +347,8 @@ class _RunRecords:
 
     def add(self, record: dict) -> None:
         """Take ``record`` when it is a dataloader, jit-step, phase-site, start or end record (other run records are
-        skipped). A malformed dataloader, jit-step or phase-site record raises ValueError; a start or end record's time that is not a whole number is None (a run
-        is read without them)."""
+        skipped). A malformed dataloader, jit-step or phase-site record raises ValueError; a start or end record's
+        time that is not a whole number is None (a run is read without them)."""
         if DATALOADER.is_kind_of(record):
             self.loaders.append(_loader_config(record))
         elif JIT_STEP.is_kind_of(record):

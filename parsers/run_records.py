@@ -247,7 +247,8 @@ JIT_STEP = RecordKind(RUN, ("rank", "name", "location", "t_ns"), event="jit-step
 # torch: the user's line that calls a timed phase (backward, optimizer), once per site, from the phase's first calls
 # (diagnose/launch/runtime/phase_sites.py): a trace names a module-level loop's frame by its file alone
 PHASE_SITE = RecordKind(RUN, ("rank", "phase", "location", "function", "library_location", "t_ns"), event="phase-site")
-PHASE_SITE_PHASES = ("backward", "optimizer")
+PHASE_BACKWARD, PHASE_OPTIMIZER = "backward", "optimizer"
+PHASE_SITE_PHASES = (PHASE_BACKWARD, PHASE_OPTIMIZER)
 # a torch DataLoader's configuration, once per loader, at the first batch the loop takes from it
 DATALOADER = RecordKind(
     RUN,

@@ -25,6 +25,7 @@ import pandas as pd
 
 from diagnose.derive.trace_input_wait import script_args
 from diagnose.formatting import share_human
+from parsers.run_records import PHASE_BACKWARD, PHASE_OPTIMIZER
 
 MAX_GAPS = 5000
 COLUMNS = ["user_site", "library_site", "idle_ns", "share"]
@@ -219,19 +220,30 @@ def _site(
     return (user, _words(library_frame) if library_frame is not None else None), user_frame, library_frame
 
 
+def _frame_parts(name: str) -> tuple[str, str, str] | None:
+    """``train.py(42): get_batch`` → ("train.py", "42", "get_batch"); None for a name of another form (a built-in,
+    ``nn.Module: …``)."""
+    head, sep, function = name.partition("): ")
+    if not sep:
+        return None
+    file, _, line = head.rpartition("(")
+    return file, line, function
+
+
 def phase_of_library_frame(name: str | None) -> str | None:
     """The timed phase a library frame is the call of: ``torch/_tensor.py(625): backward`` → "backward", the
     optimizer's step (``torch/optim/optimizer.py(…): wrapper``, a GradScaler's step) → "optimizer"; else None."""
-    if not isinstance(name, str):
+    parts = _frame_parts(name) if isinstance(name, str) else None
+    if parts is None:
         return None
-    head, sep, function = name.partition("): ")
-    file = head.rpartition("(")[0].replace("\\", "/") if sep else ""
+    file, _, function = parts
+    file = file.replace("\\", "/")
     if function == "backward" and file.endswith(("torch/_tensor.py", "torch/autograd/__init__.py")):
-        return "backward"
+        return PHASE_BACKWARD
     if (function in OPTIMIZER_STEP_FUNCTIONS and "torch/optim/" in file) or (
         function == "step" and file.endswith("grad_scaler.py")
     ):
-        return "optimizer"
+        return PHASE_OPTIMIZER
     return None
 
 
@@ -241,12 +253,11 @@ def called_at(user: str, user_frame: str | None, library_frame: str | None, phas
     "the module-level code of train.py", "train.py:57 in train()" for "train() in train.py:40" (its first line).
     Several lines of one function that call it are all named; ``user`` unchanged where none is recorded."""
     phase = phase_of_library_frame(library_frame)
-    if phase is None or not isinstance(user_frame, str):
+    parts = _frame_parts(user_frame) if phase is not None and isinstance(user_frame, str) else None
+    if parts is None:
         return user
-    head, sep, function = user_frame.partition("): ")
-    if not sep:
-        return user
-    file = os.path.basename(head.rpartition("(")[0])
+    file, _, function = parts
+    file = os.path.basename(file)
     lines = []
     for site_phase, location, site_function, _ in phase_sites:
         site_file, _, line = str(location).rpartition(":")
@@ -271,14 +282,16 @@ def _words(name: str, with_line: bool = False) -> str:
         return f"{m.group(1)}()"
     if name.startswith("nn.Module: "):
         return f"the forward of {name.removeprefix('nn.Module: ')}"
-    head, sep, function = name.partition("): ")
-    file, _, line = head.rpartition("(") if sep else (name, "", "")
-    if sep and function == "<module>":
+    parts = _frame_parts(name)
+    if parts is None:
+        return name
+    file, line, function = parts
+    if function == "<module>":
         return f"the module-level code of {file}"
-    if sep and function == "wrapper" and file.replace("\\", "/").endswith("torch/optim/optimizer.py"):
+    if function == "wrapper" and phase_of_library_frame(name) == PHASE_OPTIMIZER:
         return f"the optimizer's step() in {file}"  # torch's wrapper around every optimizer's step()
     at = f"{file}:{line}" if with_line and line.isdigit() and int(line) > 0 else file
-    return f"{function}() in {at}" if sep else name
+    return f"{function}() in {at}"
 
 
 def site_words(user_site: str, library_site) -> str:
@@ -287,8 +300,9 @@ def site_words(user_site: str, library_site) -> str:
 
 
 def sites_text(sites: pd.DataFrame, limit: int = 4) -> str:
-    """``main() in train.py, inside the optimizer's step() in torch/optim/optimizer.py (31 %); …``, the largest first; where gpudiag's
-    own work held part of the idle read, that part is named after them (left out of the shares)."""
+    """``main() in train.py, inside the optimizer's step() in torch/optim/optimizer.py (31 %); …``, the largest
+    first; where gpudiag's own work held part of the idle read, that part is named after them (left out of the
+    shares)."""
     text = "; ".join(
         f"{site_words(r.user_site, r.library_site)} ({share_human(r.share, 0)})" for r in sites.head(limit).itertuples()
     )

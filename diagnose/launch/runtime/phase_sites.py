@@ -14,11 +14,12 @@ from __future__ import annotations
 import time
 
 from diagnose.launch.runtime.sync_capture import library_location, user_stack
+from parsers.run_records import PHASE_BACKWARD as BACKWARD
+from parsers.run_records import PHASE_OPTIMIZER as OPTIMIZER
+from parsers.run_records import PHASE_SITE
 
 SITE_CALLS = 16  # the first calls of each phase read their call site; later calls cost one comparison
 MAX_SITES = 8  # sites recorded per phase at most (a loop calls backward() from one or two lines)
-BACKWARD = "backward"
-OPTIMIZER = "optimizer"
 
 
 class PhaseSites:
@@ -45,8 +46,6 @@ class PhaseSites:
             if site in seen or len(seen) >= MAX_SITES:
                 return
             seen.add(site)
-            from parsers.run_records import PHASE_SITE
-
             self._runtime.write_record(
                 PHASE_SITE,
                 phase=phase,
