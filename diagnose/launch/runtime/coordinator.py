@@ -61,6 +61,7 @@ class Runtime:
         self.memory = None  # memory_capture.MemoryCapture, from torch's import or the first boundary
         self.window = None  # trace_window.StepWindow, from the first boundary when a window is asked for
         self.periodic_work = None  # periodic_work.PeriodicWork: torch.save and eval spans, once torch is imported
+        self.user_profilers = None  # user_profilers.UserProfilers: the script's own torch.profiler, once imported
         self.compile_work = None  # compile_work.CompileWork: JAX and torch.compile compiles, once either is imported
         self.imports = None  # import_times.ImportTimes: the imports until the first step boundary
         self.held = []  # (t_ns, kind, fields) of the records made before the first step boundary
@@ -142,6 +143,7 @@ class Runtime:
         self.steps.arm_time_slices()
         self.steps.start_long_step_code()
         self._hook_periodic_work(torch)
+        self._hook_user_profilers(torch)
         self._hook_compile_work("torch", torch)
         self._memory_capture().record_history_from_cuda_init(torch)
 
@@ -155,6 +157,17 @@ class Runtime:
             self.periodic_work = work
         except Exception as e:
             self.faults.log_once("periodic-work", f"cannot watch torch.save and model.eval() ({e})")
+
+    def _hook_user_profilers(self, torch) -> None:
+        """The script's own torch.profiler starts and stops (user_profilers): the trace window gives way to it."""
+        from diagnose.launch.runtime.user_profilers import UserProfilers
+
+        try:
+            users = UserProfilers(self)
+            users.hook(torch)
+            self.user_profilers = users
+        except Exception as e:
+            self.faults.log_once("user-profilers", f"cannot watch the script's torch.profiler ({e})")
 
     def _hook_compile_work(self, framework: str, module) -> None:
         """Compiles as work records (compile_work): JAX's monitoring events, torch.compile's dynamo callbacks."""
@@ -181,6 +194,9 @@ class Runtime:
         work, self.periodic_work = self.periodic_work, None
         if work is not None:
             work.unhook()
+        users, self.user_profilers = self.user_profilers, None
+        if users is not None:
+            users.unhook()
 
     def on_jax_imported(self, jax) -> None:
         if not self.disabled:

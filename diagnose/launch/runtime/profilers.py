@@ -16,6 +16,7 @@ import re
 import shutil
 import time
 
+from diagnose.launch.runtime.user_profilers import OWN_MARK
 from parsers.run_records import is_profiler_file
 
 SYNC_RUNTIME_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
@@ -111,6 +112,7 @@ class TorchTraceWindow:
         self._profiler = torch.profiler.profile(
             activities=activities, with_stack=True, record_shapes=False, profile_memory=False
         )
+        setattr(self._profiler, OWN_MARK, True)  # not the script's profiler (user_profilers)
         self.started_wall_ns = 0
 
     def start(self) -> None:

@@ -39,6 +39,13 @@ class StepWindow:
 
     def open(self, step: int) -> None:
         runtime = self._runtime
+        users = runtime.user_profilers
+        if users is not None and users.active:  # one Kineto session a process: the script's own profiler has it
+            runtime.faults.log_once(
+                "trace",
+                "no profiler trace: the script runs its own torch.profiler (read its trace: gpudiag report <trace>)",
+            )
+            return
         t_ns, started_ns = time.time_ns(), time.perf_counter_ns()
         try:
             from diagnose.launch.runtime.profilers import JaxTraceWindow, TorchTraceWindow
