@@ -33,6 +33,8 @@ import numpy as np
 import pandas as pd
 
 from diagnose.formatting import ms_human, n_things, share_human
+from diagnose.verdict import short_location
+from parsers.run_records import PHASE_BACKWARD
 
 PHASES = ("input", "forward_and_rest", "backward", "optimizer")  # records without forward_ms
 PHASES_WITH_FORWARD = ("input", "forward", "backward", "optimizer", "rest")
@@ -185,10 +187,11 @@ def phases_text(phases: dict) -> str:
     if not phases.get("optimizer_seen", True):
         note += "; no optimizer step() was called, so the parameter update is timed with the rest"
     if passes > 1:
-        note += (
-            f"; each step makes {passes} backward passes (gradient accumulation), and the forward and backward "
-            "phases hold them all"
-        )
+        lines = phases.get("backward_lines") or []
+        # one line called again and again is gradient accumulation; backward() called from several lines (a GAN's
+        # two losses, each with its optimizer) is not
+        why = f"called from {len(lines)} lines: {', '.join(lines)}" if len(lines) > 1 else "gradient accumulation"
+        note += f"; each step makes {passes} backward passes ({why}), and the forward and backward phases hold them all"
     forward_steps = phases.get("forward_steps")
     if forward_steps is not None and forward_steps < phases["steps"]:
         note += (
@@ -204,6 +207,17 @@ def phases_text(phases: dict) -> str:
         f"of the median step's {ms_human(phases['host_ms'])} on the host (phases of the "
         f"{n_things(phases['steps'], 'untraced step')} nearest it{which}): {', '.join(parts)}{note}"
     )
+
+
+def backward_lines(phase_sites) -> list[str]:
+    """The distinct lines light mode saw call backward() (its phase-site records, parsers.events.RunMarks), as
+    ``train.py:88``, in the order seen."""
+    lines = []
+    for phase, location, _, _ in phase_sites or ():
+        line = short_location(location)
+        if phase == PHASE_BACKWARD and line not in lines:
+            lines.append(line)
+    return lines
 
 
 def _one_in(every: int | None, form: str) -> str:

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from diagnose.derive.host_phases import host_phases
+from diagnose.derive.host_phases import backward_lines, host_phases
 from diagnose.derive.input_stalls import input_stalls
 from diagnose.derive.jit_dispatch_samples import jit_dispatch_samples
 from diagnose.derive.kept_apart_steps import COMPILATION, NEW_SHAPE, add_compile_meta, add_new_shape_meta, work_of
@@ -37,7 +37,7 @@ from diagnose.derive.periodic_work import slow_step_period
 from diagnose.derive.trace_step_rows import trace_step_table
 from diagnose.derive.trace_view import TraceView
 from diagnose.derive.traced_step_parts import traced_steps
-from diagnose.ingest.profile_data import Profile
+from diagnose.ingest.profile_data import Profile, run_marks_of
 from diagnose.thresholds import Thresholds
 
 # (part, label, GPU busy?) in the order a budget is shown; the parts of one budget add up to its wall time
@@ -255,7 +255,9 @@ def rank_budget(
     median_input = float(steady_input.median()) if len(steady_input) else np.nan
     median_input_where = f"{len(steady_input)} steady steps" if len(steady_input) else None
     # the host's typical step by phase (issue 31; None: not measured), its input the budget's median input
-    meta["host_phases"] = host_phases(steady, median_input if len(steady_input) else None)
+    meta["host_phases"] = phases = host_phases(steady, median_input if len(steady_input) else None)
+    if phases is not None and phases.get("backward_passes", 1) > 1:  # accumulation, or backward() from several lines
+        phases["backward_lines"] = backward_lines(run_marks_of(profile, rank).get("phase_sites"))
     iterator = traced.attrs.get("input_iterator") if len(traced) else None
     from_loop = "input_from" in rows and bool((rows.loc[steady.index, "input_from"] == "loop").any())
     if from_loop:  # light mode timed the loop's for statement (Python 3.12+): no DataLoader

@@ -66,3 +66,29 @@ def test_a_loop_updating_by_hand_records_its_backward_only(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     got = [(s["phase"], s["function"]) for s in sites_of(run)]
     assert got == [("backward", "<module>")]
+
+
+def test_a_gan_two_backward_lines_are_not_called_gradient_accumulation(tmp_path):
+    """examples/gan_loader.py (a DCGAN, not written for this issue: two losses, each with its backward() and its
+    optimizer, and its own scheduled torch.profiler) on the CPU: each step (optD's) holds two backward passes, from
+    two lines. The step budget said "(gradient accumulation)" for them before the phase-site records named the
+    lines; a loop that accumulates calls one line (tests/launch/test_step_inference.py keeps that wording)."""
+    import diagnose
+    from tests.paths import REPO
+
+    script = REPO / "examples" / "gan_loader.py"
+    lines = script.read_text().splitlines()
+    backward = [i + 1 for i, line in enumerate(lines) if line.strip().endswith(".backward()")]
+    assert len(backward) == 2
+    run = tmp_path / "r"
+    args = ["--trace-out", tmp_path / "gan.trace.json", "--iters", "40", "--batch", "8", "--workers", "1"]
+    r = gpudiag("profile", "-q", "-o", run, "--", sys.executable, script, "--device", "cpu", *args, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    phases = diagnose.analyze(diagnose.load(run, quiet=True)).results["step_budget"].meta["ranks"][0]["host_phases"]
+    assert phases["backward_passes"] == 2
+    assert phases["backward_lines"] == [f"gan_loader.py:{n}" for n in backward]
+    from diagnose.derive.host_phases import phases_text
+
+    text = phases_text(phases)
+    assert f"each step makes 2 backward passes (called from 2 lines: gan_loader.py:{backward[0]}, " in text
+    assert "gradient accumulation" not in text
